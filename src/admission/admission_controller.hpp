@@ -1,0 +1,176 @@
+// AdmissionController: the admission of one device. Holds the budget, the
+// bounded queue with aging and the leases it granted; answers every request
+// with a ticket, a lease, or an error that states the numbers.
+//
+// Threads: every member function is thread-safe (one internal mutex, never
+// held while calling out). Intended split:
+//   - HTTP I/O threads: enqueue(), cancel(), queue_position(), snapshot();
+//   - the device's engine thread: expire(), grant(), next_wakeup(),
+//     record_completion(), set_effective_budget(), drop_all();
+//   - Leases may be released on any thread; each release calls `on_release`.
+// No call blocks on anything but the internal mutex.
+//
+// Engine thread, once per loop turn (`now` read once, from its clock):
+//   for (auto& x : ac.expire(now)) fail(x.id, x.error);             // 503/504, never started
+//   for (auto& g : ac.grant(now)) start(g.id, std::move(g.lease));  // joins the batch
+//   ... decode step ...; a finished sequence: ac.record_completion(now), then
+//   its lease.release() once its KV cache is freed;
+//   sleep until ac.next_wakeup(now), or until woken by a submit, a cancel or on_release.
+// I/O thread on client close: if (!ac.cancel(id)) the request was granted, so
+// set its cancel flag; the engine stops it at the next step and releases its lease.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "admission/admission_policy.hpp"
+#include "admission/lease.hpp"
+#include "admission/retry_after.hpp"
+#include "common/clock.hpp"
+#include "common/error.hpp"
+
+namespace vg {
+
+struct AdmissionOptions {
+  AdmissionPolicy policy;         ///< default: memory
+  std::int64_t budget_bytes = 0;  ///< device_budget() of the device (bytes, >= 0)
+  /// Waiting requests (those that cannot start now); more → kOverloaded.
+  /// Unlimited under policy none. (>= 0)
+  int max_queue = 64;
+  /// Queue wait limit: a request still queued this long after enqueue is
+  /// expired with kOverloaded + Retry-After (> 0).
+  Duration queue_timeout = std::chrono::seconds(30);
+  /// How long a request that does not fit may be passed by later requests
+  /// that do (>= 0; 0 = strict FIFO).
+  Duration max_bypass = std::chrono::seconds(5);
+  RetryAfterOptions retry_after;
+  DrainRateEstimator::Options drain_rate;
+};
+
+/// Accepted into the queue.
+struct AdmissionTicket {
+  RequestId id = 0;
+  int position = 0;  ///< 1-based place in the queue on entry (1 = next); X-Queue-Position
+};
+
+/// A request that may start now; the caller owns the lease from here on.
+struct AdmissionGrant {
+  RequestId id = 0;
+  Lease lease;
+  Duration queue_wait{};  ///< now − enqueue time
+};
+
+/// A request removed from the queue by expire(): its `error` is kOverloaded
+/// with retry_after_s (queue wait limit) or kTimeout (its own deadline).
+struct AdmissionExpiry {
+  RequestId id = 0;
+  Error error;
+};
+
+struct AdmissionCounters {
+  std::int64_t enqueued = 0;             ///< accepted into the queue
+  std::int64_t admitted = 0;             ///< granted a lease
+  std::int64_t released = 0;             ///< leases returned
+  std::int64_t rejected_never_fits = 0;  ///< kExceedsDeviceMemory at enqueue
+  std::int64_t rejected_queue_full = 0;  ///< kOverloaded at enqueue
+  std::int64_t queue_timeout = 0;        ///< expired by the queue wait limit
+  std::int64_t deadline_expired = 0;     ///< expired by the request's own deadline while queued
+  std::int64_t cancelled = 0;            ///< removed from the queue by cancel()
+  std::int64_t dropped = 0;              ///< removed from the queue by drop_all()
+};
+
+struct QueuedView {
+  RequestId id = 0;
+  int position = 0;  ///< 1-based
+  std::int64_t cost_bytes = 0;
+  Duration waited{};
+};
+
+/// Live state for /v1/admission and metrics (a copy; consistent at one instant).
+struct AdmissionSnapshot {
+  AdmissionPolicy policy;
+  std::int64_t budget_bytes = 0;            ///< configured budget
+  std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts (<= budget)
+  std::int64_t reserved_bytes = 0;          ///< held by unreleased leases
+  std::int64_t peak_reserved_bytes = 0;     ///< highest reserved_bytes so far
+  int active_leases = 0;
+  int queue_depth = 0;
+  std::vector<QueuedView> queue;              ///< FIFO order
+  std::optional<double> drain_rate_per_s;     ///< nullopt until a completion was recorded
+  AdmissionCounters counters;
+};
+
+class AdmissionController {
+ public:
+  /// Validates `options` (kConfig on a bad value). `on_release` (optional) is
+  /// called after each lease release, outside the controller's lock, on the
+  /// releasing thread: use it to wake the engine thread so it calls grant().
+  /// It must not throw; releases that begin after the controller is destroyed
+  /// do not call it.
+  static Result<std::unique_ptr<AdmissionController>> create(const AdmissionOptions& options,
+                                                            std::function<void()> on_release = {});
+  ~AdmissionController();
+  AdmissionController(const AdmissionController&) = delete;
+  AdmissionController& operator=(const AdmissionController&) = delete;
+
+  /// Queues request `id` (unique among this controller's queued requests)
+  /// costing `cost_bytes` (request_cost()). Immediate errors, nothing queued:
+  ///  - kExceedsDeviceMemory (needed_bytes, budget_bytes) when cost > budget,
+  ///    i.e. it could not run even on an empty device (policies memory, fixed);
+  ///  - kOverloaded (retry_after_s) when it cannot start now and max_queue
+  ///    requests already wait (policies memory, fixed);
+  ///  - kInvalidRequest for a negative cost, kInternal for a duplicate id.
+  /// `deadline` (optional) is the request's total limit: still queued then →
+  /// expire() reports kTimeout. Call grant() afterwards (wake the engine).
+  Result<AdmissionTicket> enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
+                                  std::optional<TimePoint> deadline = std::nullopt);
+
+  /// Removes `id` from the queue. True: it was queued and now never will be
+  /// granted. False: not queued (already granted — then whoever holds its
+  /// lease releases it — or expired, rejected or unknown).
+  bool cancel(RequestId id);
+
+  /// Removes and returns queued requests whose queue wait limit or deadline
+  /// has passed at `now`. Call before grant() so expired work never starts.
+  std::vector<AdmissionExpiry> expire(TimePoint now);
+
+  /// The requests that may start now, in policy order, each with its lease.
+  /// Under memory the sum of held leases stays <= the effective budget (I1).
+  /// At most `max_grants` (the engine's free batch slots) are granted.
+  std::vector<AdmissionGrant> grant(TimePoint now, int max_grants = 1 << 30);
+
+  /// Earliest time after `now` at which expire() will have work or a bypass
+  /// window closes; nullopt when nothing is queued. Sleep until then, or until
+  /// woken by enqueue or a lease release.
+  std::optional<TimePoint> next_wakeup(TimePoint now) const;
+
+  /// A request finished at `now` (feeds the drain rate behind Retry-After).
+  void record_completion(TimePoint now);
+
+  /// Sets the budget grants are checked against (OOM governor), clamped to
+  /// [0, budget]. A cut revokes nothing: no grant happens until reserved
+  /// bytes fall under the new value. Only the memory policy checks it (fixed
+  /// and none are baselines without an OOM governor). Returns the value set.
+  std::int64_t set_effective_budget(std::int64_t bytes);
+
+  /// Removes every queued request (shutdown) and returns their ids in FIFO order.
+  std::vector<RequestId> drop_all();
+
+  /// 1-based queue position of `id`, nullopt when not queued.
+  std::optional<int> queue_position(RequestId id) const;
+
+  /// Retry-After for a refusal with `work_ahead` requests to drain first.
+  double retry_after_s(std::int64_t work_ahead, TimePoint now) const;
+
+  AdmissionSnapshot snapshot(TimePoint now) const;
+
+ private:
+  struct State;
+  explicit AdmissionController(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace vg

@@ -1,0 +1,93 @@
+// Admission policies and the queue with aging (see admission_policy.hpp).
+// Pure functions; any thread.
+#include "admission/admission_policy.hpp"
+
+#include <charconv>
+
+namespace vg {
+namespace {
+
+constexpr int kMaxFixedSlots = 1'000'000;
+
+Error bad_policy(std::string_view text, const std::string& why) {
+  return Error(ErrorCode::kConfig, "admission policy '" + std::string(text) + "': " + why +
+                                       " (expected 'memory', 'fixed:N' with 1 <= N <= " +
+                                       std::to_string(kMaxFixedSlots) + ", or 'none')");
+}
+
+bool fits(const QueuedRequest& r, std::int64_t free_bytes) { return r.cost_bytes <= free_bytes; }
+
+}  // namespace
+
+Result<AdmissionPolicy> parse_admission_policy(std::string_view text) {
+  if (text == "memory") return AdmissionPolicy{AdmissionPolicy::Kind::kMemory, 0};
+  if (text == "none") return AdmissionPolicy{AdmissionPolicy::Kind::kNone, 0};
+  constexpr std::string_view kFixed = "fixed:";
+  if (text.substr(0, kFixed.size()) != kFixed) return bad_policy(text, "unknown policy");
+  const std::string_view digits = text.substr(kFixed.size());
+  long long n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
+    return bad_policy(text, "N must be a whole number");
+  }
+  if (n < 1 || n > kMaxFixedSlots) return bad_policy(text, "N out of range");
+  return AdmissionPolicy{AdmissionPolicy::Kind::kFixed, static_cast<int>(n)};
+}
+
+std::string to_string(const AdmissionPolicy& policy) {
+  switch (policy.kind) {
+    case AdmissionPolicy::Kind::kMemory: return "memory";
+    case AdmissionPolicy::Kind::kFixed: return "fixed:" + std::to_string(policy.fixed_slots);
+    case AdmissionPolicy::Kind::kNone: return "none";
+  }
+  return "memory";
+}
+
+std::vector<std::size_t> select_grants(const GrantState& state, std::span<const QueuedRequest> queue, TimePoint now) {
+  std::vector<std::size_t> out;
+  switch (state.policy.kind) {
+    case AdmissionPolicy::Kind::kNone:
+      for (std::size_t i = 0; i < queue.size(); ++i) out.push_back(i);
+      return out;
+    case AdmissionPolicy::Kind::kFixed: {
+      const std::int64_t slots = static_cast<std::int64_t>(state.policy.fixed_slots) - state.active_leases;
+      for (std::size_t i = 0; i < queue.size() && static_cast<std::int64_t>(i) < slots; ++i) out.push_back(i);
+      return out;
+    }
+    case AdmissionPolicy::Kind::kMemory:
+      break;
+  }
+  std::int64_t free_bytes = state.free_bytes;
+  for (std::size_t i = 0; i < queue.size(); ++i) {
+    const QueuedRequest& r = queue[i];
+    if (fits(r, free_bytes)) {
+      out.push_back(i);
+      free_bytes -= r.cost_bytes;
+      continue;
+    }
+    // r waits. Later requests may pass it only while its bypass window is
+    // open. Every waiting request is checked, not only the first, so an
+    // enqueue-time tie between threads cannot open a way around an old one.
+    if (now - r.enqueued_at >= state.max_bypass) break;
+  }
+  return out;
+}
+
+std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span<const QueuedRequest> queue,
+                                              TimePoint now) {
+  if (state.policy.kind != AdmissionPolicy::Kind::kMemory) return std::nullopt;
+  std::int64_t free_bytes = state.free_bytes;
+  std::optional<TimePoint> closes;
+  for (const QueuedRequest& r : queue) {
+    if (fits(r, free_bytes)) {
+      free_bytes -= r.cost_bytes;
+      continue;
+    }
+    const TimePoint t = r.enqueued_at + state.max_bypass;
+    if (t <= now) break;  // closed: nothing passes it, as in select_grants
+    if (!closes || t < *closes) closes = t;
+  }
+  return closes;
+}
+
+}  // namespace vg

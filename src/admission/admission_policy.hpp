@@ -1,0 +1,74 @@
+// Admission policies and the queue with aging (design.md "admission policy",
+// "queue"): which queued requests may start now. Pure functions of a snapshot
+// and `now` (style.md habit 7); any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "admission/lease.hpp"
+#include "common/clock.hpp"
+#include "common/error.hpp"
+
+namespace vg {
+
+/// How a device decides that a request may start.
+struct AdmissionPolicy {
+  enum class Kind {
+    kMemory,  ///< default: cost in bytes against the (effective) budget; queue with aging
+    kFixed,   ///< a semaphore of `fixed_slots` sequences; costs ignored for fit
+    kNone,    ///< the naive baseline: no fit check, no queue limit, everything starts at once
+  };
+  Kind kind = Kind::kMemory;
+  int fixed_slots = 0;  ///< sequences under kFixed (>= 1); unused otherwise
+
+  friend bool operator==(const AdmissionPolicy&, const AdmissionPolicy&) = default;
+};
+
+/// Parses "memory", "fixed:N" (1 <= N <= 1000000) or "none". Anything else is
+/// kConfig with a message quoting the input and listing the accepted forms.
+Result<AdmissionPolicy> parse_admission_policy(std::string_view text);
+
+/// "memory", "fixed:N" or "none" (round-trips through parse_admission_policy).
+std::string to_string(const AdmissionPolicy& policy);
+
+/// One waiting request as the policy sees it.
+struct QueuedRequest {
+  RequestId id = 0;
+  std::int64_t cost_bytes = 0;  ///< request_cost() of the request
+  TimePoint enqueued_at{};
+};
+
+/// The device state a grant decision depends on.
+struct GrantState {
+  AdmissionPolicy policy;
+  /// effective budget − reserved bytes; negative after a budget cut below
+  /// what running requests hold (then nothing fits under kMemory).
+  std::int64_t free_bytes = 0;
+  int active_leases = 0;  ///< granted and not yet released (kFixed counts these)
+  /// How long a request that does not fit may be passed by later ones that do.
+  Duration max_bypass{};
+};
+
+/// Indices into `queue` (FIFO order) of the requests that may start at `now`,
+/// ascending, i.e. in grant order.
+///  - kMemory: scan in order; a request that fits in what is still free is
+///    granted. A request that does not fit may be passed by later ones only
+///    while it has waited less than max_bypass; once it is that old the scan
+///    stops, so nothing passes it and the device drains until it fits.
+///  - kFixed: the first (fixed_slots − active_leases) requests.
+///  - kNone: all of them.
+std::vector<std::size_t> select_grants(const GrantState& state, std::span<const QueuedRequest> queue, TimePoint now);
+
+/// Under kMemory: the earliest time after `now` at which a request that does
+/// not fit stops being passable (its enqueued_at + max_bypass), scanning as
+/// select_grants() does. nullopt when none is open or the policy is not kMemory.
+std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span<const QueuedRequest> queue,
+                                              TimePoint now);
+
+}  // namespace vg

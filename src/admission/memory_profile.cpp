@@ -1,0 +1,89 @@
+// Memory arithmetic (see memory_profile.hpp). Pure functions; any thread.
+// Fractions (safety factor, utilization) become integer millionths so that
+// boundaries are exact: a cost equal to the budget must compare equal.
+#include "admission/memory_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace vg {
+namespace {
+
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMillion = 1'000'000;
+
+std::int64_t sat_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? kMax : r;
+}
+
+std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? kMax : r;
+}
+
+// Millionths of a non-negative fraction; NaN counts as 0.
+std::int64_t to_millionths(double x) {
+  if (!(x > 0)) return 0;
+  return static_cast<std::int64_t>(std::llround(std::min(x, 1e9) * static_cast<double>(kMillion)));
+}
+
+}  // namespace
+
+Status validate(const MemoryProfile& p) {
+  auto neg = [](const char* field, std::int64_t v) {
+    return Error(ErrorCode::kConfig, std::string("memory profile: ") + field + " must be >= 0, got " + std::to_string(v));
+  };
+  if (p.resident_bytes < 0) return neg("resident_bytes", p.resident_bytes);
+  if (p.workspace_bytes < 0) return neg("workspace_bytes", p.workspace_bytes);
+  if (p.kv_bytes_per_token < 0) return neg("kv_bytes_per_token", p.kv_bytes_per_token);
+  if (p.sequence_overhead_bytes < 0) return neg("sequence_overhead_bytes", p.sequence_overhead_bytes);
+  if (!(p.safety_factor >= 1.0 && p.safety_factor <= 16.0)) {
+    return Error(ErrorCode::kConfig,
+                 "memory profile: safety_factor must be in [1, 16], got " + std::to_string(p.safety_factor));
+  }
+  return Status::Ok();
+}
+
+std::int64_t request_cost(const MemoryProfile& p, std::int64_t prompt_tokens, std::int64_t max_tokens) {
+  const std::int64_t tokens = sat_add(std::max<std::int64_t>(prompt_tokens, 0), std::max<std::int64_t>(max_tokens, 0));
+  const std::int64_t raw = sat_add(sat_mul(tokens, std::max<std::int64_t>(p.kv_bytes_per_token, 0)),
+                                   std::max<std::int64_t>(p.sequence_overhead_bytes, 0));
+  if (raw == kMax) return kMax;
+  // raw < 2^63 and millionths <= 1e15 < 2^50: the product fits in 128 bits.
+  const __int128 scaled = static_cast<__int128>(raw) * to_millionths(p.safety_factor);
+  const __int128 cost = (scaled + (kMillion - 1)) / kMillion;  // ceil
+  return cost > kMax ? kMax : static_cast<std::int64_t>(cost);
+}
+
+std::int64_t device_budget(std::int64_t capacity_bytes, double utilization, std::int64_t resident_bytes,
+                           std::int64_t workspace_bytes, std::int64_t reserve_bytes) {
+  const std::int64_t util = std::min(to_millionths(utilization), kMillion);
+  __int128 usable = static_cast<__int128>(std::max<std::int64_t>(capacity_bytes, 0)) * util / kMillion;  // floor
+  usable -= std::max<std::int64_t>(resident_bytes, 0);
+  usable -= std::max<std::int64_t>(workspace_bytes, 0);
+  usable -= std::max<std::int64_t>(reserve_bytes, 0);
+  if (usable < 0) return 0;
+  return usable > kMax ? kMax : static_cast<std::int64_t>(usable);
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (std::fabs(v) >= 1024.0 && unit < 6) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[48];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
+  }
+  return buf;
+}
+
+}  // namespace vg

@@ -1,0 +1,44 @@
+// Memory arithmetic of admission: the memory profile of a model on a device,
+// the cost of one request and the budget of a device (design.md, "Terms").
+// Pure functions on int64 bytes, saturating instead of overflowing; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace vg {
+
+/// Measured at start-up, per model and device (design.md "memory profile").
+struct MemoryProfile {
+  std::int64_t resident_bytes = 0;           ///< weights, buffers, runtime context (held for the model's life)
+  std::int64_t workspace_bytes = 0;          ///< activations of the largest step (set aside once, not per request)
+  std::int64_t kv_bytes_per_token = 0;       ///< KV cache bytes per token of one sequence
+  std::int64_t sequence_overhead_bytes = 0;  ///< fixed bytes per sequence (cache headers, sampler state)
+  double safety_factor = 1.0;                ///< multiplier >= 1 on the per-request cost (applied at 1e-6 resolution)
+};
+
+/// Ok when every byte count is >= 0 and 1 <= safety_factor <= 16; else kConfig
+/// with a message naming the field.
+Status validate(const MemoryProfile& profile);
+
+/// Bytes one request may hold at its peak (design.md "cost"):
+///   cost = ceil(((prompt_tokens + max_tokens) × kv_bytes_per_token + sequence_overhead_bytes) × safety_factor)
+/// Negative token counts count as 0. Saturates at INT64_MAX (such a request
+/// never fits). The safety factor is rounded to millionths and applied in
+/// integer arithmetic, so e.g. 1000 bytes × 1.1 is exactly 1100.
+std::int64_t request_cost(const MemoryProfile& profile, std::int64_t prompt_tokens, std::int64_t max_tokens);
+
+/// Bytes admission may hand to requests on one device (design.md "budget"):
+///   budget = floor(capacity_bytes × utilization) − resident − workspace − reserve, clamped to >= 0.
+/// `utilization` is clamped to [0, 1] and rounded to millionths; negative
+/// byte arguments count as 0. Several models on one device: pass the sum of
+/// their resident and workspace bytes.
+std::int64_t device_budget(std::int64_t capacity_bytes, double utilization, std::int64_t resident_bytes,
+                           std::int64_t workspace_bytes, std::int64_t reserve_bytes);
+
+/// Human-readable bytes for messages, e.g. "512 B", "1.5 KiB", "6.0 GiB".
+std::string format_bytes(std::int64_t bytes);
+
+}  // namespace vg

@@ -1,0 +1,44 @@
+// Drain-rate estimate and Retry-After (see retry_after.hpp). Pure arithmetic
+// over caller-provided time points; no clock reads.
+#include "admission/retry_after.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vg {
+namespace {
+
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+void DrainRateEstimator::record(TimePoint now) {
+  samples_.push_back(now);
+  last_ = last_ ? std::max(*last_, now) : now;
+  while (samples_.size() > std::max<std::size_t>(options_.max_samples, 1)) samples_.pop_front();
+}
+
+std::optional<double> DrainRateEstimator::rate_per_s(TimePoint now) const {
+  if (!last_) return std::nullopt;
+  std::size_t n = 0;
+  std::optional<TimePoint> oldest;
+  for (TimePoint t : samples_) {
+    if (now - t >= options_.window) continue;  // forgotten
+    ++n;
+    oldest = oldest ? std::min(*oldest, t) : t;
+  }
+  if (n == 0) return 1.0 / std::max(seconds(now - *last_), seconds(options_.min_span));
+  return static_cast<double>(n) / std::max(seconds(now - *oldest), seconds(options_.min_span));
+}
+
+double retry_after_seconds(std::int64_t work_ahead, std::optional<double> drain_rate_per_s,
+                           const RetryAfterOptions& options) {
+  const double lo = std::max(1.0, std::ceil(options.min_s));
+  const double hi = std::max(lo, std::floor(options.max_s));
+  const double rate = drain_rate_per_s ? *drain_rate_per_s : options.unmeasured_rate_per_s;
+  if (!(rate > 0)) return hi;
+  const double ahead = static_cast<double>(std::max<std::int64_t>(work_ahead, 1));
+  return std::clamp(std::ceil(ahead / rate), lo, hi);
+}
+
+}  // namespace vg

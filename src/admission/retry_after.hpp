@@ -1,0 +1,62 @@
+// Retry-After: how long a refused client should wait, from the measured drain
+// rate of a device (design.md "queue", scenarios.md S6). DrainRateEstimator is
+// a plain value type (not thread-safe; AdmissionController guards its own);
+// retry_after_seconds() is a pure function. Both take `now` from the caller.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include "common/clock.hpp"
+
+namespace vg {
+
+/// Completions per second over a sliding window of recent completions.
+class DrainRateEstimator {
+ public:
+  struct Options {
+    Duration window = std::chrono::seconds(30);  ///< completions older than this are forgotten
+    std::size_t max_samples = 256;               ///< most recent completions kept
+    Duration min_span = std::chrono::seconds(1);  ///< shortest time a rate is measured over
+  };
+
+  DrainRateEstimator() : DrainRateEstimator(Options{}) {}
+  explicit DrainRateEstimator(Options options) : options_(options) {}
+
+  /// One request completed (its lease was or will be released) at `now`.
+  void record(TimePoint now);
+
+  /// Completions per second at `now`:
+  ///  - nothing ever recorded: nullopt (callers use their fallback);
+  ///  - n completions inside the window: n / max(now − oldest of them, min_span);
+  ///  - none inside the window: 1 / (now − last completion), i.e. the rate
+  ///    keeps falling while the device completes nothing.
+  std::optional<double> rate_per_s(TimePoint now) const;
+
+ private:
+  Options options_;
+  std::deque<TimePoint> samples_;  // completion times, oldest first
+  std::optional<TimePoint> last_;
+};
+
+struct RetryAfterOptions {
+  double min_s = 1;   ///< never advise less than this (seconds, >= 1)
+  double max_s = 60;  ///< nor more than this (seconds)
+  /// Drain rate assumed before any completion was measured (completions/s):
+  /// one request per second, so work_ahead N advises N seconds.
+  double unmeasured_rate_per_s = 1.0;
+};
+
+/// Seconds until `work_ahead` requests (those that must finish first, the
+/// client's own included) drain at `drain_rate_per_s`:
+///   retry_after = clamp(ceil(work_ahead / rate), min_s, max_s)
+/// rate = the measured rate, or unmeasured_rate_per_s when nullopt. A rate of
+/// 0 gives max_s. Whole seconds (HTTP Retry-After), never below 1; monotone
+/// non-decreasing in work_ahead and non-increasing in the rate.
+double retry_after_seconds(std::int64_t work_ahead, std::optional<double> drain_rate_per_s,
+                           const RetryAfterOptions& options = {});
+
+}  // namespace vg

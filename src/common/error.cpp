@@ -1,0 +1,51 @@
+#include "common/error.hpp"
+
+namespace vg {
+
+int http_status(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidRequest: return 400;
+    case ErrorCode::kUnauthorized: return 401;
+    case ErrorCode::kModelNotFound: return 404;
+    case ErrorCode::kNotFound: return 404;
+    case ErrorCode::kMethodNotAllowed: return 405;
+    case ErrorCode::kRequestTimeout: return 408;
+    case ErrorCode::kBodyTooLarge: return 413;
+    case ErrorCode::kExceedsDeviceMemory: return 413;
+    case ErrorCode::kIdempotencyKeyReused: return 422;
+    case ErrorCode::kRateLimited: return 429;
+    case ErrorCode::kOutOfMemory: return 500;
+    case ErrorCode::kInternal: return 500;
+    case ErrorCode::kOverloaded: return 503;
+    case ErrorCode::kTimeout: return 504;
+    case ErrorCode::kCancelled: return 499;
+    case ErrorCode::kModelLoad: return 500;
+    case ErrorCode::kConfig: return 500;
+  }
+  return 500;
+}
+
+const char* error_type(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidRequest: return "invalid_request";
+    case ErrorCode::kUnauthorized: return "unauthorized";
+    case ErrorCode::kModelNotFound: return "model_not_found";
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kMethodNotAllowed: return "method_not_allowed";
+    case ErrorCode::kRequestTimeout: return "request_timeout";
+    case ErrorCode::kBodyTooLarge: return "body_too_large";
+    case ErrorCode::kExceedsDeviceMemory: return "exceeds_device_memory";
+    case ErrorCode::kIdempotencyKeyReused: return "idempotency_key_reused";
+    case ErrorCode::kRateLimited: return "rate_limited";
+    case ErrorCode::kOutOfMemory: return "out_of_memory";
+    case ErrorCode::kInternal: return "internal_error";
+    case ErrorCode::kOverloaded: return "overloaded";
+    case ErrorCode::kTimeout: return "timeout";
+    case ErrorCode::kCancelled: return "cancelled";
+    case ErrorCode::kModelLoad: return "model_load_error";
+    case ErrorCode::kConfig: return "config_error";
+  }
+  return "internal_error";
+}
+
+}  // namespace vg

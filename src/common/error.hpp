@@ -1,0 +1,93 @@
+// One error vocabulary for the whole server: ErrorCode, Error and Result<T>.
+// Every layer returns these for expected failures; src/http maps them to HTTP
+// status and JSON body in one place (http_status() below and http/json_codec).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace vg {
+
+/// Kinds of failure a client or operator can see. The HTTP mapping is in
+/// http_status(); the JSON `error.type` string is error_type().
+enum class ErrorCode {
+  kInvalidRequest,       ///< 400 bad JSON, wrong types, values out of range
+  kUnauthorized,         ///< 401 missing or wrong API key
+  kModelNotFound,        ///< 404 unknown model
+  kNotFound,             ///< 404 unknown route
+  kMethodNotAllowed,     ///< 405 wrong method on a known route
+  kRequestTimeout,       ///< 408 request not received in time
+  kBodyTooLarge,         ///< 413 HTTP body over the limit
+  kExceedsDeviceMemory,  ///< 413 request can never fit, even on an empty device
+  kIdempotencyKeyReused, ///< 422 same Idempotency-Key, different body
+  kRateLimited,          ///< 429 over the client's rate
+  kOutOfMemory,          ///< 500 only under --admission none
+  kInternal,             ///< 500 a bug; never a client mistake
+  kOverloaded,           ///< 503 queue full, queue wait limit, draining
+  kTimeout,              ///< 504 total deadline passed
+  kCancelled,            ///< client went away; never sent (there is no one to send it to)
+  kModelLoad,            ///< start-up: a model folder or weight file is unusable
+  kConfig,               ///< start-up: invalid configuration
+};
+
+/// HTTP status code for an error code (the single mapping).
+int http_status(ErrorCode code);
+
+/// The `error.type` string of the JSON body, e.g. "invalid_request".
+const char* error_type(ErrorCode code);
+
+/// An expected failure with a human-readable message that states the numbers.
+struct Error {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  /// Seconds a client should wait before retrying (503/429): `Retry-After`.
+  std::optional<double> retry_after_s;
+  /// For kExceedsDeviceMemory: bytes the request needs and the device budget.
+  std::optional<std::int64_t> needed_bytes;
+  std::optional<std::int64_t> budget_bytes;
+
+  Error() = default;
+  Error(ErrorCode c, std::string msg) : code(c), message(std::move(msg)) {}
+};
+
+/// Either a value or an Error. Minimal stand-in for C++23 std::expected.
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  const Error& error() const& { return std::get<1>(v_); }
+  Error&& error() && { return std::get<1>(std::move(v_)); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+/// Result of an operation that produces no value.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  static Status Ok() { return {}; }
+  bool ok() const { return !error_.has_value(); }
+  explicit operator bool() const { return ok(); }
+  const Error& error() const { return *error_; }
+
+ private:
+  std::optional<Error> error_;
+};
+
+}  // namespace vg

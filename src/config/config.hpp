@@ -1,0 +1,53 @@
+// The one validated configuration struct, filled once in main from the
+// command line and passed by const reference. Each field documents its
+// default and unit. Test hooks are fields too (prefixed test_).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace vg {
+
+struct ServeConfig {
+  // -- models and devices
+  std::string model_dir = "models/tinylm";  ///< a model folder (config.json + model.safetensors)
+  std::string device = "virt:0=2GiB";       ///< virt:N=SIZE (CPU memory with an enforced capacity)
+  int threads = 0;                          ///< compute threads for tensor ops; 0 = all cores
+
+  // -- HTTP
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int io_threads = 2;                        ///< threads serving HTTP connections
+  std::int64_t max_body_bytes = 1 << 20;     ///< larger request bodies -> 413 (bytes)
+  double read_timeout_s = 30;                ///< request headers + body must arrive within this (s) -> 408
+  double idle_timeout_s = 60;                ///< keep-alive idle limit (s)
+  int max_connections = 1024;                ///< open connections; more are closed at once
+
+  // -- admission
+  std::string admission = "memory";  ///< memory | fixed:N | none (the naive baseline)
+  double memory_utilization = 0.9;   ///< fraction of device capacity vramgate may use (0, 1]
+  std::string memory_reserve = "0";  ///< bytes never handed to requests, e.g. 64MiB
+  double memory_safety = 1.1;        ///< multiplier on measured per-request cost, >= 1
+  double max_bypass_s = 5;           ///< how long a waiting request may be passed by smaller ones (s)
+
+  // -- scheduling
+  int max_batch = 8;                 ///< sequences that run together on a device
+  int max_batch_tokens = 512;        ///< tokens in one step: prefill chunks + one per decoding sequence
+  int max_queue = 64;                ///< waiting requests per device; more -> 503
+  double queue_timeout_s = 30;       ///< longest wait in the queue (s) -> 503 + Retry-After
+  double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less
+  double shutdown_grace_s = 10;      ///< on SIGTERM: how long in-flight work may drain (s)
+
+  // -- logging
+  std::string log_level = "info";    ///< trace, debug, info, warn, error, off
+
+  // -- test hooks
+  double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
+
+  /// Checks ranges and formats. Errors: kConfig naming the flag.
+  Status validate() const;
+};
+
+}  // namespace vg

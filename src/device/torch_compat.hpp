@@ -1,0 +1,50 @@
+// The one place that knows which libtorch version we build against: the
+// c10::Allocator interface (const `allocate` + `raw_deleter` in 1.x,
+// non-const `allocate` + `copy_data` in 2.x) and the allocator install call.
+// Only src/device/virtual_device.cpp may include this header; it includes
+// torch headers, so it must never reach a torch-free header.
+#pragma once
+
+#include <cstddef>
+
+#include <c10/core/Allocator.h>
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR != 1 && TORCH_VERSION_MAJOR != 2
+#error "vramgate: src/device/torch_compat.hpp knows libtorch 1.x and 2.x only"
+#endif
+
+namespace vg::compat {
+
+/// Priority passed to c10::SetCPUAllocator: above the default (0), so the
+/// capped allocator replaces libtorch's own CPU allocator.
+inline constexpr std::uint8_t kCappedAllocatorPriority = 100;
+
+/// Base class that adapts c10::Allocator's version-specific virtual interface
+/// to two plain hooks: do_allocate(n) and deleter().
+class AllocatorAdapter : public c10::Allocator {
+ public:
+#if TORCH_VERSION_MAJOR == 1
+  c10::DataPtr allocate(size_t n) const override { return do_allocate(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return deleter(); }
+#else
+  c10::DataPtr allocate(size_t n) override { return do_allocate(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+#endif
+
+ protected:
+  /// Allocates `n` bytes; the DataPtr's context must equal its data pointer
+  /// (so raw_allocate works) and its deleter must be deleter().
+  virtual c10::DataPtr do_allocate(std::size_t n) const = 0;
+  virtual c10::DeleterFnPtr deleter() const = 0;
+};
+
+/// The current process-wide CPU allocator.
+c10::Allocator* current_cpu_allocator();
+
+/// Installs `allocator` as the CPU allocator. Returns false when libtorch kept
+/// another one (a higher-priority allocator was installed before).
+bool install_cpu_allocator(c10::Allocator* allocator);
+
+}  // namespace vg::compat

@@ -1,0 +1,149 @@
+// VirtualDevice, DeviceScope and the capped CPU allocator that charges each
+// libtorch allocation to the device bound to the allocating thread. Any thread
+// may allocate; the counters are atomics. The allocator is installed once per
+// process and lives until exit (tensors may be freed during static teardown).
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "device/device.hpp"
+#include "device/torch_compat.hpp"
+
+namespace vg {
+namespace {
+
+thread_local Device* t_device = nullptr;
+thread_local VirtualDevice* t_virtual = nullptr;
+
+/// Every block handed out by the capped allocator starts kHeaderBytes before
+/// its data pointer; the header records whom to credit and how to free the
+/// block of the wrapped allocator. 64 keeps libtorch's 64-byte alignment.
+constexpr std::size_t kHeaderBytes = 64;
+
+struct BlockHeader {
+  VirtualDevice* device;  // charged device, or nullptr (unbound thread)
+  std::int64_t bytes;     // bytes charged
+  void* inner_context;    // the wrapped allocator's context and deleter
+  c10::DeleterFnPtr inner_deleter;
+};
+static_assert(sizeof(BlockHeader) <= kHeaderBytes);
+
+void free_block(void* data) {
+  if (data == nullptr) return;
+  auto* header = reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - kHeaderBytes);
+  if (header->device != nullptr) header->device->release(header->bytes);
+  c10::DeleterFnPtr inner_deleter = header->inner_deleter;
+  void* inner_context = header->inner_context;
+  if (inner_deleter != nullptr) inner_deleter(inner_context);
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1 << 20),
+                static_cast<long long>(bytes));
+  return buf;
+}
+
+/// Wraps the previous CPU allocator; charges the calling thread's virtual
+/// device and throws c10::OutOfMemoryError past its capacity.
+class CappedAllocator final : public compat::AllocatorAdapter {
+ public:
+  explicit CappedAllocator(c10::Allocator* inner) : inner_(inner) {}
+
+ protected:
+  c10::DataPtr do_allocate(std::size_t n) const override {
+    const c10::Device cpu(c10::DeviceType::CPU);
+    if (n == 0) return {nullptr, nullptr, &free_block, cpu};
+    VirtualDevice* device = t_virtual;
+    const auto bytes = static_cast<std::int64_t>(n);
+    if (device != nullptr && !device->try_charge(bytes)) {
+      const DeviceMemory m = device->memory();
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "out of memory on ", device->name(), ": requested ",
+                       format_bytes(bytes), ", used ", format_bytes(m.used), " of capacity ",
+                       format_bytes(m.capacity));
+    }
+    try {
+      c10::DataPtr inner = inner_->allocate(n + kHeaderBytes);
+      char* base = static_cast<char*>(inner.get());
+      TORCH_CHECK(base != nullptr, "CPU allocator returned no memory for ", n, " bytes");
+      c10::DeleterFnPtr inner_deleter = inner.get_deleter();
+      void* inner_context = inner.release_context();
+      new (base) BlockHeader{device, bytes, inner_context, inner_deleter};
+      void* data = base + kHeaderBytes;
+      return {data, data, &free_block, cpu};
+    } catch (...) {
+      if (device != nullptr) device->release(bytes);
+      throw;
+    }
+  }
+  c10::DeleterFnPtr deleter() const override { return &free_block; }
+
+ private:
+  c10::Allocator* inner_;
+};
+
+Status install_capped_allocator() {
+  static std::once_flag once;
+  static bool installed = false;
+  std::call_once(once, [] {
+    // Leaked on purpose: blocks may be freed during static destruction.
+    auto* allocator = new CappedAllocator(compat::current_cpu_allocator());
+    installed = compat::install_cpu_allocator(allocator);
+  });
+  if (!installed) {
+    return Error{ErrorCode::kInternal,
+                 "could not install the capped CPU allocator: libtorch kept another allocator"};
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<VirtualDevice>> VirtualDevice::create(int index, std::int64_t capacity_bytes) {
+  if (index < 0) return Error{ErrorCode::kConfig, "virtual device index must be >= 0, got " + std::to_string(index)};
+  if (capacity_bytes <= 0) {
+    return Error{ErrorCode::kConfig,
+                 "virtual device capacity must be > 0 bytes, got " + std::to_string(capacity_bytes)};
+  }
+  if (Status s = install_capped_allocator(); !s.ok()) return s.error();
+  return std::unique_ptr<VirtualDevice>(new VirtualDevice(index, capacity_bytes));
+}
+
+VirtualDevice::VirtualDevice(int index, std::int64_t capacity_bytes)
+    : name_("virt:" + std::to_string(index)), capacity_(capacity_bytes) {}
+
+DeviceMemory VirtualDevice::memory() const {
+  return {capacity_, used_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
+}
+
+void VirtualDevice::reset_peak() { peak_.store(used_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
+bool VirtualDevice::try_charge(std::int64_t bytes) {
+  std::int64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > capacity_ - used) return false;
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  const std::int64_t now = used + bytes;
+  std::int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void VirtualDevice::release(std::int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+DeviceScope::DeviceScope(Device* device) : previous_(t_device) {
+  t_device = device;
+  t_virtual = dynamic_cast<VirtualDevice*>(device);
+}
+
+DeviceScope::~DeviceScope() {
+  t_device = previous_;
+  t_virtual = dynamic_cast<VirtualDevice*>(previous_);
+}
+
+Device* current_device() { return t_device; }
+
+}  // namespace vg

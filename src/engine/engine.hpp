@@ -1,0 +1,104 @@
+// The per-device engine: one thread that owns a model replica and its KV
+// caches, and runs the loop  take queued work -> prefill -> decode step over
+// all running sequences -> emit -> retire  until shut down.
+//
+// Threads: submit(), drain(), stats() and RequestHandle::cancel() may be
+// called from any thread and never block on compute. Everything that touches
+// the model runs on the engine thread, inside a DeviceScope for its device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "admission/admission_controller.hpp"
+#include "admission/memory_profile.hpp"
+#include "common/clock.hpp"
+#include "common/error.hpp"
+#include "engine/events.hpp"
+#include "model/sampler.hpp"
+
+namespace vg {
+
+class Device;
+class Model;
+
+/// One generation request, tokenized and validated against the model.
+struct GenerationRequest {
+  std::string id;
+  std::vector<std::int32_t> prompt;  ///< 1..context tokens
+  int max_tokens = 16;               ///< prompt + max_tokens <= context length
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  /// Total deadline (-> 504 timeout); checked while queued and at every step.
+  std::optional<TimePoint> deadline;
+};
+
+/// Counters and gauges an engine publishes (a snapshot).
+struct EngineStats {
+  int queue_depth = 0;
+  int running = 0;
+  std::int64_t completed = 0;     ///< finished normally
+  std::int64_t failed = 0;        ///< ended with an error (incl. timeouts, OOM)
+  std::int64_t cancelled = 0;     ///< client went away
+  std::int64_t rejected = 0;      ///< refused at submit (never fits, queue full, draining)
+  std::int64_t out_of_memory = 0; ///< steps that failed with out-of-memory
+  std::int64_t generated_tokens = 0;
+  std::int64_t steps = 0;
+  std::int64_t kv_cache_bytes = 0;  ///< KV cache bytes held by running sequences
+};
+
+class Engine {
+ public:
+  struct Options {
+    /// Policy, budget (bytes), queue limit, queue wait limit and max bypass.
+    AdmissionOptions admission;
+    /// Per-request cost model: cost = request_cost(profile, prompt, max_tokens).
+    MemoryProfile profile;
+    int max_batch = 8;            ///< sequences in one step (>= 1; ignored under policy none)
+    int max_batch_tokens = 512;   ///< tokens in one step: prefill chunks + one per decoding sequence
+    /// Test hook: extra milliseconds slept by the engine thread after each
+    /// step, so tests can hold requests running without sleeping themselves.
+    double step_delay_ms = 0;
+  };
+
+  /// Starts the engine thread. `model` and `device` must outlive the engine;
+  /// from now on only the engine thread touches the model.
+  static Result<std::unique_ptr<Engine>> create(const Options& options, Model& model, Device& device);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Estimates the request's cost and queues it for admission. Errors
+  /// (nothing queued, no event sent): kExceedsDeviceMemory when it can never
+  /// fit (needed_bytes, budget_bytes); kOverloaded when the queue is full or
+  /// the engine is draining (retry_after_s). On success `*queue_position` is
+  /// the position on entry (1 = next).
+  Result<std::shared_ptr<RequestHandle>> submit(GenerationRequest request, std::shared_ptr<EventSink> sink,
+                                                int* queue_position = nullptr);
+
+  /// Refuses new requests from now on; queued and running work goes on.
+  void begin_drain();
+  /// True when nothing is queued or running.
+  bool idle() const;
+  /// Blocks until idle() or `deadline`; returns idle().
+  bool wait_idle(TimePoint deadline) const;
+  /// Cancels everything left (FailedEvent kOverloaded "shutting down") and
+  /// joins the engine thread. Idempotent.
+  void shutdown();
+
+  EngineStats stats() const;
+  /// Admission state of the engine's device (budget, reserved, queue).
+  AdmissionSnapshot admission() const;
+  /// Bytes the request would reserve (the admission cost).
+  std::int64_t cost(int prompt_tokens, int max_tokens) const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vg

@@ -1,0 +1,77 @@
+// What an engine tells a request's owner, and how: EngineEvent values pushed
+// into the request's EventSink, in order, ending with exactly one terminal
+// event (FinishedEvent or FailedEvent). Torch-free, Asio-free.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "common/error.hpp"
+
+namespace vg {
+
+/// Token counts, as in OpenAI's `usage`.
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+/// The request waits in the queue at `position` (1 = next).
+struct QueuedEvent {
+  int position = 0;
+};
+
+/// The request left the queue and holds its lease; compute starts.
+struct StartedEvent {
+  double queue_ms = 0;
+};
+
+/// New generated text: valid UTF-8, never part of a stop string.
+struct TextEvent {
+  std::string text;
+  int tokens = 0;  ///< tokens generated since the previous TextEvent
+};
+
+/// Generation ended normally. finish_reason: "stop" (end-of-text or a stop
+/// string) or "length" (max_tokens or the context length).
+struct FinishedEvent {
+  std::string finish_reason;
+  Usage usage;
+  double queue_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+};
+
+/// Generation ended with an error (timeout, overload, out of memory...).
+struct FailedEvent {
+  Error error;
+  Usage usage;
+};
+
+using EngineEvent = std::variant<QueuedEvent, StartedEvent, TextEvent, FinishedEvent, FailedEvent>;
+
+inline bool is_terminal(const EngineEvent& e) {
+  return std::holds_alternative<FinishedEvent>(e) || std::holds_alternative<FailedEvent>(e);
+}
+
+/// Receives a request's events. push() is called from the engine thread, must
+/// be thread-safe and must never block.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void push(EngineEvent event) = 0;
+};
+
+/// The submitter's handle on a request in an engine. cancel() is thread-safe
+/// and idempotent: the engine drops the request if queued, or stops it at the
+/// next step boundary, and then pushes a FailedEvent{kCancelled}.
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  virtual void cancel() = 0;
+  virtual const std::string& id() const = 0;
+};
+
+}  // namespace vg

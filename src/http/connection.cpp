@@ -1,0 +1,331 @@
+// Connection: the read loop (deadlines, body limit, keep-alive), the router,
+// the small GET routes and response writing. The completion flow is in
+// completion.cpp. Everything here runs on the connection's strand.
+#include "http/connection.hpp"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include "http/json_codec.hpp"
+
+namespace vg::httpd {
+namespace {
+
+constexpr std::uint32_t kHeaderLimit = 16 * 1024;
+constexpr std::size_t kMaxRequestIdLength = 128;
+constexpr std::size_t kReadChunk = 4096;
+constexpr auto kAwait = net::as_tuple(net::use_awaitable);
+
+enum class RouteKind { kCompletions, kInfer, kHealth, kReady, kModels, kAdmission };
+
+struct Route {
+  std::string_view path;
+  bhttp::verb verb;
+  RouteKind kind;
+};
+
+constexpr Route kRoutes[] = {
+    {"/v1/completions", bhttp::verb::post, RouteKind::kCompletions},
+    {"/infer", bhttp::verb::post, RouteKind::kInfer},
+    {"/health", bhttp::verb::get, RouteKind::kHealth},
+    {"/ready", bhttp::verb::get, RouteKind::kReady},
+    {"/v1/models", bhttp::verb::get, RouteKind::kModels},
+    {"/v1/admission", bhttp::verb::get, RouteKind::kAdmission},
+};
+
+std::string generate_request_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+/// The client's X-Request-Id reduced to a safe alphabet and length, or a new id.
+std::string request_id_for(const Request& request) {
+  std::string id;
+  const auto given = request["X-Request-Id"];
+  for (char c : given) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                      c == '_' || c == '.' || c == ':';
+    if (safe) id += c;
+    if (id.size() == kMaxRequestIdLength) break;
+  }
+  return id.empty() ? generate_request_id() : id;
+}
+
+std::string shorten(std::string_view s, std::size_t max) {
+  return s.size() <= max ? std::string(s) : std::string(s.substr(0, max)) + "...";
+}
+
+/// Reply for the simple GET routes; never blocks (the Service promises so).
+Reply simple_route(RouteKind kind, Service& service) {
+  Reply reply;
+  switch (kind) {
+    case RouteKind::kHealth: {
+      std::string reason;
+      if (service.healthy(&reason)) {
+        reply.body = encode_status("ok");
+      } else {
+        reply.status = 503;
+        reply.body = encode_status("unhealthy", reason.empty() ? "unhealthy" : reason);
+      }
+      break;
+    }
+    case RouteKind::kReady:
+      if (service.ready()) {
+        reply.body = encode_status("ready");
+      } else {
+        reply.status = 503;
+        reply.body = encode_status("not_ready", "models loading or server draining");
+      }
+      break;
+    case RouteKind::kModels:
+      reply.body = encode_models(service.models());
+      break;
+    case RouteKind::kAdmission:
+      reply.body = encode_admission(service.admission_state());
+      break;
+    case RouteKind::kCompletions:
+    case RouteKind::kInfer:
+      reply = error_reply(Error(ErrorCode::kInternal, "completion routed as a simple route"));
+      break;
+  }
+  return reply;
+}
+
+}  // namespace
+
+Reply error_reply(const Error& error) {
+  Reply reply;
+  reply.status = http_status(error.code);
+  reply.body = encode_error(error);
+  if (error.retry_after_s) {
+    const double s = std::ceil(*error.retry_after_s);
+    const long long secs = std::isfinite(s) ? std::max(1LL, static_cast<long long>(std::min(s, 86400.0))) : 1LL;
+    reply.headers.emplace_back("Retry-After", std::to_string(secs));
+  }
+  return reply;
+}
+
+Connection::Connection(std::shared_ptr<ServerState> state, tcp::socket socket)
+    : state_(std::move(state)),
+      socket_(std::move(socket)),
+      deadline_(socket_.get_executor()),
+      doorbell_(socket_.get_executor()) {
+  doorbell_.expires_at(net::steady_timer::time_point::max());
+}
+
+net::awaitable<void> Connection::run(std::shared_ptr<Connection> self) {
+  co_await self->serve_loop();
+  if (self->linger_) co_await self->linger();
+  beast::error_code ignored;
+  self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  self->socket_.close(ignored);
+  self->deadline_.cancel();
+}
+
+void Connection::close() {
+  closing_ = true;
+  beast::error_code ignored;
+  socket_.close(ignored);
+  deadline_.cancel();
+  ring();
+}
+
+void Connection::ring() {
+  rung_ = true;
+  doorbell_.cancel();
+}
+
+void Connection::arm(double seconds) {
+  constexpr double kMaxS = 1e7;  // far beyond any sane limit, far below overflow
+  const std::uint64_t gen = ++deadline_gen_;
+  timed_out_ = false;
+  deadline_.expires_after(std::chrono::duration_cast<net::steady_timer::duration>(
+      std::chrono::duration<double>(std::clamp(seconds, 0.0, kMaxS))));
+  deadline_.async_wait([weak = weak_from_this(), gen](beast::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || gen != self->deadline_gen_) return;
+    self->timed_out_ = true;
+    beast::error_code ignored;
+    self->socket_.cancel(ignored);
+  });
+}
+
+void Connection::disarm() {
+  ++deadline_gen_;
+  deadline_.cancel();
+}
+
+net::awaitable<void> Connection::serve_loop() {
+  const HttpServer::Options& opt = state_->options();
+  while (!closing_) {
+    if (buffer_.size() == 0) {
+      // Wait for the first byte of the next request: a silent client is idle, not late.
+      arm(first_request_ ? opt.read_timeout_s : opt.idle_timeout_s);
+      auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kReadChunk), kAwait);
+      disarm();
+      if (ec) co_return;
+      buffer_.commit(n);
+    }
+    first_request_ = false;
+
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.body_limit(opt.body_limit_bytes);
+    parser.header_limit(kHeaderLimit);
+    arm(opt.read_timeout_s);  // one deadline for headers and body together
+    beast::error_code ec;
+    std::tie(ec, std::ignore) = co_await bhttp::async_read_header(socket_, buffer_, parser, kAwait);
+    if (!ec && !parser.is_done()) {
+      if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        std::tie(ec, std::ignore) = co_await net::async_write(socket_, net::buffer(kContinue), kAwait);
+      }
+      if (!ec) std::tie(ec, std::ignore) = co_await bhttp::async_read(socket_, buffer_, parser, kAwait);
+    }
+    const bool timed_out = timed_out_;
+    disarm();
+    if (ec) {
+      if (timed_out) ec = beast::error::timeout;
+      co_await reply_read_error(ec);
+      co_return;
+    }
+    Request request = parser.release();
+    if (!co_await serve(request)) co_return;
+  }
+}
+
+net::awaitable<void> Connection::reply_read_error(beast::error_code ec) {
+  const HttpServer::Options& opt = state_->options();
+  Error error;
+  if (ec == beast::error::timeout) {
+    error = Error(ErrorCode::kRequestTimeout,
+                  fmt::format("request not received within {:g} s", opt.read_timeout_s));
+  } else if (ec == bhttp::error::body_limit) {
+    error = Error(ErrorCode::kBodyTooLarge,
+                  "request body exceeds the limit of " + std::to_string(opt.body_limit_bytes) + " bytes");
+  } else if (ec == bhttp::error::header_limit) {
+    error = Error(ErrorCode::kInvalidRequest,
+                  "request header exceeds the limit of " + std::to_string(kHeaderLimit) + " bytes");
+  } else if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == net::error::eof ||
+             ec == net::error::connection_reset || ec == net::error::operation_aborted || closing_) {
+    co_return;  // the client went away (or we are closing): nobody to answer
+  } else {
+    error = Error(ErrorCode::kInvalidRequest, "malformed HTTP request: " + ec.message());
+  }
+  spdlog::info("http: {} ({}), closing the connection", error.message, error_type(error.code));
+  Exchange ex;
+  ex.request_id = generate_request_id();
+  ex.keep_alive = false;
+  ex.start = Clock::now();
+  Reply reply = error_reply(error);
+  reply.close = true;
+  co_await send(ex, std::move(reply));
+  linger_ = true;
+}
+
+net::awaitable<void> Connection::linger() {
+  // Half-close, then read and drop what the client still sends for a moment:
+  // closing with unread bytes would reset the connection, and a reset can
+  // discard our error response before the client has read it.
+  constexpr double kLingerS = 2;
+  constexpr std::size_t kLingerBytes = 1 << 20;
+  beast::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec || closing_) co_return;
+  arm(std::min(kLingerS, state_->options().read_timeout_s));
+  std::size_t dropped = 0;
+  while (dropped < kLingerBytes) {
+    std::array<char, kReadChunk> sink;
+    auto [rec, n] = co_await socket_.async_read_some(net::buffer(sink), kAwait);
+    if (rec) break;
+    dropped += n;
+  }
+  disarm();
+}
+
+net::awaitable<bool> Connection::serve(Request& request) {
+  struct ActiveGuard {
+    std::atomic<int>& n;
+    explicit ActiveGuard(std::atomic<int>& c) : n(c) { ++n; }
+    ~ActiveGuard() { --n; }
+  } active(state_->active_requests);
+
+  Exchange ex;
+  ex.version = request.version();
+  ex.keep_alive = request.keep_alive();
+  ex.request_id = request_id_for(request);
+  ex.start = Clock::now();
+
+  std::string what;
+  try {
+    co_return co_await dispatch(ex, request);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  spdlog::error("http: request {} {} {}: unhandled exception: {}", ex.request_id,
+                std::string(request.method_string()), shorten(request.target(), 200), what);
+  if (ex.response_started) co_return false;  // mid-response: only closing is left
+  Reply reply = error_reply(Error(ErrorCode::kInternal, "internal error"));
+  reply.close = true;
+  co_await send(ex, std::move(reply));
+  co_return false;
+}
+
+net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
+  const std::string_view target = request.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const Route* match = nullptr;
+  for (const Route& r : kRoutes) {
+    if (r.path == path) match = &r;
+  }
+  if (match == nullptr) {
+    co_return co_await send(ex, error_reply(Error(ErrorCode::kNotFound, "no route for " + shorten(path, 200))));
+  }
+  if (request.method() != match->verb) {
+    const std::string allow(bhttp::to_string(match->verb));
+    Reply reply = error_reply(Error(ErrorCode::kMethodNotAllowed,
+                                    std::string(path) + " accepts only " + allow));
+    reply.headers.emplace_back("Allow", allow);
+    co_return co_await send(ex, std::move(reply));
+  }
+  switch (match->kind) {
+    case RouteKind::kCompletions:
+      co_return co_await serve_completion(ex, request.body(), false);
+    case RouteKind::kInfer:
+      co_return co_await serve_completion(ex, request.body(), true);
+    default:
+      co_return co_await send(ex, simple_route(match->kind, state_->service()));
+  }
+}
+
+net::awaitable<bool> Connection::send(Exchange& ex, Reply reply) {
+  bhttp::response<bhttp::string_body> res;
+  res.version(ex.version);
+  res.result(static_cast<unsigned>(reply.status));
+  res.set(bhttp::field::server, "vramgate");
+  res.set(bhttp::field::content_type, reply.content_type);
+  res.set("X-Request-Id", ex.request_id);
+  for (auto& [name, value] : reply.headers) res.set(name, value);
+  res.keep_alive(ex.keep_alive && !reply.close && !closing_);
+  res.body() = std::move(reply.body);
+  res.prepare_payload();
+  ex.response_started = true;
+
+  arm(state_->options().idle_timeout_s);
+  auto [ec, n] = co_await bhttp::async_write(socket_, res, kAwait);
+  disarm();
+  co_return !ec && res.keep_alive();
+}
+
+}  // namespace vg::httpd

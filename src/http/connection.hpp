@@ -1,0 +1,112 @@
+// One client connection: a coroutine that reads HTTP/1.1 requests (with a
+// deadline on every read and write), routes them, and writes JSON or SSE.
+// Internal to src/http.
+//
+// Thread-safety: a Connection lives on its own strand; every member function
+// runs there (close() is posted there by the server). Only the EventQueue it
+// hands to the Service is touched from engine threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/clock.hpp"
+#include "http/server_state.hpp"
+
+// GCC 12 reports a false -Wmismatched-new-delete at the end of every
+// asio::awaitable coroutine when built with sanitizers (a known GCC false
+// positive with class-specific coroutine frame allocators): the frame's
+// operator new and delete are asio's matching pair. This header is
+// included only by the .cpp files of src/http that define coroutines.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace vg::httpd {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using Request = bhttp::request<bhttp::string_body>;
+
+/// A complete non-streaming response.
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool close = false;  ///< close the connection after it
+};
+
+/// The error body and status for `error`, with Retry-After when it has one.
+Reply error_reply(const Error& error);
+
+/// What a handler knows about the request it answers.
+struct Exchange {
+  unsigned version = 11;
+  bool keep_alive = true;
+  std::string request_id;
+  TimePoint start;
+  bool response_started = false;  ///< status line sent: errors must go in-band
+  bool chunked = false;           ///< streaming with chunked transfer encoding
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<ServerState> state, tcp::socket socket);
+
+  /// The connection's coroutine: serves requests until the connection closes.
+  static net::awaitable<void> run(std::shared_ptr<Connection> self);
+  /// Closes the socket and wakes the coroutine (server shutdown).
+  void close();
+  /// Wakes a coroutine waiting for engine events.
+  void ring();
+  /// The connection's strand.
+  net::any_io_executor executor() { return socket_.get_executor(); }
+
+ private:
+  enum class Peer { kPresent, kPipelining, kGone };
+
+  net::awaitable<void> serve_loop();
+  net::awaitable<bool> serve(Request& request);
+  net::awaitable<bool> dispatch(Exchange& ex, Request& request);
+  net::awaitable<void> reply_read_error(beast::error_code ec);
+  net::awaitable<bool> send(Exchange& ex, Reply reply);
+  net::awaitable<void> linger();
+
+  // completion.cpp
+  net::awaitable<bool> serve_completion(Exchange& ex, const std::string& body, bool infer);
+  net::awaitable<bool> begin_stream(Exchange& ex, int queue_position);
+  net::awaitable<bool> write_stream(Exchange& ex, std::string data);
+  net::awaitable<bool> end_stream(Exchange& ex);
+  /// Waits for a ring; with `watch` also returns when the client socket turns
+  /// readable, and then says whether the client is gone.
+  net::awaitable<Peer> wait_events(bool watch);
+  net::awaitable<void> wait_ring();
+  Peer peek_peer();
+
+  void arm(double seconds);
+  void disarm();
+
+  std::shared_ptr<ServerState> state_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+  net::steady_timer deadline_;
+  std::uint64_t deadline_gen_ = 0;
+  bool timed_out_ = false;
+  net::steady_timer doorbell_;
+  bool rung_ = false;
+  bool closing_ = false;
+  bool first_request_ = true;
+  bool linger_ = false;
+};
+
+}  // namespace vg::httpd

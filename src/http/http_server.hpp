@@ -1,0 +1,48 @@
+// HTTP front end: Beast over Asio, one C++20 coroutine per connection, a
+// timeout on every read, a body size limit. Decodes requests into plain
+// structs (http/json_codec), calls the Service, and writes JSON or SSE.
+// Nothing here blocks an I/O thread on compute.
+//
+// Thread-safety: create() and the lifecycle methods are called from the
+// main thread; sessions run on the server's own io_context threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/error.hpp"
+#include "server/service.hpp"
+
+namespace vg {
+
+class HttpServer {
+ public:
+  struct Options {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 8000;             ///< 0: pick a free port (see port())
+    int io_threads = 2;                    ///< threads running the io_context
+    std::size_t body_limit_bytes = 1 << 20;///< larger bodies -> 413 body_too_large
+    double read_timeout_s = 30;            ///< headers+body must arrive within this -> 408
+    double idle_timeout_s = 60;            ///< keep-alive connection idle limit
+    int max_connections = 1024;            ///< further connections are closed at once
+  };
+
+  /// Binds and listens (errors: kConfig naming host:port), starts the I/O threads.
+  static Result<std::unique_ptr<HttpServer>> create(const Options& options, Service& service);
+  virtual ~HttpServer() = default;
+
+  /// The bound port (useful with port 0).
+  virtual std::uint16_t port() const = 0;
+  /// Blocks the caller until SIGINT or SIGTERM arrives; returns the signal.
+  virtual int wait_for_signal() = 0;
+  /// Closes the listener; open connections keep being served.
+  virtual void stop_accepting() = 0;
+  /// Requests in flight (being answered or streamed) right now.
+  virtual int active_requests() const = 0;
+  /// Closes every connection and joins the I/O threads. Idempotent.
+  virtual void stop() = 0;
+};
+
+}  // namespace vg

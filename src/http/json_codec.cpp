@@ -1,0 +1,354 @@
+// JSON codec of the HTTP API (see json_codec.hpp). Boost.JSON is used here and
+// nowhere outside src/http. Every string written into a response goes through
+// sanitize_utf8 (common/utf8) so the output is always well-formed JSON.
+#include "http/json_codec.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <boost/json.hpp>
+
+#include "common/utf8.hpp"
+
+namespace vg {
+namespace {
+
+namespace json = boost::json;
+
+constexpr double kMaxTimeoutS = 86400;  // one day: keeps deadlines far from overflow
+constexpr std::size_t kMaxStops = 4;
+
+Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
+
+/// Short printable rendering of a JSON value for error messages.
+std::string shown(const json::value& v) {
+  std::string s = json::serialize(v);
+  constexpr std::size_t kMax = 40;
+  if (s.size() > kMax) {
+    s.resize(kMax);
+    s += "...";
+  }
+  return sanitize_utf8(s);
+}
+
+/// The field, or nullptr when absent or null (OpenAI treats null as "use the default").
+const json::value* field(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return (v == nullptr || v->is_null()) ? nullptr : v;
+}
+
+/// An integral JSON number (an integral double such as 5.0 counts) within [lo, hi].
+std::optional<std::int64_t> as_integer(const json::value& v, std::int64_t lo, std::int64_t hi) {
+  std::int64_t x = 0;
+  if (v.is_int64()) {
+    x = v.get_int64();
+  } else if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    x = static_cast<std::int64_t>(v.get_uint64());
+  } else if (v.is_double()) {
+    const double d = v.get_double();
+    // 2^63 is exactly representable; anything at or beyond it is out of int64 range.
+    if (!std::isfinite(d) || std::trunc(d) != d || d < -9.2233720368547758e18 || d >= 9.2233720368547758e18) {
+      return std::nullopt;
+    }
+    x = static_cast<std::int64_t>(d);
+  } else {
+    return std::nullopt;
+  }
+  if (x < lo || x > hi) return std::nullopt;
+  return x;
+}
+
+std::optional<double> as_number(const json::value& v) {
+  if (v.is_int64()) return static_cast<double>(v.get_int64());
+  if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+  if (v.is_double() && std::isfinite(v.get_double())) return v.get_double();
+  return std::nullopt;
+}
+
+Status decode_prompt(const json::object& o, CompletionRequest& out) {
+  const json::value* v = field(o, "prompt");
+  if (v == nullptr) return invalid("prompt is required");
+  if (v->is_string()) {
+    if (v->get_string().empty()) return invalid("prompt must not be empty");
+    out.prompt = std::string(v->get_string());
+    return {};
+  }
+  const char* shape = "prompt must be a string, an array of token ids, or an array holding one string";
+  if (!v->is_array()) return invalid(std::string(shape) + " (got " + shown(*v) + ")");
+  const json::array& a = v->get_array();
+  if (a.empty()) return invalid("prompt must not be empty");
+  if (a.size() == 1 && a[0].is_string()) {
+    if (a[0].get_string().empty()) return invalid("prompt must not be empty");
+    out.prompt = std::string(a[0].get_string());
+    return {};
+  }
+  std::vector<std::int32_t> tokens;
+  tokens.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto id = as_integer(a[i], 0, std::numeric_limits<std::int32_t>::max());
+    if (!id) {
+      if (!a[i].is_number()) return invalid(std::string(shape) + " (batched prompts are not supported)");
+      return invalid("prompt[" + std::to_string(i) + "] must be a token id between 0 and 2147483647 (got " +
+                     shown(a[i]) + ")");
+    }
+    tokens.push_back(static_cast<std::int32_t>(*id));
+  }
+  out.prompt = std::move(tokens);
+  return {};
+}
+
+Status decode_stop(const json::object& o, CompletionRequest& out) {
+  const json::value* v = field(o, "stop");
+  if (v == nullptr) return {};
+  if (v->is_string()) {
+    if (v->get_string().empty()) return invalid("stop must not be an empty string");
+    out.stop.emplace_back(v->get_string());
+    return {};
+  }
+  if (!v->is_array()) return invalid("stop must be a string or an array of up to 4 strings (got " + shown(*v) + ")");
+  const json::array& a = v->get_array();
+  if (a.size() > kMaxStops) {
+    return invalid("stop may hold at most 4 strings (got " + std::to_string(a.size()) + ")");
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_string() || a[i].get_string().empty()) {
+      return invalid("stop[" + std::to_string(i) + "] must be a non-empty string (got " + shown(a[i]) + ")");
+    }
+    out.stop.emplace_back(a[i].get_string());
+  }
+  return {};
+}
+
+Status decode_sampling(const json::object& o, SamplingParams& s) {
+  if (const json::value* v = field(o, "temperature")) {
+    auto t = as_number(*v);
+    if (!t || *t < 0 || *t > 2) return invalid("temperature must be a number between 0 and 2 (got " + shown(*v) + ")");
+    s.temperature = *t;
+  }
+  if (const json::value* v = field(o, "top_p")) {
+    auto p = as_number(*v);
+    if (!p || *p <= 0 || *p > 1) return invalid("top_p must be a number in (0, 1] (got " + shown(*v) + ")");
+    s.top_p = *p;
+  }
+  if (const json::value* v = field(o, "top_k")) {
+    auto k = as_integer(*v, 0, std::numeric_limits<int>::max());
+    if (!k) return invalid("top_k must be an integer >= 0 (got " + shown(*v) + ")");
+    s.top_k = static_cast<int>(*k);
+  }
+  if (const json::value* v = field(o, "seed")) {
+    if (v->is_uint64()) {
+      s.seed = v->get_uint64();
+    } else if (auto seed = as_integer(*v, std::numeric_limits<std::int64_t>::min(),
+                                      std::numeric_limits<std::int64_t>::max())) {
+      s.seed = static_cast<std::uint64_t>(*seed);  // negative seeds wrap: still deterministic
+    } else {
+      return invalid("seed must be an integer (got " + shown(*v) + ")");
+    }
+  }
+  return {};
+}
+
+Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out) {
+  if (const json::value* v = field(o, "max_tokens")) {
+    auto n = as_integer(*v, 1, std::numeric_limits<int>::max());
+    if (!n) return invalid("max_tokens must be an integer between 1 and 2147483647 (got " + shown(*v) + ")");
+    out.max_tokens = static_cast<int>(*n);
+  }
+  if (const json::value* v = field(o, "model")) {
+    if (!v->is_string()) return invalid("model must be a string (got " + shown(*v) + ")");
+    out.model = std::string(v->get_string());
+  }
+  if (const json::value* v = field(o, "stream"); v != nullptr && !infer) {
+    if (!v->is_bool()) return invalid("stream must be a boolean (got " + shown(*v) + ")");
+    out.stream = v->get_bool();
+  }
+  if (const json::value* v = field(o, "timeout")) {
+    auto t = as_number(*v);
+    if (!t || *t <= 0 || *t > kMaxTimeoutS) {
+      return invalid("timeout must be a number of seconds in (0, 86400] (got " + shown(*v) + ")");
+    }
+    out.timeout_s = *t;
+  }
+  if (const json::value* v = field(o, "n")) {
+    if (as_integer(*v, 1, 1) != 1) return invalid("n must be 1: one choice per request (got " + shown(*v) + ")");
+  }
+  return {};
+}
+
+Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
+  boost::system::error_code ec;
+  json::value root = json::parse(json::string_view(body.data(), body.size()), ec);
+  if (ec) return invalid("request body is not valid JSON: " + ec.message());
+  if (!root.is_object()) return invalid("request body must be a JSON object");
+  const json::object& o = root.get_object();
+
+  CompletionRequest out;
+  if (Status st = decode_prompt(o, out); !st) return st.error();
+  if (Status st = decode_scalars(o, infer, out); !st) return st.error();
+  if (Status st = decode_sampling(o, out.sampling); !st) return st.error();
+  if (Status st = decode_stop(o, out); !st) return st.error();
+  return out;
+}
+
+json::string safe(std::string_view s) {
+  std::string clean = sanitize_utf8(s);
+  return json::string(clean);
+}
+
+/// Integral values as JSON integers ("2", not "2E0"); others as doubles.
+json::value number(double x) {
+  if (std::isfinite(x) && std::trunc(x) == x && std::fabs(x) < 9.0e15) return static_cast<std::int64_t>(x);
+  if (!std::isfinite(x)) return nullptr;
+  return x;
+}
+
+/// Milliseconds rounded to microseconds, so bodies stay short.
+json::value millis(double ms) { return number(std::round(ms * 1000.0) / 1000.0); }
+
+json::object usage_json(const Usage& u) {
+  json::object o;
+  o["prompt_tokens"] = u.prompt_tokens;
+  o["completion_tokens"] = u.completion_tokens;
+  o["total_tokens"] = static_cast<std::int64_t>(u.prompt_tokens) + u.completion_tokens;
+  return o;
+}
+
+json::object completion_json(std::string_view id, std::string_view model, std::int64_t created,
+                             std::string_view text, const std::optional<std::string>& finish_reason,
+                             const std::optional<Usage>& usage) {
+  json::object choice;
+  choice["text"] = safe(text);
+  choice["index"] = 0;
+  choice["logprobs"] = nullptr;
+  if (finish_reason) {
+    choice["finish_reason"] = safe(*finish_reason);
+  } else {
+    choice["finish_reason"] = nullptr;
+  }
+  json::object o;
+  o["id"] = safe(id);
+  o["object"] = "text_completion";
+  o["created"] = created;
+  o["model"] = safe(model);
+  json::array choices;
+  choices.push_back(std::move(choice));
+  o["choices"] = std::move(choices);
+  if (usage) o["usage"] = usage_json(*usage);
+  return o;
+}
+
+}  // namespace
+
+Result<CompletionRequest> decode_completion_request(std::string_view body) { return decode_request(body, false); }
+
+Result<CompletionRequest> decode_infer_request(std::string_view body) { return decode_request(body, true); }
+
+std::string encode_error(const Error& error) {
+  json::object e;
+  e["type"] = error_type(error.code);
+  e["message"] = safe(error.message);
+  if (error.needed_bytes) e["needed_bytes"] = *error.needed_bytes;
+  if (error.budget_bytes) e["budget_bytes"] = *error.budget_bytes;
+  if (error.retry_after_s) e["retry_after_s"] = number(*error.retry_after_s);
+  json::object o;
+  o["error"] = std::move(e);
+  return json::serialize(o);
+}
+
+std::string encode_completion(const CompletionBody& body) {
+  return json::serialize(
+      completion_json(body.id, body.model, body.created, body.text, body.finish_reason, body.usage));
+}
+
+std::string encode_completion_chunk(const CompletionChunk& chunk) {
+  return json::serialize(
+      completion_json(chunk.id, chunk.model, chunk.created, chunk.text, chunk.finish_reason, chunk.usage));
+}
+
+std::string encode_infer_response(const InferBody& body) {
+  json::object o;
+  o["result"] = safe(body.result);
+  o["latency_ms"] = millis(body.latency_ms);
+  o["queue_ms"] = millis(body.queue_ms);
+  o["finish_reason"] = safe(body.finish_reason);
+  o["usage"] = usage_json(body.usage);
+  return json::serialize(o);
+}
+
+std::string encode_models(const std::vector<ModelInfo>& models) {
+  json::array data;
+  for (const ModelInfo& m : models) {
+    json::object o;
+    o["id"] = safe(m.id);
+    o["object"] = "model";
+    o["created"] = m.created;
+    o["owned_by"] = "vramgate";
+    o["family"] = safe(m.family);
+    o["dtype"] = safe(m.dtype);
+    o["context_length"] = m.context_length;
+    o["parameter_count"] = m.parameter_count;
+    o["device"] = safe(m.device);
+    o["resident_bytes"] = m.resident_bytes;
+    o["workspace_bytes"] = m.workspace_bytes;
+    o["kv_bytes_per_token"] = m.kv_bytes_per_token;
+    o["sequence_overhead_bytes"] = m.sequence_overhead_bytes;
+    o["safety_factor"] = number(m.safety_factor);
+    data.push_back(std::move(o));
+  }
+  json::object o;
+  o["object"] = "list";
+  o["data"] = std::move(data);
+  return json::serialize(o);
+}
+
+std::string encode_admission(const AdmissionState& state) {
+  json::array devices;
+  for (const DeviceState& d : state.devices) {
+    json::object o;
+    o["name"] = safe(d.name);
+    o["capacity_bytes"] = d.capacity_bytes;
+    o["budget_bytes"] = d.budget_bytes;
+    o["effective_budget_bytes"] = d.effective_budget_bytes;
+    o["reserved_bytes"] = d.reserved_bytes;
+    o["peak_reserved_bytes"] = d.peak_reserved_bytes;
+    o["used_bytes"] = d.used_bytes;
+    o["peak_bytes"] = d.peak_bytes;
+    o["resident_bytes"] = d.resident_bytes;
+    o["workspace_bytes"] = d.workspace_bytes;
+    devices.push_back(std::move(o));
+  }
+  json::object o;
+  o["policy"] = safe(state.policy);
+  o["devices"] = std::move(devices);
+  o["queue_depth"] = state.queue_depth;
+  o["running"] = state.running;
+  o["draining"] = state.draining;
+  o["admitted"] = state.admitted;
+  o["rejected_never_fits"] = state.rejected_never_fits;
+  o["rejected_queue_full"] = state.rejected_queue_full;
+  o["queue_timeouts"] = state.queue_timeouts;
+  o["cancelled"] = state.cancelled;
+  o["completed"] = state.completed;
+  o["failed"] = state.failed;
+  o["out_of_memory"] = state.out_of_memory;
+  return json::serialize(o);
+}
+
+std::string encode_status(std::string_view status, std::string_view reason) {
+  json::object o;
+  o["status"] = safe(status);
+  if (!reason.empty()) o["reason"] = safe(reason);
+  return json::serialize(o);
+}
+
+std::string sse_data(std::string_view payload) {
+  std::string out;
+  out.reserve(payload.size() + 8);
+  out += "data: ";
+  out += payload;
+  out += "\n\n";
+  return out;
+}
+
+}  // namespace vg

@@ -1,0 +1,86 @@
+#include "model/gpt2_attention.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace vg {
+namespace {
+
+/// Dot product with eight independent partial sums (vectorizable without
+/// reassociation), combined in a fixed order.
+template <typename T>
+T dot(const T* a, const T* b, std::int64_t n) {
+  T partial[8] = {};
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int u = 0; u < 8; ++u) partial[u] += a[j + u] * b[j + u];
+  }
+  T sum = 0;
+  for (; j < n; ++j) sum += a[j] * b[j];
+  for (int u = 0; u < 8; ++u) sum += partial[u];
+  return sum;
+}
+
+/// One query head of one sequence; `scores` has room for position + 1 values.
+template <typename T>
+void attend_head(const DecodeSequence<T>& s, const DecodeAttentionShape& shape, std::int64_t head, T* scores) {
+  const std::int64_t hd = shape.head_dim;
+  const std::int64_t kv_head = head / (shape.n_head / shape.n_kv_head);
+  const T* q = s.q + head * hd;
+  const T* k = s.k_cache + kv_head * s.capacity * hd;
+  const T* v = s.v_cache + kv_head * s.capacity * hd;
+  const std::int64_t keys = s.position + 1;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+  T max = -INFINITY;
+  for (std::int64_t j = 0; j < keys; ++j) {
+    scores[j] = dot(q, k + j * hd, hd) * scale;
+    max = std::max(max, scores[j]);
+  }
+  T total = 0;
+  for (std::int64_t j = 0; j < keys; ++j) {
+    scores[j] = std::exp(scores[j] - max);
+    total += scores[j];
+  }
+  T* out = s.out + head * hd;
+  std::fill(out, out + hd, T(0));
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const T p = scores[j] / total;
+    const T* vj = v + j * hd;
+    for (std::int64_t c = 0; c < hd; ++c) out[c] += p * vj[c];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void decode_attention(std::span<const DecodeSequence<T>> sequences, const DecodeAttentionShape& shape) {
+  const std::int64_t hd = shape.head_dim;
+  std::int64_t longest = 0, work = 0;
+  for (const DecodeSequence<T>& s : sequences) {
+    for (std::int64_t h = 0; h < shape.n_kv_head; ++h) {
+      std::memcpy(s.k_cache + (h * s.capacity + s.position) * hd, s.k_new + h * hd, sizeof(T) * hd);
+      std::memcpy(s.v_cache + (h * s.capacity + s.position) * hd, s.v_new + h * hd, sizeof(T) * hd);
+    }
+    longest = std::max(longest, s.position + 1);
+    work += (s.position + 1) * hd * shape.n_head;
+  }
+  const auto tasks = static_cast<std::int64_t>(sequences.size()) * shape.n_head;
+  if (tasks == 0) return;
+  // About 64k multiply-adds per thread at the least; less runs inline.
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) * tasks / std::max<std::int64_t>(work, 1));
+  at::parallel_for(0, tasks, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<T> scores(static_cast<std::size_t>(longest));
+    for (std::int64_t t = begin; t < end; ++t) {
+      attend_head(sequences[static_cast<std::size_t>(t / shape.n_head)], shape, t % shape.n_head, scores.data());
+    }
+  });
+}
+
+template void decode_attention<float>(std::span<const DecodeSequence<float>>, const DecodeAttentionShape&);
+template void decode_attention<double>(std::span<const DecodeSequence<double>>, const DecodeAttentionShape&);
+
+}  // namespace vg

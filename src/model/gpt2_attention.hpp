@@ -1,0 +1,40 @@
+// Decode attention on host memory: for sequences that each add one token,
+// appends the token's key and value to the sequence's KV cache and attends
+// its query over all cached keys, for every sequence and head in one call
+// (no per-sequence tensor ops). Torch-free; used by gpt2.cpp when the model
+// lives in host memory. Called from the model's engine thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace vg {
+
+/// Shapes shared by every sequence of a decode_attention call.
+struct DecodeAttentionShape {
+  std::int64_t n_head = 0;
+  std::int64_t n_kv_head = 0;  ///< divides n_head; query head h reads KV head h / (n_head / n_kv_head)
+  std::int64_t head_dim = 0;
+};
+
+/// One sequence's new token and its cache. Rows are contiguous head by head.
+template <typename T>
+struct DecodeSequence {
+  const T* q = nullptr;      ///< [n_head, head_dim]
+  const T* k_new = nullptr;  ///< [n_kv_head, head_dim]
+  const T* v_new = nullptr;  ///< [n_kv_head, head_dim]
+  T* k_cache = nullptr;      ///< [n_kv_head, capacity, head_dim], contiguous
+  T* v_cache = nullptr;      ///< [n_kv_head, capacity, head_dim], contiguous
+  std::int64_t capacity = 0;
+  std::int64_t position = 0;  ///< where the new token goes (< capacity); keys 0..position are attended
+  T* out = nullptr;           ///< [n_head, head_dim]
+};
+
+/// Writes k_new and v_new at `position` of each cache, then
+/// out = softmax(q K^T / sqrt(head_dim)) V per head over keys 0..position.
+/// Each sequence's result depends only on its own inputs, never on the
+/// others in the call. Runs on the intra-op thread pool when the work is large.
+template <typename T>
+void decode_attention(std::span<const DecodeSequence<T>> sequences, const DecodeAttentionShape& shape);
+
+}  // namespace vg

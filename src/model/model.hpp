@@ -1,0 +1,93 @@
+// Model interface the engine runs: load once, create per-sequence KV caches,
+// run steps. Torch-free header (libtorch lives in the .cpp files of this
+// folder). A Model and its caches belong to one engine thread, which must
+// hold a DeviceScope for the model's device while calling into it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace vg {
+
+class Device;
+class Tokenizer;
+
+/// Architecture hyper-parameters, read from config.json (GPT-2 key names).
+struct ModelConfig {
+  std::string family;        ///< config.json model_type, e.g. "gpt2"
+  int n_layer = 0;
+  int n_head = 0;            ///< query heads
+  int n_kv_head = 0;         ///< key/value heads (== n_head for GPT-2)
+  int n_embd = 0;
+  int n_positions = 0;       ///< context length in tokens
+  int vocab_size = 0;
+  int eos_token_id = -1;
+  double layer_norm_epsilon = 1e-5;
+  std::string dtype = "float32";  ///< compute and KV cache dtype
+};
+
+/// One sequence's KV cache: per layer, K and V of shape
+/// [n_kv_head, capacity, head_dim] in the model dtype, allocated in full on
+/// creation so that growth up to capacity never allocates.
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  /// Tokens cached so far.
+  virtual int length() const = 0;
+  /// Tokens it can hold.
+  virtual int capacity() const = 0;
+  /// Device bytes it holds.
+  virtual std::int64_t bytes() const = 0;
+};
+
+/// One sequence's part of a step: `tokens` are appended at positions
+/// cache->length() .. cache->length()+tokens.size()-1.
+struct StepInput {
+  KvCache* cache = nullptr;
+  std::span<const std::int32_t> tokens;
+};
+
+class Model {
+ public:
+  struct Options {
+    std::filesystem::path dir;  ///< folder with config.json + model.safetensors
+    Device* device = nullptr;   ///< weights are copied onto it through its allocator
+    /// Compute and KV cache dtype: "float32" or "float64"; weights stored in
+    /// any float dtype are converted on load. Logits are float32 either way.
+    std::string dtype = "float32";
+  };
+
+  /// Loads a model folder. Errors: kModelLoad naming the file (and tensor)
+  /// for missing/corrupt files, unknown families, wrong shapes or dtypes, an
+  /// unsupported Options::dtype.
+  static Result<std::unique_ptr<Model>> load(const Options& options);
+
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::int64_t parameter_count() const = 0;
+  /// The tokenizer that goes with the model.
+  virtual const Tokenizer& tokenizer() const = 0;
+
+  /// Allocates a KV cache for `capacity_tokens` tokens (1..n_positions).
+  /// Errors: kOutOfMemory when the device cannot hold it.
+  virtual Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) = 0;
+
+  /// Runs one step over several sequences (prefill chunks and/or single decode
+  /// tokens) as one batched forward pass, appending to each cache. Returns, per
+  /// input, the logits of its last token ([vocab_size] float32). Errors:
+  /// kOutOfMemory (the caches are left as before the step), kInvalidRequest
+  /// when a cache would overflow, kInternal for other libtorch errors.
+  virtual Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) = 0;
+
+  /// Logits for every position of `tokens` in one full forward pass without a
+  /// cache: [tokens.size() * vocab_size], row-major. For tests and checks.
+  virtual Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) = 0;
+};
+
+}  // namespace vg

@@ -1,0 +1,93 @@
+// Sampler: greedy, temperature, top-k and top-p over float logits. Pure; one
+// instance per sequence, used by the thread that owns the sequence.
+#include "model/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace vg {
+namespace {
+
+/// Highest finite-or-infinite logit, lowest id on ties; NaN never wins.
+std::int32_t argmax(std::span<const float> logits) {
+  std::int32_t best = 0;
+  bool found = false;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (!found || logits[i] > logits[static_cast<std::size_t>(best)]) {
+      best = static_cast<std::int32_t>(i);
+      found = true;
+    }
+  }
+  return best;
+}
+
+/// Uniform double in [0, 1) from 53 random bits (same on every platform).
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
+
+std::int32_t Sampler::sample(std::span<const float> logits) {
+  if (logits.empty()) return 0;
+  const std::int32_t best = argmax(logits);
+  if (!(params_.temperature > 0)) return best;
+
+  // Candidates: most likely first, lowest id first on ties.
+  std::vector<std::int32_t> ids;
+  ids.reserve(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isnan(logits[i])) ids.push_back(static_cast<std::int32_t>(i));
+  }
+  auto more_likely = [&](std::int32_t a, std::int32_t b) {
+    const float la = logits[static_cast<std::size_t>(a)];
+    const float lb = logits[static_cast<std::size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  const bool top_k = params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < ids.size();
+  const bool top_p = params_.top_p < 1.0;
+  if (top_k) {
+    const auto k = static_cast<std::ptrdiff_t>(params_.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), more_likely);
+    ids.resize(static_cast<std::size_t>(k));
+  } else if (top_p) {
+    std::sort(ids.begin(), ids.end(), more_likely);
+  }
+
+  // Softmax of logits / temperature over the candidates (max subtracted).
+  const double max_logit = logits[static_cast<std::size_t>(best)];
+  if (!std::isfinite(max_logit)) return best;
+  std::vector<double> weights(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    weights[i] = std::exp((logits[static_cast<std::size_t>(ids[i])] - max_logit) / params_.temperature);
+  }
+  double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  if (!(total > 0) || !std::isfinite(total)) return best;
+
+  if (top_p) {  // smallest prefix whose probability reaches top_p (at least one token)
+    const double target = std::max(params_.top_p, 0.0) * total;
+    double cumulative = 0;
+    std::size_t keep = 0;
+    while (keep < weights.size()) {
+      cumulative += weights[keep++];
+      if (cumulative >= target) break;
+    }
+    weights.resize(keep);
+    ids.resize(keep);
+    total = cumulative;
+  }
+
+  const double u = uniform01(rng_) * total;
+  double cumulative = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    cumulative += weights[i];
+    if (u < cumulative) return ids[i];
+  }
+  return ids.back();  // rounding: u landed on the total
+}
+
+}  // namespace vg

@@ -1,0 +1,18 @@
+// ByteTokenizer: token id == byte value; id 256 is end-of-text. Any thread.
+#include "model/tokenizer.hpp"
+
+namespace vg {
+
+std::vector<std::int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  ids.reserve(text.size());
+  for (char c : text) ids.push_back(static_cast<std::int32_t>(static_cast<unsigned char>(c)));
+  return ids;
+}
+
+std::string ByteTokenizer::token_bytes(std::int32_t id) const {
+  if (id < 0 || id > 255) return {};
+  return std::string(1, static_cast<char>(static_cast<unsigned char>(id)));
+}
+
+}  // namespace vg

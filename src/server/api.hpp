@@ -1,0 +1,80 @@
+// Plain request/response structs between the HTTP layer and the service.
+// src/http decodes JSON into these and encodes these into JSON; nothing here
+// knows about JSON or Beast.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "model/sampler.hpp"
+
+namespace vg {
+
+/// A completion request (OpenAI /v1/completions or the short /infer form),
+/// already type-checked and range-checked by the decoder.
+struct CompletionRequest {
+  std::string request_id;  ///< X-Request-Id, set by the HTTP layer
+  std::string model;  ///< empty: the default model
+  /// Text, or token ids (OpenAI allows a list of integers).
+  std::variant<std::string, std::vector<std::int32_t>> prompt;
+  int max_tokens = 16;  ///< OpenAI's default when absent
+  SamplingParams sampling;
+  std::vector<std::string> stop;  ///< up to 4 stop strings, none empty
+  bool stream = false;
+  /// Total deadline override in seconds (vramgate extension `timeout`).
+  std::optional<double> timeout_s;
+};
+
+/// What /v1/models shows for one model.
+struct ModelInfo {
+  std::string id;
+  std::string family;
+  std::string dtype;
+  int context_length = 0;
+  std::int64_t parameter_count = 0;
+  std::string device;
+  std::int64_t resident_bytes = 0;
+  std::int64_t created = 0;  ///< unix seconds (server start)
+  // Memory profile measured at start-up (bytes).
+  std::int64_t workspace_bytes = 0;
+  std::int64_t kv_bytes_per_token = 0;
+  std::int64_t sequence_overhead_bytes = 0;
+  double safety_factor = 1.0;
+};
+
+/// One device's memory and admission numbers, in bytes.
+struct DeviceState {
+  std::string name;
+  std::int64_t capacity_bytes = 0;
+  std::int64_t budget_bytes = 0;    ///< what admission may hand to requests
+  std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts
+  std::int64_t reserved_bytes = 0;  ///< held by leases now
+  std::int64_t used_bytes = 0;      ///< allocated on the device now
+  std::int64_t peak_bytes = 0;      ///< highest allocated since start
+  std::int64_t resident_bytes = 0;  ///< weights and buffers of the models on it
+  std::int64_t workspace_bytes = 0; ///< activations of the largest step, set aside once
+  std::int64_t peak_reserved_bytes = 0;  ///< highest reserved_bytes since start
+};
+
+/// What GET /v1/admission shows.
+struct AdmissionState {
+  std::string policy;
+  std::vector<DeviceState> devices;
+  int queue_depth = 0;
+  int running = 0;
+  bool draining = false;
+  // Counters since start.
+  std::int64_t admitted = 0;
+  std::int64_t rejected_never_fits = 0;
+  std::int64_t rejected_queue_full = 0;
+  std::int64_t queue_timeouts = 0;
+  std::int64_t cancelled = 0;
+  std::int64_t completed = 0;
+  std::int64_t failed = 0;
+  std::int64_t out_of_memory = 0;
+};
+
+}  // namespace vg

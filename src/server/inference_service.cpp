@@ -1,0 +1,251 @@
+#include "server/inference_service.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "device/device.hpp"
+#include "admission/admission_policy.hpp"
+#include "engine/engine.hpp"
+#include "engine/memory_profiler.hpp"
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
+
+namespace vg {
+
+struct InferenceService::Entry {
+  ModelInfo info;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Engine> engine;
+};
+
+namespace {
+
+// "virt:0=2GiB" -> index 0, capacity bytes.
+Result<std::unique_ptr<VirtualDevice>> make_device(const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (spec.rfind("virt:", 0) != 0 || eq == std::string::npos) {
+    return Error(ErrorCode::kConfig, "--device: expected virt:N=SIZE, e.g. virt:0=2GiB, got '" + spec + "'");
+  }
+  int index = 0;
+  try {
+    index = std::stoi(spec.substr(5, eq - 5));
+  } catch (const std::exception&) {
+    return Error(ErrorCode::kConfig, "--device: bad device index in '" + spec + "'");
+  }
+  auto bytes = parse_bytes(spec.substr(eq + 1));
+  if (!bytes.ok()) return Error(ErrorCode::kConfig, "--device: " + bytes.error().message);
+  return VirtualDevice::create(index, *bytes);
+}
+
+std::string model_id_for(const std::filesystem::path& dir) {
+  auto p = dir.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+}  // namespace
+
+InferenceService::InferenceService(const ServeConfig& config) : config_(config) {}
+
+InferenceService::~InferenceService() { shutdown(); }
+
+Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config) {
+  std::unique_ptr<InferenceService> svc(new InferenceService(config));
+  auto device = make_device(config.device);
+  if (!device.ok()) return std::move(device).error();
+  svc->device_ = std::move(device).value();
+
+  auto entry = std::make_unique<Entry>();
+  MemoryProfile profile;
+  {
+    DeviceScope scope(svc->device_.get());
+    auto model = Model::load(Model::Options{config.model_dir, svc->device_.get()});
+    if (!model.ok()) return std::move(model).error();
+    entry->model = std::move(model).value();
+    // The profile runs double as warm-up: /ready turns 200 only after them.
+    auto measured = measure_memory_profile(*entry->model, *svc->device_,
+                                           ProfileOptions{config.max_batch, config.max_batch_tokens,
+                                                          config.memory_safety});
+    if (!measured.ok()) {
+      return Error(ErrorCode::kConfig, "memory profile of '" + config.model_dir + "' on " + svc->device_->name() +
+                                           " failed: " + measured.error().message);
+    }
+    profile = *measured;
+  }
+  const ModelConfig& mc = entry->model->config();
+  const DeviceMemory mem = svc->device_->memory();
+  std::int64_t reserve = 0;
+  if (config.memory_reserve != "0") reserve = *parse_bytes(config.memory_reserve);
+  const std::int64_t budget = device_budget(mem.capacity, config.memory_utilization, profile.resident_bytes,
+                                            profile.workspace_bytes, reserve);
+  entry->info.id = model_id_for(config.model_dir);
+  entry->info.family = mc.family;
+  entry->info.dtype = mc.dtype;
+  entry->info.context_length = mc.n_positions;
+  entry->info.parameter_count = entry->model->parameter_count();
+  entry->info.device = svc->device_->name();
+  entry->info.resident_bytes = profile.resident_bytes;
+  entry->info.workspace_bytes = profile.workspace_bytes;
+  entry->info.kv_bytes_per_token = profile.kv_bytes_per_token;
+  entry->info.sequence_overhead_bytes = profile.sequence_overhead_bytes;
+  entry->info.safety_factor = profile.safety_factor;
+  entry->info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  spdlog::info("model '{}' ({}, {} layers, {} wide, context {}, {} parameters) loaded on {}", entry->info.id,
+               mc.family, mc.n_layer, mc.n_embd, mc.n_positions, entry->info.parameter_count, svc->device_->name());
+  spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", svc->device_->name(),
+               format_bytes(budget), format_bytes(mem.capacity), config.memory_utilization,
+               format_bytes(profile.resident_bytes), format_bytes(profile.workspace_bytes), format_bytes(reserve));
+  const std::int64_t full = request_cost(profile, mc.n_positions, 0);
+  if (budget < full) {
+    spdlog::warn("a full-context request ({} tokens) costs {} and does not fit the budget {}: such requests get 413",
+                 mc.n_positions, format_bytes(full), format_bytes(budget));
+  }
+
+  Engine::Options eo;
+  eo.admission.policy = *parse_admission_policy(config.admission);
+  eo.admission.budget_bytes = budget;
+  eo.admission.max_queue = config.max_queue;
+  eo.admission.queue_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.queue_timeout_s));
+  eo.admission.max_bypass = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.max_bypass_s));
+  eo.profile = profile;
+  eo.max_batch = config.max_batch;
+  eo.max_batch_tokens = config.max_batch_tokens;
+  eo.step_delay_ms = config.test_step_delay_ms;
+  auto engine = Engine::create(eo, *entry->model, *svc->device_);
+  if (!engine.ok()) return std::move(engine).error();
+  entry->engine = std::move(engine).value();
+  svc->entries_.push_back(std::move(entry));
+  return svc;
+}
+
+Result<Submission> InferenceService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
+  Entry* entry = nullptr;
+  if (request.model.empty()) {
+    entry = entries_.front().get();
+  } else {
+    for (auto& e : entries_) {
+      if (e->info.id == request.model) entry = e.get();
+    }
+  }
+  if (!entry) {
+    std::string names;
+    for (auto& e : entries_) names += (names.empty() ? "" : ", ") + e->info.id;
+    return Error(ErrorCode::kModelNotFound, "model '" + request.model + "' not found; available: " + names);
+  }
+  if (draining_.load()) {
+    Error e(ErrorCode::kOverloaded, "server is shutting down");
+    e.retry_after_s = 1.0;
+    return e;
+  }
+  const ModelConfig& mc = entry->model->config();
+  const Tokenizer& tok = entry->model->tokenizer();
+
+  GenerationRequest gen;
+  if (const auto* text = std::get_if<std::string>(&request.prompt)) {
+    gen.prompt = tok.encode(*text);
+  } else {
+    gen.prompt = std::get<std::vector<std::int32_t>>(request.prompt);
+    for (std::int32_t id : gen.prompt) {
+      if (id < 0 || id >= mc.vocab_size) {
+        return Error(ErrorCode::kInvalidRequest, "prompt token id " + std::to_string(id) + " is outside the vocabulary 0.." +
+                                                     std::to_string(mc.vocab_size - 1));
+      }
+    }
+  }
+  if (gen.prompt.empty()) {
+    // An empty prompt starts a new document, as GPT-2 does with <|endoftext|>.
+    if (!tok.eos_id()) return Error(ErrorCode::kInvalidRequest, "prompt must not be empty");
+    gen.prompt.push_back(*tok.eos_id());
+  }
+  const long total = static_cast<long>(gen.prompt.size()) + request.max_tokens;
+  if (total > mc.n_positions) {
+    return Error(ErrorCode::kInvalidRequest,
+                 "prompt (" + std::to_string(gen.prompt.size()) + " tokens) + max_tokens (" +
+                     std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
+                     " exceeds the context length of model '" + entry->info.id + "' (" +
+                     std::to_string(mc.n_positions) + " tokens)");
+  }
+  gen.id = request.request_id.empty() ? "req-" + std::to_string(next_id_.fetch_add(1)) : request.request_id;
+  gen.max_tokens = request.max_tokens;
+  gen.sampling = request.sampling;
+  gen.stop = request.stop;
+  double timeout = config_.request_timeout_s;
+  if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
+  gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
+
+  Submission sub;
+  sub.model = entry->info.id;
+  sub.prompt_tokens = static_cast<int>(gen.prompt.size());
+  auto handle = entry->engine->submit(std::move(gen), std::move(sink), &sub.queue_position);
+  if (!handle.ok()) return std::move(handle).error();
+  sub.handle = std::move(handle).value();
+  return sub;
+}
+
+std::vector<ModelInfo> InferenceService::models() const {
+  std::vector<ModelInfo> out;
+  for (auto& e : entries_) out.push_back(e->info);
+  return out;
+}
+
+bool InferenceService::healthy(std::string* /*reason*/) const { return true; }
+
+bool InferenceService::ready() const { return !draining_.load() && !entries_.empty(); }
+
+AdmissionState InferenceService::admission_state() const {
+  AdmissionState st;
+  st.policy = config_.admission;
+  st.draining = draining_.load();
+  const DeviceMemory mem = device_->memory();
+  DeviceState ds;
+  ds.name = device_->name();
+  ds.capacity_bytes = mem.capacity;
+  ds.used_bytes = mem.used;
+  ds.peak_bytes = mem.peak;
+  for (auto& e : entries_) {
+    const EngineStats es = e->engine->stats();
+    const AdmissionSnapshot as = e->engine->admission();
+    st.queue_depth += as.queue_depth;
+    st.running += es.running;
+    st.admitted += as.counters.admitted;
+    st.rejected_never_fits += as.counters.rejected_never_fits;
+    st.rejected_queue_full += as.counters.rejected_queue_full;
+    st.queue_timeouts += as.counters.queue_timeout;
+    st.cancelled += es.cancelled;
+    st.completed += es.completed;
+    st.failed += es.failed;
+    st.out_of_memory += es.out_of_memory;
+    ds.budget_bytes += as.budget_bytes;
+    ds.effective_budget_bytes += as.effective_budget_bytes;
+    ds.reserved_bytes += as.reserved_bytes;
+    ds.peak_reserved_bytes += as.peak_reserved_bytes;
+    ds.resident_bytes += e->info.resident_bytes;
+    ds.workspace_bytes += e->info.workspace_bytes;
+  }
+  st.devices.push_back(ds);
+  return st;
+}
+
+void InferenceService::begin_drain() {
+  draining_.store(true);
+  for (auto& e : entries_) e->engine->begin_drain();
+}
+
+bool InferenceService::wait_idle(TimePoint deadline) const {
+  bool idle = true;
+  for (auto& e : entries_) idle = e->engine->wait_idle(deadline) && idle;
+  return idle;
+}
+
+void InferenceService::shutdown() {
+  for (auto& e : entries_) {
+    if (e->engine) e->engine->shutdown();
+  }
+}
+
+}  // namespace vg

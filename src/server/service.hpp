@@ -1,0 +1,40 @@
+// The interface the HTTP layer calls: submit a completion, list models,
+// report health/readiness. Implemented by server/inference_service; faked in
+// HTTP unit tests. All methods are thread-safe and never block on compute.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "engine/events.hpp"
+#include "server/api.hpp"
+
+namespace vg {
+
+/// A submitted request as the HTTP layer sees it.
+struct Submission {
+  std::shared_ptr<RequestHandle> handle;
+  std::string model;      ///< resolved model id
+  int prompt_tokens = 0;
+  int queue_position = 0; ///< on entry (0 = started at once)
+};
+
+class Service {
+ public:
+  virtual ~Service() = default;
+  /// Validates against the model (context length), tokenizes and queues the
+  /// request. Events then arrive on `sink`. Errors (nothing queued):
+  /// kModelNotFound, kInvalidRequest, kExceedsDeviceMemory, kOverloaded.
+  virtual Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) = 0;
+  virtual std::vector<ModelInfo> models() const = 0;
+  /// Liveness: false with a reason when an engine is stuck.
+  virtual bool healthy(std::string* reason) const = 0;
+  /// Readiness: models loaded and not draining.
+  virtual bool ready() const = 0;
+  /// Live admission state for GET /v1/admission.
+  virtual AdmissionState admission_state() const = 0;
+};
+
+}  // namespace vg

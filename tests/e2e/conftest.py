@@ -1,0 +1,106 @@
+"""End-to-end fixtures: start the real vramgate binary on a free port, wait for
+/ready, and stop it with SIGTERM. Tests wait on conditions the server reports,
+never on sleeps."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+BIN = os.environ.get("VRAMGATE_BIN", "build/release/vramgate")
+MODEL_DIR = os.environ.get("VRAMGATE_MODEL_DIR", "models/tinylm")
+
+
+class Server:
+    def __init__(self, *extra_args):
+        self.args = [BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--threads", "1", *extra_args]
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.log = []
+        self.port = None
+        port_seen = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.log.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    port_seen.set()
+            port_seen.set()
+
+        self.reader = threading.Thread(target=pump, daemon=True)
+        self.reader.start()
+        if not port_seen.wait(120) or self.port is None:
+            self.proc.kill()
+            raise RuntimeError("server did not start:\n" + "".join(self.log))
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_until(lambda: self.get("/ready").status_code == 200, what="/ready")
+
+    def get(self, path, **kw):
+        return requests.get(self.url + path, timeout=kw.pop("timeout", 60), **kw)
+
+    def post(self, path, body=None, **kw):
+        return requests.post(self.url + path, json=body, timeout=kw.pop("timeout", 120), **kw)
+
+    def admission(self):
+        return self.get("/v1/admission").json()
+
+    def logs(self):
+        return "".join(self.log)
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(5)
+        return self.proc.returncode
+
+
+def wait_until(cond, timeout=60.0, what="condition"):
+    """Polls `cond` until it is true; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return
+        except requests.RequestException as e:  # server still starting
+            last = e
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what} ({last})")
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    assert s.stop() == 0, s.logs()
+
+
+@pytest.fixture
+def make_server():
+    started = []
+
+    def make(*args):
+        s = Server(*args)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+def sse_events(resp):
+    """Yields the data payloads of an SSE response, as strings."""
+    for line in resp.iter_lines(decode_unicode=True):
+        if line and line.startswith("data: "):
+            yield line[len("data: "):]

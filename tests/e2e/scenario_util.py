@@ -1,0 +1,71 @@
+"""Helpers for the admission scenarios: a server whose budget is set to the
+exact cost of a chosen number of tokens, using the costs the server itself
+reports (/v1/models memory profile, /v1/admission budget)."""
+import json
+import socket
+
+from conftest import Server
+
+DEVICE = "virt:0=12MiB"
+BUDGET_TOKENS = 200  # the budget B equals the cost of this many tokens
+
+
+def cost_of(profile, tokens):
+    """The server's cost formula (admission/memory_profile.hpp), in integers."""
+    raw = tokens * profile["kv_bytes_per_token"] + profile["sequence_overhead_bytes"]
+    millionths = round(profile["safety_factor"] * 1_000_000)
+    return (raw * millionths + 999_999) // 1_000_000
+
+
+def budget_server(make_server, *extra):
+    """Starts a server whose budget is exactly cost_of(BUDGET_TOKENS)."""
+    probe = Server("--device", DEVICE, *extra)
+    try:
+        profile = probe.get("/v1/models").json()["data"][0]
+        b0 = probe.admission()["devices"][0]["budget_bytes"]
+    finally:
+        probe.stop()
+    target = cost_of(profile, BUDGET_TOKENS)
+    assert b0 > target, f"device too small for the scenarios: budget {b0} < {target}"
+    server = make_server("--device", DEVICE, "--memory-reserve", str(b0 - target), *extra)
+    server.profile = profile
+    server.budget = server.admission()["devices"][0]["budget_bytes"]
+    assert server.budget == target
+    return server
+
+
+def body_for_tokens(tokens, prompt_len=4, **kw):
+    """A request whose prompt + max_tokens is `tokens` (byte-level model)."""
+    return dict({"prompt": "x" * prompt_len, "max_tokens": tokens - prompt_len}, **kw)
+
+
+def open_request(port, body):
+    """Sends a completion on a raw socket and returns it unread."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def read_status(sock):
+    buf = b""
+    while b"\r\n" not in buf:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    return int(buf.split(b" ", 2)[1]) if buf.startswith(b"HTTP/1.1 ") else None
+
+
+def check_invariants(server):
+    """I1 and I2 once all clients are done (callers wait for idleness first)."""
+    a = server.admission()
+    d = a["devices"][0]
+    assert d["peak_reserved_bytes"] <= d["budget_bytes"], a           # I1
+    assert a["out_of_memory"] == 0, a                                    # I1
+    assert a["running"] == 0 and a["queue_depth"] == 0, a                # I2
+    assert d["reserved_bytes"] == 0, a                                   # I2
+    r = server.post("/v1/completions", body_for_tokens(20))            # I2: a new small one runs
+    assert r.status_code == 200, r.text
+    assert server.get("/health").status_code == 200                     # I3

@@ -1,0 +1,110 @@
+"""Timeouts, disconnects, overload and shutdown against the real binary.
+Slow steps come from the --test-step-delay-ms hook; the tests wait on the
+server's own state (/v1/admission), never on sleeps."""
+import json
+import signal
+import socket
+import threading
+
+import requests
+
+from conftest import sse_events, wait_until
+
+
+def idle(server):
+    a = server.admission()
+    return a["running"] == 0 and a["queue_depth"] == 0 and a["devices"][0]["reserved_bytes"] == 0
+
+
+def raw_request(port, body, extra_headers=""):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+              extra_headers.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def test_partial_body_gets_408_and_nothing_is_reserved(make_server):
+    server = make_server("--read-timeout", "1")
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n" + b"{" + b" " * 999)
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        reply += chunk
+    assert reply.startswith(b"HTTP/1.1 408"), reply
+    s.close()
+    assert idle(server)
+    r = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert r.status_code == 200
+
+
+def test_client_closing_a_stream_stops_the_work(make_server):
+    server = make_server("--test-step-delay-ms", "20")
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "The", "max_tokens": 200, "stream": True},
+                      stream=True, timeout=60)
+    events = sse_events(r)
+    for _ in range(5):
+        next(events)
+    r.close()
+    wait_until(lambda: idle(server), what="work stopped after client close")
+    wait_until(lambda: "client closed" in server.logs(), what="client-closed log line")
+    closed = [ln.split() for ln in server.log if "client closed" in ln]
+    assert all(parts[1] == "info" for parts in closed), closed
+    ok = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+def test_client_closing_a_plain_request_stops_the_work(make_server):
+    server = make_server("--test-step-delay-ms", "20")
+    s = raw_request(server.port, {"prompt": "The", "max_tokens": 200})
+    wait_until(lambda: server.admission()["running"] == 1, what="request running")
+    s.close()
+    wait_until(lambda: idle(server), what="work stopped after client close")
+
+
+def test_total_deadline_gives_504(make_server):
+    server = make_server("--test-step-delay-ms", "20")
+    r = server.post("/v1/completions", {"prompt": "The", "max_tokens": 200, "timeout": 0.3})
+    assert r.status_code == 504, r.text
+    assert r.json()["error"]["type"] == "timeout"
+    wait_until(lambda: idle(server), what="idle after timeout")
+
+
+def test_queue_full_gets_503_with_retry_after(make_server):
+    server = make_server("--test-step-delay-ms", "20", "--max-batch", "1", "--max-queue", "1")
+    running = raw_request(server.port, {"prompt": "A", "max_tokens": 200})
+    wait_until(lambda: server.admission()["running"] == 1, what="first running")
+    queued = raw_request(server.port, {"prompt": "B", "max_tokens": 200})
+    wait_until(lambda: server.admission()["queue_depth"] == 1, what="second queued")
+    for stream in (False, True):
+        r = server.post("/v1/completions", {"prompt": "C", "max_tokens": 5, "stream": stream})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["type"] == "overloaded"
+        assert int(r.headers["Retry-After"]) >= 1
+    running.close()
+    queued.close()
+    wait_until(lambda: idle(server), what="idle after clients left")
+
+
+def test_sigterm_finishes_in_flight_work_and_exits_0(make_server):
+    server = make_server("--test-step-delay-ms", "5", "--shutdown-grace", "30")
+    result = {}
+
+    def client():
+        with requests.post(server.url + "/v1/completions",
+                           json={"prompt": "The", "max_tokens": 60, "stream": True, "temperature": 0},
+                           stream=True, timeout=60) as r:
+            result["payloads"] = list(sse_events(r))
+
+    t = threading.Thread(target=client)
+    t.start()
+    wait_until(lambda: server.admission()["running"] == 1, what="stream running")
+    server.proc.send_signal(signal.SIGTERM)
+    t.join(60)
+    assert server.stop() == 0, server.logs()
+    assert result["payloads"][-1] == "[DONE]"
+    last = json.loads(result["payloads"][-2])
+    assert last["choices"][0]["finish_reason"] in ("stop", "length"), last

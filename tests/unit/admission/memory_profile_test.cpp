@@ -1,0 +1,97 @@
+// Cost and budget arithmetic (design.md "cost", "budget"), incl. boundaries
+// and overflow.
+#include "admission/memory_profile.hpp"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace vg {
+namespace {
+
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMiB = 1024 * 1024;
+constexpr std::int64_t kGiB = 1024 * kMiB;
+
+MemoryProfile profile(std::int64_t kv, std::int64_t overhead, double safety) {
+  MemoryProfile p;
+  p.kv_bytes_per_token = kv;
+  p.sequence_overhead_bytes = overhead;
+  p.safety_factor = safety;
+  return p;
+}
+
+TEST(RequestCost, FollowsTheFormula) {
+  // ((10 + 20) × 1000 + 500) × 1.1 = 33550, exactly (no 1.1 rounding drift).
+  EXPECT_EQ(request_cost(profile(1000, 500, 1.1), 10, 20), 33550);
+  EXPECT_EQ(request_cost(profile(1000, 0, 1.1), 0, 1), 1100);
+  EXPECT_EQ(request_cost(profile(4096, 0, 1.0), 7, 9), 16 * 4096);
+  EXPECT_EQ(request_cost(profile(4096, 100, 1.0), 0, 0), 100);
+}
+
+TEST(RequestCost, RoundsUp) {
+  EXPECT_EQ(request_cost(profile(3, 0, 1.5), 1, 0), 5);      // 4.5 -> 5
+  EXPECT_EQ(request_cost(profile(1, 0, 1.000001), 1, 0), 2);  // 1.000001 -> 2
+  EXPECT_EQ(request_cost(profile(2, 0, 1.5), 1, 0), 3);       // exact stays
+}
+
+TEST(RequestCost, OneMoreTokenCostsOneTokensWorth) {
+  const MemoryProfile p = profile(8192, 4096, 1.25);
+  EXPECT_EQ(request_cost(p, 100, 51) - request_cost(p, 100, 50), 10240);  // 8192 × 1.25
+}
+
+TEST(RequestCost, NegativeTokensCountAsZero) {
+  const MemoryProfile p = profile(100, 7, 1.0);
+  EXPECT_EQ(request_cost(p, -5, 3), 307);
+  EXPECT_EQ(request_cost(p, 3, -9), 307);
+}
+
+TEST(RequestCost, SaturatesInsteadOfOverflowing) {
+  EXPECT_EQ(request_cost(profile(kMax / 2, 0, 1.0), 3, 0), kMax);
+  EXPECT_EQ(request_cost(profile(1, 0, 1.0), kMax, kMax), kMax);
+  EXPECT_EQ(request_cost(profile(1, kMax, 1.0), 1, 0), kMax);
+  // Fits before the safety factor, not after it.
+  EXPECT_EQ(request_cost(profile(1, 0, 2.0), kMax / 2 + 1, 0), kMax);
+  EXPECT_EQ(request_cost(profile(1, 0, 2.0), kMax / 4, 0), (kMax / 4) * 2);
+}
+
+TEST(DeviceBudget, FollowsTheFormula) {
+  // 10 GiB × 0.9 − 1 GiB − 512 MiB − 256 MiB
+  EXPECT_EQ(device_budget(10 * kGiB, 0.9, kGiB, 512 * kMiB, 256 * kMiB),
+            (10 * kGiB) / 10 * 9 - kGiB - 512 * kMiB - 256 * kMiB);
+  EXPECT_EQ(device_budget(2 * kGiB, 1.0, 0, 0, 0), 2 * kGiB);
+  EXPECT_EQ(device_budget(1001, 0.5, 0, 0, 0), 500);  // floor
+}
+
+TEST(DeviceBudget, ClampsToZeroAndToFullUtilization) {
+  EXPECT_EQ(device_budget(kGiB, 0.9, kGiB, 0, 0), 0);
+  EXPECT_EQ(device_budget(kGiB, 1.5, 0, 0, 0), kGiB);
+  EXPECT_EQ(device_budget(kGiB, -0.5, 0, 0, 0), 0);
+  EXPECT_EQ(device_budget(kGiB, 1.0, -10, -10, -10), kGiB);
+  EXPECT_EQ(device_budget(kMax, 1.0, 0, 0, 1), kMax - 1);
+  EXPECT_EQ(device_budget(-5, 1.0, 0, 0, 0), 0);
+}
+
+TEST(MemoryProfileValidate, NamesTheBadField) {
+  EXPECT_TRUE(validate(profile(1, 0, 1.0)).ok());
+  MemoryProfile p = profile(-1, 0, 1.0);
+  ASSERT_FALSE(validate(p).ok());
+  EXPECT_EQ(validate(p).error().code, ErrorCode::kConfig);
+  EXPECT_NE(validate(p).error().message.find("kv_bytes_per_token"), std::string::npos);
+  p = profile(1, 0, 0.9);
+  ASSERT_FALSE(validate(p).ok());
+  EXPECT_NE(validate(p).error().message.find("safety_factor"), std::string::npos);
+  p = profile(1, 0, 1.0);
+  p.resident_bytes = -3;
+  EXPECT_FALSE(validate(p).ok());
+}
+
+TEST(FormatBytes, PicksAUnit) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(format_bytes(6 * kGiB), "6.0 GiB");
+  EXPECT_EQ(format_bytes(0), "0 B");
+}
+
+}  // namespace
+}  // namespace vg

@@ -1,0 +1,351 @@
+#include "engine/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "device/device.hpp"
+#include "fake_model.hpp"
+
+namespace vg {
+namespace {
+
+using testing::FakeModel;
+
+// Collects a request's events; lets the test wait for the terminal one.
+class Collector final : public EventSink {
+ public:
+  void push(EngineEvent e) override {
+    std::lock_guard lk(mu_);
+    if (is_terminal(e)) ++terminals_;
+    events_.push_back(std::move(e));
+    cv_.notify_all();
+  }
+  bool wait_done() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(20), [&] { return terminals_ > 0; });
+  }
+  bool wait_started() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(20), [&] {
+      for (auto& e : events_) {
+        if (std::holds_alternative<StartedEvent>(e)) return true;
+      }
+      return terminals_ > 0;
+    });
+  }
+  std::string text() {
+    std::lock_guard lk(mu_);
+    std::string t;
+    for (auto& e : events_) {
+      if (auto* te = std::get_if<TextEvent>(&e)) t += te->text;
+    }
+    return t;
+  }
+  std::vector<EngineEvent> events() {
+    std::lock_guard lk(mu_);
+    return events_;
+  }
+  int terminals() {
+    std::lock_guard lk(mu_);
+    return terminals_;
+  }
+  std::optional<FinishedEvent> finished() {
+    std::lock_guard lk(mu_);
+    if (events_.empty()) return std::nullopt;
+    if (auto* f = std::get_if<FinishedEvent>(&events_.back())) return *f;
+    return std::nullopt;
+  }
+  std::optional<Error> failed() {
+    std::lock_guard lk(mu_);
+    if (events_.empty()) return std::nullopt;
+    if (auto* f = std::get_if<FailedEvent>(&events_.back())) return f->error;
+    return std::nullopt;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<EngineEvent> events_;
+  int terminals_ = 0;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto d = VirtualDevice::create(0, 1 << 30);
+    ASSERT_TRUE(d.ok());
+    device_ = std::move(d).value();
+  }
+  // Defaults: fixed:max_batch admission, 100 bytes of cost per token.
+  static Engine::Options options(int max_batch = 8, int max_queue = 64) {
+    Engine::Options o;
+    o.max_batch = max_batch;
+    o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, max_batch};
+    o.admission.budget_bytes = 1 << 30;
+    o.admission.max_queue = max_queue;
+    o.profile.kv_bytes_per_token = 100;
+    o.profile.safety_factor = 1.0;
+    return o;
+  }
+  std::unique_ptr<Engine> make(Engine::Options o = options()) {
+    auto e = Engine::create(o, model_, *device_);
+    EXPECT_TRUE(e.ok());
+    return std::move(e).value();
+  }
+  static GenerationRequest req(int max_tokens, std::string prompt = "a") {
+    GenerationRequest r;
+    r.id = "t";
+    for (char c : prompt) r.prompt.push_back(static_cast<unsigned char>(c));
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    return r;
+  }
+
+  FakeModel model_;
+  std::unique_ptr<VirtualDevice> device_;
+};
+
+TEST_F(EngineTest, GreedyGenerationFollowsTheModelAndStopsAtMaxTokens) {
+  auto engine = make();
+  auto sink = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), sink).ok());
+  ASSERT_TRUE(sink->wait_done());
+  // Prompt "a" occupies position 0; the script continues from index 1.
+  EXPECT_EQ(sink->text(), "ello ");
+  auto fin = sink->finished();
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(fin->finish_reason, "length");
+  EXPECT_EQ(fin->usage.prompt_tokens, 1);
+  EXPECT_EQ(fin->usage.completion_tokens, 5);
+  EXPECT_EQ(sink->terminals(), 1);
+  ASSERT_TRUE(std::holds_alternative<StartedEvent>(sink->events().front()));
+}
+
+TEST_F(EngineTest, StopStringEndsWithStopReason) {
+  auto engine = make();
+  auto sink = std::make_shared<Collector>();
+  auto r = req(20);
+  r.stop = {"wor"};
+  ASSERT_TRUE(engine->submit(r, sink).ok());
+  ASSERT_TRUE(sink->wait_done());
+  EXPECT_EQ(sink->text(), "ello ");
+  EXPECT_EQ(sink->finished()->finish_reason, "stop");
+}
+
+TEST_F(EngineTest, EndOfTextEndsWithStopReason) {
+  model_.eos_at_length(3);
+  auto engine = make();
+  auto sink = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(20), sink).ok());
+  ASSERT_TRUE(sink->wait_done());
+  EXPECT_EQ(sink->text(), "el");
+  EXPECT_EQ(sink->finished()->finish_reason, "stop");
+  EXPECT_EQ(sink->finished()->usage.completion_tokens, 3);
+}
+
+TEST_F(EngineTest, QueueFullIsRefusedWithRetryAfter) {
+  model_.block();
+  auto engine = make(options(1, 1));
+  auto a = std::make_shared<Collector>();
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(3), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());  // a runs (blocked); queue is empty
+  int pos = 0;
+  ASSERT_TRUE(engine->submit(req(3), b, &pos).ok());
+  EXPECT_EQ(pos, 1);
+  auto c = engine->submit(req(3), std::make_shared<Collector>());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kOverloaded);
+  ASSERT_TRUE(c.error().retry_after_s.has_value());
+  EXPECT_GE(*c.error().retry_after_s, 1.0);
+  EXPECT_EQ(engine->stats().rejected, 1);
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  EXPECT_TRUE(a->finished());
+  EXPECT_TRUE(b->finished());
+}
+
+TEST_F(EngineTest, CancelWhileQueuedDropsTheRequestBeforeItRuns) {
+  model_.block();
+  auto engine = make(options(1));
+  auto a = std::make_shared<Collector>();
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(3), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  auto hb = engine->submit(req(3), b);
+  ASSERT_TRUE(hb.ok());
+  (*hb)->cancel();
+  model_.unblock();
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(b->failed());
+  EXPECT_EQ(b->failed()->code, ErrorCode::kCancelled);
+  for (auto& e : b->events()) EXPECT_FALSE(std::holds_alternative<StartedEvent>(e));
+  ASSERT_TRUE(a->wait_done());
+  // a: 1 prefill + 2 decode steps; b never ran.
+  EXPECT_EQ(model_.step_tokens(), 3);
+  EXPECT_EQ(engine->stats().cancelled, 1);
+}
+
+TEST_F(EngineTest, CancelWhileRunningStopsAtTheNextStep) {
+  auto engine = make();
+  auto a = std::make_shared<Collector>();
+  model_.block();
+  auto h = engine->submit(req(100), a);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(model_.wait_in_step());  // inside prefill
+  (*h)->cancel();
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kCancelled);
+  EXPECT_LE(model_.steps(), 2);
+  EXPECT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(engine->stats().running, 0);
+  EXPECT_EQ(engine->stats().kv_cache_bytes, 0);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(EngineTest, DeadlinePassedWhileRunningGives504Error) {
+  auto engine = make();
+  auto a = std::make_shared<Collector>();
+  model_.block();
+  auto r = req(100);
+  r.deadline = Clock::now() + std::chrono::milliseconds(1);
+  ASSERT_TRUE(engine->submit(r, a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  // The deadline is 1 ms after submit; wait until it has surely passed by
+  // observing the clock, not by sleeping a guessed amount.
+  while (Clock::now() < *r.deadline) std::this_thread::yield();
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kTimeout);
+}
+
+TEST_F(EngineTest, DeadlinePassedWhileQueuedNeverRuns) {
+  model_.block();
+  auto engine = make(options(1));
+  auto a = std::make_shared<Collector>();
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(2), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  auto r = req(2);
+  r.deadline = Clock::now();
+  ASSERT_TRUE(engine->submit(r, b).ok());
+  model_.unblock();
+  ASSERT_TRUE(b->wait_done());
+  EXPECT_EQ(b->failed()->code, ErrorCode::kTimeout);
+  ASSERT_TRUE(a->wait_done());
+  EXPECT_EQ(model_.step_tokens(), 2);
+}
+
+TEST_F(EngineTest, StepErrorFailsThatStepsRequestsAndTheEngineGoesOn) {
+  model_.fail_at_step(2);
+  auto engine = make();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kOutOfMemory);
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), b).ok());
+  ASSERT_TRUE(b->wait_done());
+  EXPECT_TRUE(b->finished());
+}
+
+TEST_F(EngineTest, ManyConcurrentRequestsEachGetExactlyOneTerminalEvent) {
+  auto engine = make(options(4));
+  std::vector<std::shared_ptr<Collector>> sinks;
+  for (int i = 0; i < 24; ++i) {
+    sinks.push_back(std::make_shared<Collector>());
+    ASSERT_TRUE(engine->submit(req(1 + i % 7), sinks.back()).ok());
+  }
+  for (int i = 0; i < 24; ++i) {
+    ASSERT_TRUE(sinks[static_cast<std::size_t>(i)]->wait_done());
+    auto fin = sinks[static_cast<std::size_t>(i)]->finished();
+    ASSERT_TRUE(fin);
+    EXPECT_EQ(fin->usage.completion_tokens, 1 + i % 7);
+    EXPECT_EQ(sinks[static_cast<std::size_t>(i)]->terminals(), 1);
+  }
+  EXPECT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(engine->stats().completed, 24);
+}
+
+TEST_F(EngineTest, DrainRefusesNewWorkAndShutdownCancelsWhatIsLeft) {
+  model_.block();
+  auto engine = make(options(1));
+  auto a = std::make_shared<Collector>();
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(50), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  ASSERT_TRUE(engine->submit(req(50), b).ok());
+  engine->begin_drain();
+  auto c = engine->submit(req(1), std::make_shared<Collector>());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kOverloaded);
+  model_.unblock();
+  engine->shutdown();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  EXPECT_EQ(a->terminals() + b->terminals(), 2);
+  EXPECT_TRUE(a->finished() || a->failed());
+  ASSERT_TRUE(b->failed());
+  EXPECT_EQ(b->failed()->code, ErrorCode::kOverloaded);
+}
+
+TEST_F(EngineTest, RequestThatCanNeverFitIsRefusedWithTheNumbers) {
+  auto o = options();
+  o.admission.policy = AdmissionPolicy{};  // memory
+  o.admission.budget_bytes = 1000;         // 10 tokens at 100 B/token
+  auto engine = make(o);
+  EXPECT_EQ(engine->cost(4, 6), 1000);
+  auto exact = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(6, "abcd"), exact).ok());  // cost == budget: fits an empty device
+  ASSERT_TRUE(exact->wait_done());
+  EXPECT_TRUE(exact->finished());
+  auto r = engine->submit(req(7, "abcd"), std::make_shared<Collector>());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kExceedsDeviceMemory);
+  EXPECT_EQ(r.error().needed_bytes, 1100);
+  EXPECT_EQ(r.error().budget_bytes, 1000);
+}
+
+TEST_F(EngineTest, MemoryBudgetLimitsHowManyRunTogether) {
+  auto o = options();
+  o.admission.policy = AdmissionPolicy{};  // memory
+  o.admission.budget_bytes = 2 * 100 * 21;  // two requests of 1 + 20 tokens
+  auto engine = make(o);
+  std::vector<std::shared_ptr<Collector>> sinks;
+  for (int i = 0; i < 6; ++i) {
+    sinks.push_back(std::make_shared<Collector>());
+    ASSERT_TRUE(engine->submit(req(20), sinks.back()).ok());
+  }
+  for (auto& s : sinks) {
+    ASSERT_TRUE(s->wait_done());
+    EXPECT_TRUE(s->finished());
+  }
+  EXPECT_LE(model_.max_inputs_per_step(), 2);
+  EXPECT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
+  auto snap = engine->admission();
+  EXPECT_EQ(snap.reserved_bytes, 0);
+  EXPECT_LE(snap.peak_reserved_bytes, o.admission.budget_bytes);
+}
+
+TEST_F(EngineTest, LongPromptsArePrefilledInChunks) {
+  auto o = options();
+  o.max_batch_tokens = 4;
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(3, "abcdefghij"), a).ok());  // 10 prompt tokens -> chunks 4+4+2
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_EQ(a->finished()->usage.completion_tokens, 3);
+  EXPECT_EQ(model_.max_tokens_per_step(), 4);
+  EXPECT_EQ(model_.steps(), 3 + 2);
+}
+
+}  // namespace
+}  // namespace vg

@@ -1,0 +1,140 @@
+// A deterministic Model for engine tests: the next token after position p is
+// script[p % script.size()] (so a greedy sequence spells the script), with
+// hooks to block inside a step, fail a step with an error, and count steps.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
+
+namespace vg::testing {
+
+class FakeCache final : public KvCache {
+ public:
+  explicit FakeCache(int capacity) : capacity_(capacity) {}
+  int length() const override { return length_; }
+  int capacity() const override { return capacity_; }
+  std::int64_t bytes() const override { return static_cast<std::int64_t>(capacity_) * 100; }
+  int length_ = 0;
+
+ private:
+  int capacity_;
+};
+
+class FakeModel final : public Model {
+ public:
+  explicit FakeModel(std::string script = "hello world. ") : script_(std::move(script)) {
+    config_.family = "fake";
+    config_.n_layer = 1;
+    config_.n_head = 1;
+    config_.n_kv_head = 1;
+    config_.n_embd = 8;
+    config_.n_positions = 128;
+    config_.vocab_size = 257;
+    config_.eos_token_id = 256;
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  std::int64_t parameter_count() const override { return 1; }
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+
+  Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) override {
+    return std::unique_ptr<KvCache>(std::make_unique<FakeCache>(capacity_tokens));
+  }
+
+  Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) override {
+    std::optional<Error> fail;
+    {
+      std::unique_lock lk(mu_);
+      ++steps_;
+      step_tokens_ += static_cast<int>(inputs.size());
+      max_inputs_ = std::max(max_inputs_, static_cast<int>(inputs.size()));
+      int tokens = 0;
+      for (const StepInput& in : inputs) tokens += static_cast<int>(in.tokens.size());
+      max_tokens_ = std::max(max_tokens_, tokens);
+      in_step_ = true;
+      cv_.notify_all();
+      cv_.wait(lk, [&] { return !blocked_; });
+      in_step_ = false;
+      if (fail_at_step_ && *fail_at_step_ == steps_) fail = Error(ErrorCode::kOutOfMemory, "injected");
+    }
+    if (fail) return *fail;
+    std::vector<std::vector<float>> out;
+    for (const StepInput& in : inputs) {
+      auto* c = static_cast<FakeCache*>(in.cache);
+      if (c->length_ + static_cast<int>(in.tokens.size()) > c->capacity()) {
+        return Error(ErrorCode::kInvalidRequest, "cache overflow");
+      }
+      c->length_ += static_cast<int>(in.tokens.size());
+      std::vector<float> logits(257, 0.0f);
+      const int next = eos_at_ && c->length_ == *eos_at_
+                           ? 256
+                           : static_cast<unsigned char>(script_[static_cast<std::size_t>(c->length_) % script_.size()]);
+      logits[static_cast<std::size_t>(next)] = 10.0f;
+      out.push_back(std::move(logits));
+    }
+    return out;
+  }
+
+  Result<std::vector<float>> forward_full(std::span<const std::int32_t>) override {
+    return Error(ErrorCode::kInternal, "not used");
+  }
+
+  // ---- hooks (any thread)
+  void block() {
+    std::lock_guard lk(mu_);
+    blocked_ = true;
+  }
+  void unblock() {
+    std::lock_guard lk(mu_);
+    blocked_ = false;
+    cv_.notify_all();
+  }
+  /// Waits until the engine thread is inside a (blocked) step.
+  bool wait_in_step() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_step_; });
+  }
+  void fail_at_step(int n) {
+    std::lock_guard lk(mu_);
+    fail_at_step_ = n;
+  }
+  void eos_at_length(int n) { eos_at_ = n; }
+  int steps() {
+    std::lock_guard lk(mu_);
+    return steps_;
+  }
+  int max_inputs_per_step() {
+    std::lock_guard lk(mu_);
+    return max_inputs_;
+  }
+  int max_tokens_per_step() {
+    std::lock_guard lk(mu_);
+    return max_tokens_;
+  }
+  int step_tokens() {
+    std::lock_guard lk(mu_);
+    return step_tokens_;
+  }
+
+ private:
+  std::string script_;
+  ModelConfig config_;
+  ByteTokenizer tokenizer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool blocked_ = false;
+  bool in_step_ = false;
+  int steps_ = 0;
+  int step_tokens_ = 0;
+  int max_inputs_ = 0;
+  int max_tokens_ = 0;
+  std::optional<int> fail_at_step_;
+  std::optional<int> eos_at_;
+};
+
+}  // namespace vg::testing

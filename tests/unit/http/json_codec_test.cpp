@@ -1,0 +1,357 @@
+// Unit tests of the JSON codec: request decoding (each valid and invalid case
+// of the OpenAI fields), error bodies, responses, SSE framing, UTF-8 safety.
+#include "http/json_codec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+namespace vg {
+namespace {
+
+namespace json = boost::json;
+
+CompletionRequest decode_ok(std::string_view body) {
+  auto r = decode_completion_request(body);
+  EXPECT_TRUE(r.ok()) << body << " -> " << (r.ok() ? "" : r.error().message);
+  return r.ok() ? *r : CompletionRequest{};
+}
+
+/// Decoding must fail with 400 invalid_request and a message containing `needle`.
+void expect_invalid(std::string_view body, std::string_view needle) {
+  auto r = decode_completion_request(body);
+  ASSERT_FALSE(r.ok()) << body;
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidRequest) << body;
+  EXPECT_EQ(http_status(r.error().code), 400);
+  EXPECT_NE(r.error().message.find(needle), std::string::npos)
+      << body << " -> message '" << r.error().message << "' lacks '" << needle << "'";
+}
+
+json::object parse_object(const std::string& s) {
+  boost::system::error_code ec;
+  json::value v = json::parse(s, ec);
+  EXPECT_FALSE(ec) << s;
+  EXPECT_TRUE(v.is_object()) << s;
+  return v.is_object() ? v.get_object() : json::object{};
+}
+
+TEST(DecodeCompletion, MinimalRequestGetsOpenAIDefaults) {
+  CompletionRequest r = decode_ok(R"({"prompt":"hello"})");
+  ASSERT_TRUE(std::holds_alternative<std::string>(r.prompt));
+  EXPECT_EQ(std::get<std::string>(r.prompt), "hello");
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.model.empty());
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.timeout_s.has_value());
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 1.0);
+  EXPECT_DOUBLE_EQ(r.sampling.top_p, 1.0);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_FALSE(r.sampling.seed.has_value());
+}
+
+TEST(DecodeCompletion, AllFields) {
+  CompletionRequest r = decode_ok(
+      R"({"model":"tinylm","prompt":"hi","max_tokens":7,"temperature":0,"top_p":0.5,"top_k":40,)"
+      R"("seed":42,"stop":["\n","END"],"stream":true,"timeout":2.5})");
+  EXPECT_EQ(r.model, "tinylm");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 0.0);
+  EXPECT_DOUBLE_EQ(r.sampling.top_p, 0.5);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_DOUBLE_EQ(*r.timeout_s, 2.5);
+}
+
+TEST(DecodeCompletion, UnknownFieldsAndNullsAreIgnored) {
+  CompletionRequest r = decode_ok(
+      R"({"prompt":"x","echo":false,"logit_bias":{"1":2},"user":"u","max_tokens":null,"temperature":null})");
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 1.0);
+}
+
+TEST(DecodeCompletion, PromptForms) {
+  CompletionRequest tokens = decode_ok(R"({"prompt":[1,2,3]})");
+  ASSERT_TRUE(std::holds_alternative<std::vector<std::int32_t>>(tokens.prompt));
+  EXPECT_EQ(std::get<std::vector<std::int32_t>>(tokens.prompt), (std::vector<std::int32_t>{1, 2, 3}));
+  CompletionRequest one = decode_ok(R"({"prompt":["only one"]})");
+  EXPECT_EQ(std::get<std::string>(one.prompt), "only one");
+}
+
+TEST(DecodeCompletion, PromptErrors) {
+  expect_invalid(R"({})", "prompt is required");
+  expect_invalid(R"({"prompt":null})", "prompt is required");
+  expect_invalid(R"({"prompt":""})", "prompt must not be empty");
+  expect_invalid(R"({"prompt":[]})", "prompt must not be empty");
+  expect_invalid(R"({"prompt":5})", "prompt must be");
+  expect_invalid(R"({"prompt":["a","b"]})", "batched");
+  expect_invalid(R"({"prompt":[[1,2]]})", "batched");
+  expect_invalid(R"({"prompt":[1,-2]})", "prompt[1]");
+  expect_invalid(R"({"prompt":[1,1.5]})", "prompt[1]");
+  expect_invalid(R"({"prompt":[3000000000]})", "prompt[0]");
+}
+
+TEST(DecodeCompletion, MaxTokensValidAndBoundaries) {
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","max_tokens":1})").max_tokens, 1);
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","max_tokens":2147483647})").max_tokens, 2147483647);
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","max_tokens":5.0})").max_tokens, 5);  // integral number
+}
+
+TEST(DecodeCompletion, MaxTokensMalformed) {
+  for (const char* v : {"-5", "0", "1.5", "\"5\"", "true", "2147483648", "1e30", "99999999999999999999", "[1]",
+                        "{}"}) {
+    expect_invalid(std::string(R"({"prompt":"x","max_tokens":)") + v + "}", "max_tokens");
+  }
+}
+
+TEST(DecodeCompletion, MaxTokensMessageShowsTheValue) { expect_invalid(R"({"prompt":"x","max_tokens":-5})", "-5"); }
+
+TEST(DecodeCompletion, TemperatureRange) {
+  EXPECT_DOUBLE_EQ(decode_ok(R"({"prompt":"x","temperature":2})").sampling.temperature, 2.0);
+  expect_invalid(R"({"prompt":"x","temperature":2.01})", "temperature");
+  expect_invalid(R"({"prompt":"x","temperature":-0.1})", "temperature");
+  expect_invalid(R"({"prompt":"x","temperature":"hot"})", "temperature");
+}
+
+TEST(DecodeCompletion, TopPAndTopK) {
+  EXPECT_DOUBLE_EQ(decode_ok(R"({"prompt":"x","top_p":1})").sampling.top_p, 1.0);
+  expect_invalid(R"({"prompt":"x","top_p":0})", "top_p");
+  expect_invalid(R"({"prompt":"x","top_p":1.5})", "top_p");
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","top_k":0})").sampling.top_k, 0);
+  expect_invalid(R"({"prompt":"x","top_k":-1})", "top_k");
+  expect_invalid(R"({"prompt":"x","top_k":2.5})", "top_k");
+}
+
+TEST(DecodeCompletion, Seed) {
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","seed":18446744073709551615})").sampling.seed, 18446744073709551615u);
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","seed":-1})").sampling.seed, 18446744073709551615u);
+  expect_invalid(R"({"prompt":"x","seed":1.5})", "seed");
+  expect_invalid(R"({"prompt":"x","seed":"7"})", "seed");
+}
+
+TEST(DecodeCompletion, Stop) {
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","stop":"\n"})").stop, (std::vector<std::string>{"\n"}));
+  EXPECT_TRUE(decode_ok(R"({"prompt":"x","stop":[]})").stop.empty());
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","stop":["a","b","c","d"]})").stop.size(), 4u);
+  expect_invalid(R"({"prompt":"x","stop":["a","b","c","d","e"]})", "at most 4");
+  expect_invalid(R"({"prompt":"x","stop":""})", "stop");
+  expect_invalid(R"({"prompt":"x","stop":["a",""]})", "stop[1]");
+  expect_invalid(R"({"prompt":"x","stop":[1]})", "stop[0]");
+  expect_invalid(R"({"prompt":"x","stop":7})", "stop");
+}
+
+TEST(DecodeCompletion, StreamModelTimeoutN) {
+  expect_invalid(R"({"prompt":"x","stream":"yes"})", "stream");
+  expect_invalid(R"({"prompt":"x","model":3})", "model");
+  expect_invalid(R"({"prompt":"x","timeout":0})", "timeout");
+  expect_invalid(R"({"prompt":"x","timeout":-1})", "timeout");
+  expect_invalid(R"({"prompt":"x","timeout":1e9})", "timeout");
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","n":1})").max_tokens, 16);
+  expect_invalid(R"({"prompt":"x","n":2})", "n must be 1");
+}
+
+TEST(DecodeCompletion, BadJsonAndNonObjects) {
+  expect_invalid("", "not valid JSON");
+  expect_invalid("{", "not valid JSON");
+  expect_invalid(R"({"prompt":"x",})", "not valid JSON");
+  expect_invalid("[1,2]", "must be a JSON object");
+  expect_invalid("\"text\"", "must be a JSON object");
+  expect_invalid("null", "must be a JSON object");
+  expect_invalid("{\"prompt\":\"\xff\"}", "not valid JSON");  // invalid UTF-8 in the body
+}
+
+TEST(DecodeCompletion, DeepNestingIsRejectedNotCrashing) {
+  std::string deep = R"({"prompt":"x","junk":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  expect_invalid(deep, "not valid JSON");
+}
+
+TEST(DecodeInfer, ShortFormAndStreamIgnored) {
+  auto r = decode_infer_request(R"({"prompt":"hi","max_tokens":3,"stream":true,"temperature":0})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::get<std::string>(r->prompt), "hi");
+  EXPECT_EQ(r->max_tokens, 3);
+  EXPECT_FALSE(r->stream);
+  EXPECT_DOUBLE_EQ(r->sampling.temperature, 0.0);
+  auto bad = decode_infer_request(R"({"prompt":"hi","max_tokens":0})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidRequest);
+}
+
+TEST(EncodeError, ShapeWithOptionalNumbers) {
+  Error plain(ErrorCode::kInvalidRequest, "bad max_tokens");
+  json::object o = parse_object(encode_error(plain));
+  ASSERT_TRUE(o.contains("error"));
+  const json::object& e = o.at("error").as_object();
+  EXPECT_EQ(e.at("type").as_string(), "invalid_request");
+  EXPECT_EQ(e.at("message").as_string(), "bad max_tokens");
+  EXPECT_FALSE(e.contains("needed_bytes"));
+  EXPECT_FALSE(e.contains("retry_after_s"));
+
+  Error big(ErrorCode::kExceedsDeviceMemory, "needs more");
+  big.needed_bytes = 5'000'000'000;
+  big.budget_bytes = 1'000'000'000;
+  const json::object e2 = parse_object(encode_error(big)).at("error").as_object();
+  EXPECT_EQ(e2.at("type").as_string(), "exceeds_device_memory");
+  EXPECT_EQ(e2.at("needed_bytes").as_int64(), 5'000'000'000);
+  EXPECT_EQ(e2.at("budget_bytes").as_int64(), 1'000'000'000);
+
+  Error busy(ErrorCode::kOverloaded, "queue full");
+  busy.retry_after_s = 2.5;
+  const json::object e3 = parse_object(encode_error(busy)).at("error").as_object();
+  EXPECT_EQ(e3.at("type").as_string(), "overloaded");
+  EXPECT_DOUBLE_EQ(e3.at("retry_after_s").to_number<double>(), 2.5);
+}
+
+TEST(EncodeCompletion, OpenAIShape) {
+  json::object o = parse_object(encode_completion({"cmpl-1", "tinylm", 1700000000, "hello", "length", {3, 4}}));
+  EXPECT_EQ(o.at("id").as_string(), "cmpl-1");
+  EXPECT_EQ(o.at("object").as_string(), "text_completion");
+  EXPECT_EQ(o.at("created").as_int64(), 1700000000);
+  EXPECT_EQ(o.at("model").as_string(), "tinylm");
+  const json::object& c = o.at("choices").as_array().at(0).as_object();
+  EXPECT_EQ(c.at("text").as_string(), "hello");
+  EXPECT_EQ(c.at("index").as_int64(), 0);
+  EXPECT_TRUE(c.at("logprobs").is_null());
+  EXPECT_EQ(c.at("finish_reason").as_string(), "length");
+  const json::object& u = o.at("usage").as_object();
+  EXPECT_EQ(u.at("prompt_tokens").as_int64(), 3);
+  EXPECT_EQ(u.at("completion_tokens").as_int64(), 4);
+  EXPECT_EQ(u.at("total_tokens").as_int64(), 7);
+}
+
+TEST(EncodeChunk, DeltaHasNullFinishAndNoUsageLastHasBoth) {
+  json::object mid = parse_object(encode_completion_chunk({"cmpl-1", "m", 1, "tok", std::nullopt, std::nullopt}));
+  EXPECT_EQ(mid.at("choices").as_array().at(0).at("text").as_string(), "tok");
+  EXPECT_TRUE(mid.at("choices").as_array().at(0).at("finish_reason").is_null());
+  EXPECT_FALSE(mid.contains("usage"));
+  json::object last = parse_object(encode_completion_chunk({"cmpl-1", "m", 1, "", "stop", Usage{2, 5}}));
+  EXPECT_EQ(last.at("choices").as_array().at(0).at("finish_reason").as_string(), "stop");
+  EXPECT_EQ(last.at("usage").at("total_tokens").as_int64(), 7);
+}
+
+TEST(Sse, Framing) {
+  EXPECT_EQ(sse_data("[DONE]"), "data: [DONE]\n\n");
+  std::string chunk = encode_completion_chunk({"c", "m", 1, "line1\nline2\r\n", std::nullopt, std::nullopt});
+  EXPECT_EQ(chunk.find('\n'), std::string::npos) << "a newline in the payload would break SSE framing";
+  std::string ev = sse_data(chunk);
+  EXPECT_EQ(ev.rfind("data: ", 0), 0u);
+  EXPECT_EQ(ev.substr(ev.size() - 2), "\n\n");
+}
+
+TEST(EncodeInfer, Shape) {
+  json::object o = parse_object(encode_infer_response({"out", 12.3456, 1.5, "stop", {1, 2}}));
+  EXPECT_EQ(o.at("result").as_string(), "out");
+  EXPECT_NEAR(o.at("latency_ms").to_number<double>(), 12.346, 1e-9);
+  EXPECT_NEAR(o.at("queue_ms").to_number<double>(), 1.5, 1e-9);
+  EXPECT_EQ(o.at("usage").at("completion_tokens").as_int64(), 2);
+}
+
+TEST(EncodeModels, Shape) {
+  ModelInfo m;
+  m.id = "tinylm";
+  m.family = "gpt2";
+  m.dtype = "float32";
+  m.context_length = 256;
+  m.parameter_count = 1234;
+  m.device = "virt:0";
+  m.resident_bytes = 5678;
+  m.created = 99;
+  m.workspace_bytes = 21;
+  m.kv_bytes_per_token = 22;
+  m.sequence_overhead_bytes = 23;
+  m.safety_factor = 1.25;
+  json::object o = parse_object(encode_models({m}));
+  EXPECT_EQ(o.at("object").as_string(), "list");
+  const json::object& d = o.at("data").as_array().at(0).as_object();
+  EXPECT_EQ(d.at("id").as_string(), "tinylm");
+  EXPECT_EQ(d.at("object").as_string(), "model");
+  EXPECT_EQ(d.at("owned_by").as_string(), "vramgate");
+  EXPECT_EQ(d.at("created").as_int64(), 99);
+  EXPECT_EQ(d.at("family").as_string(), "gpt2");
+  EXPECT_EQ(d.at("dtype").as_string(), "float32");
+  EXPECT_EQ(d.at("context_length").as_int64(), 256);
+  EXPECT_EQ(d.at("parameter_count").as_int64(), 1234);
+  EXPECT_EQ(d.at("device").as_string(), "virt:0");
+  EXPECT_EQ(d.at("resident_bytes").as_int64(), 5678);
+  EXPECT_EQ(d.at("workspace_bytes").as_int64(), 21);
+  EXPECT_EQ(d.at("kv_bytes_per_token").as_int64(), 22);
+  EXPECT_EQ(d.at("sequence_overhead_bytes").as_int64(), 23);
+  EXPECT_DOUBLE_EQ(d.at("safety_factor").to_number<double>(), 1.25);
+}
+
+TEST(EncodeAdmission, Shape) {
+  AdmissionState s;
+  s.policy = "memory";
+  DeviceState d;
+  d.name = "virt:0";
+  d.capacity_bytes = 100;
+  d.budget_bytes = 80;
+  d.effective_budget_bytes = 70;
+  d.reserved_bytes = 40;
+  d.peak_reserved_bytes = 45;
+  d.used_bytes = 30;
+  d.peak_bytes = 50;
+  d.resident_bytes = 10;
+  d.workspace_bytes = 5;
+  s.devices.push_back(d);
+  s.queue_depth = 3;
+  s.running = 2;
+  s.draining = true;
+  s.admitted = 11;
+  s.rejected_never_fits = 12;
+  s.rejected_queue_full = 13;
+  s.queue_timeouts = 14;
+  s.cancelled = 15;
+  s.completed = 16;
+  s.failed = 17;
+  s.out_of_memory = 18;
+  json::object o = parse_object(encode_admission(s));
+  EXPECT_EQ(o.at("policy").as_string(), "memory");
+  EXPECT_EQ(o.at("queue_depth").as_int64(), 3);
+  EXPECT_EQ(o.at("running").as_int64(), 2);
+  EXPECT_TRUE(o.at("draining").as_bool());
+  std::int64_t expected = 11;
+  for (const char* k : {"admitted", "rejected_never_fits", "rejected_queue_full", "queue_timeouts", "cancelled",
+                        "completed", "failed", "out_of_memory"}) {
+    EXPECT_EQ(o.at(k).as_int64(), expected++) << k;
+  }
+  const json::object& j = o.at("devices").as_array().at(0).as_object();
+  EXPECT_EQ(j.at("name").as_string(), "virt:0");
+  EXPECT_EQ(j.at("capacity_bytes").as_int64(), 100);
+  EXPECT_EQ(j.at("budget_bytes").as_int64(), 80);
+  EXPECT_EQ(j.at("effective_budget_bytes").as_int64(), 70);
+  EXPECT_EQ(j.at("reserved_bytes").as_int64(), 40);
+  EXPECT_EQ(j.at("peak_reserved_bytes").as_int64(), 45);
+  EXPECT_EQ(j.at("used_bytes").as_int64(), 30);
+  EXPECT_EQ(j.at("peak_bytes").as_int64(), 50);
+  EXPECT_EQ(j.at("resident_bytes").as_int64(), 10);
+  EXPECT_EQ(j.at("workspace_bytes").as_int64(), 5);
+}
+
+TEST(Utf8, EncodedResponsesWithBrokenTextStayValidJson) {
+  const std::string broken = "tok\xF0\x9F\x98 \xFF end";
+  std::string body = encode_completion({"c", "m", 1, broken, "stop", {}});
+  json::object o = parse_object(body);  // Boost.JSON rejects invalid UTF-8 when parsing
+  EXPECT_EQ(o.at("choices").as_array().at(0).at("text").as_string(), "tok\xEF\xBF\xBD \xEF\xBF\xBD end");
+  Error e(ErrorCode::kInternal, broken);
+  parse_object(encode_error(e));
+  parse_object(encode_completion_chunk({"c", "m", 1, broken, std::nullopt, std::nullopt}));
+  parse_object(encode_infer_response({broken, 1, 1, "stop", {}}));
+}
+
+TEST(Utf8, EveryTwoByteTextEncodesToParsableJson) {
+  for (int a = 0; a < 256; ++a) {
+    for (int b = 0; b < 256; ++b) {
+      const char raw[2] = {static_cast<char>(a), static_cast<char>(b)};
+      const std::string body = encode_completion_chunk({"c", "m", 1, std::string(raw, 2), std::nullopt, std::nullopt});
+      boost::system::error_code ec;
+      json::parse(body, ec);
+      ASSERT_FALSE(ec) << "bytes " << a << "," << b << " broke the JSON: " << ec.message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vg

@@ -1,0 +1,337 @@
+// Batched Model::step: one step over many sequences (prefill chunks and
+// decode tokens at different cache lengths) gives each sequence the logits
+// it gets alone; float64 greedy generation is token-for-token the same
+// batched and alone; an out-of-memory batched step changes no cache.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "device/device.hpp"
+#include "model/model.hpp"
+#include "model_test_util.hpp"
+
+namespace vg {
+namespace {
+
+using testing::TempDir;
+
+constexpr std::int64_t kGiB = 1LL << 30;
+constexpr int kSequences = 16;
+
+std::unique_ptr<VirtualDevice> make_device(std::int64_t capacity = kGiB) {
+  return std::move(VirtualDevice::create(0, capacity)).value();
+}
+
+std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, const std::string& dtype = "float32") {
+  auto m = Model::load({dir, device, dtype});
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  float m = a.size() == b.size() ? 0.0f : INFINITY;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+std::int32_t argmax(const std::vector<float>& logits) {
+  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+std::vector<std::int32_t> prompt(int n, int salt) {
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 256);
+  return ids;
+}
+
+/// One sequence's schedule: the step at which it joins, then the token
+/// chunks it feeds, one chunk per step (prefill chunks, then decode tokens).
+struct Schedule {
+  int join = 0;
+  std::vector<std::vector<std::int32_t>> chunks;
+  int tokens() const {
+    int n = 0;
+    for (const auto& c : chunks) n += static_cast<int>(c.size());
+    return n;
+  }
+};
+
+/// 16 sequences with prompts of 1..31 tokens joining at steps 0..3; odd ones
+/// prefill in two chunks; all then decode `decode` tokens. So most steps mix
+/// prefill chunks with decode tokens at different cache lengths.
+std::vector<Schedule> mixed_schedules(int decode) {
+  std::vector<Schedule> out;
+  for (int i = 0; i < kSequences; ++i) {
+    Schedule s;
+    s.join = i % 4;
+    const std::vector<std::int32_t> p = prompt(1 + (i * 13) % 31, i);
+    if (i % 2 == 1 && p.size() > 1) {
+      const auto half = static_cast<std::ptrdiff_t>(p.size() / 2);
+      s.chunks.emplace_back(p.begin(), p.begin() + half);
+      s.chunks.emplace_back(p.begin() + half, p.end());
+    } else {
+      s.chunks.push_back(p);
+    }
+    for (int j = 0; j < decode; ++j) s.chunks.push_back({(i * 7 + j * 3) % 256});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+/// Runs every schedule alone: per sequence, the logits of each chunk.
+std::vector<std::vector<std::vector<float>>> run_alone(Model& model, const std::vector<Schedule>& schedules) {
+  std::vector<std::vector<std::vector<float>>> out;
+  for (const Schedule& s : schedules) {
+    auto cache = std::move(model.new_cache(s.tokens())).value();
+    out.emplace_back();
+    for (const auto& chunk : s.chunks) {
+      const StepInput input{cache.get(), chunk};
+      auto r = model.step(std::span(&input, 1));
+      EXPECT_TRUE(r.ok()) << r.error().message;
+      out.back().push_back(r.ok() ? r->at(0) : std::vector<float>());
+    }
+  }
+  return out;
+}
+
+/// Runs all schedules together, one step per step index; every step holds
+/// the next chunk of every sequence that has joined and is not done.
+std::vector<std::vector<std::vector<float>>> run_batched(Model& model, const std::vector<Schedule>& schedules,
+                                                         std::size_t* largest_step = nullptr) {
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (const Schedule& s : schedules) caches.push_back(std::move(model.new_cache(s.tokens())).value());
+  std::vector<std::vector<std::vector<float>>> out(schedules.size());
+  for (int step = 0;; ++step) {
+    std::vector<StepInput> inputs;
+    std::vector<std::size_t> who;
+    for (std::size_t i = 0; i < schedules.size(); ++i) {
+      const int k = step - schedules[i].join;
+      if (k >= 0 && k < static_cast<int>(schedules[i].chunks.size())) {
+        inputs.push_back({caches[i].get(), schedules[i].chunks[static_cast<std::size_t>(k)]});
+        who.push_back(i);
+      }
+    }
+    if (inputs.empty() && step > 0) break;
+    if (largest_step != nullptr) *largest_step = std::max(*largest_step, inputs.size());
+    auto r = model.step(inputs);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    if (!r.ok()) return out;
+    EXPECT_EQ(r->size(), inputs.size());
+    for (std::size_t j = 0; j < who.size(); ++j) out[who[j]].push_back(r->at(j));
+  }
+  for (std::size_t i = 0; i < schedules.size(); ++i) EXPECT_EQ(caches[i]->length(), schedules[i].tokens()) << i;
+  return out;
+}
+
+TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
+  TempDir dir;
+  testing::RandomGpt2 spec;
+  spec.n_positions = 64;
+  testing::write_random_gpt2(dir.path(), spec);
+  auto device = make_device();
+  auto model = load(dir.path(), device.get());
+  ASSERT_NE(model, nullptr);
+  const auto schedules = mixed_schedules(6);
+  std::size_t largest = 0;
+  const auto batched = run_batched(*model, schedules, &largest);
+  const auto alone = run_alone(*model, schedules);
+  EXPECT_EQ(largest, static_cast<std::size_t>(kSequences));
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    ASSERT_EQ(batched[i].size(), schedules[i].chunks.size()) << i;
+    ASSERT_EQ(alone[i].size(), schedules[i].chunks.size()) << i;
+    for (std::size_t c = 0; c < alone[i].size(); ++c) {
+      ASSERT_EQ(batched[i][c].size(), 257u);
+      EXPECT_LE(max_abs_diff(batched[i][c], alone[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
+    }
+  }
+}
+
+/// Greedy generation of `max_new` tokens after `prompt`, step by step.
+struct Generation {
+  std::vector<std::int32_t> prompt;
+  int max_new = 0;
+  std::vector<std::int32_t> tokens;
+};
+
+void generate_alone(Model& model, Generation& g) {
+  auto cache = std::move(model.new_cache(static_cast<int>(g.prompt.size()) + g.max_new)).value();
+  std::vector<std::int32_t> next = g.prompt;
+  for (int n = 0; n < g.max_new; ++n) {
+    const StepInput input{cache.get(), next};
+    auto r = model.step(std::span(&input, 1));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    g.tokens.push_back(argmax(r->at(0)));
+    next = {g.tokens.back()};
+  }
+}
+
+/// Sequences join one per step, so prefills run next to decodes at
+/// different cache lengths.
+void generate_batched(Model& model, std::vector<Generation>& gs) {
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::vector<std::int32_t>> next;
+  for (const Generation& g : gs) {
+    caches.push_back(std::move(model.new_cache(static_cast<int>(g.prompt.size()) + g.max_new)).value());
+    next.push_back(g.prompt);
+  }
+  for (int step = 0;; ++step) {
+    std::vector<StepInput> inputs;
+    std::vector<std::size_t> who;
+    for (std::size_t i = 0; i < gs.size() && static_cast<int>(i) <= step; ++i) {
+      if (static_cast<int>(gs[i].tokens.size()) < gs[i].max_new) {
+        inputs.push_back({caches[i].get(), next[i]});
+        who.push_back(i);
+      }
+    }
+    if (inputs.empty()) break;
+    auto r = model.step(inputs);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    for (std::size_t j = 0; j < who.size(); ++j) {
+      gs[who[j]].tokens.push_back(argmax(r->at(j)));
+      next[who[j]] = {gs[who[j]].tokens.back()};
+    }
+  }
+}
+
+void expect_greedy_batched_equals_alone(const std::filesystem::path& dir) {
+  auto device = make_device();
+  auto model = load(dir, device.get(), "float64");
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->config().dtype, "float64");
+  const int positions = model->config().n_positions;
+  std::vector<Generation> batched, alone;
+  for (int i = 0; i < kSequences; ++i) {
+    const int length = 1 + (i * 11) % (positions / 2);
+    Generation g{prompt(length, i + 3), std::min(24, positions - length), {}};
+    batched.push_back(g);
+    alone.push_back(g);
+  }
+  generate_batched(*model, batched);
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    generate_alone(*model, alone[i]);
+    ASSERT_EQ(batched[i].tokens.size(), static_cast<std::size_t>(batched[i].max_new)) << i;
+    EXPECT_EQ(batched[i].tokens, alone[i].tokens) << "sequence " << i;
+  }
+}
+
+TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAlone) {
+  TempDir dir;
+  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
+                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
+                                                                 "--positions 64 --vocab 257"),
+            0);
+  expect_greedy_batched_equals_alone(dir.path());
+}
+
+TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTinylm) {
+  const std::filesystem::path dir = std::filesystem::path(VG_SOURCE_DIR) / "models" / "tinylm";
+  if (!std::filesystem::exists(dir / "config.json") || !std::filesystem::exists(dir / "model.safetensors")) {
+    GTEST_SKIP() << dir << " has no trained model yet";
+  }
+  expect_greedy_batched_equals_alone(dir);
+}
+
+TEST(Gpt2Batch, Float64KeepsWeightsAndCachesInFloat64) {
+  TempDir dir;
+  testing::write_random_gpt2(dir.path(), {});
+  auto device = make_device();
+  auto model = load(dir.path(), device.get(), "float64");
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->config().dtype, "float64");
+  const std::int64_t params = model->parameter_count() * 8;
+  EXPECT_GE(device->memory().used, params);
+  EXPECT_LE(device->memory().used, params + 4096);
+  auto cache = std::move(model->new_cache(20)).value();
+  EXPECT_EQ(cache->bytes(), 2LL * 2 * 20 * 32 * 8);  // layers * {K,V} * tokens * n_embd * 8 bytes
+  // Same weights in float32 and float64 give logits within float32 rounding.
+  auto model32 = load(dir.path(), device.get());
+  ASSERT_NE(model32, nullptr);
+  EXPECT_EQ(model32->config().dtype, "float32");
+  const std::vector<std::int32_t> ids = prompt(12, 1);
+  auto a = model->forward_full(ids);
+  auto b = model32->forward_full(ids);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(max_abs_diff(*a, *b), 1e-4f);
+}
+
+TEST(Gpt2Batch, UnsupportedDtypeIsALoadError) {
+  TempDir dir;
+  testing::write_random_gpt2(dir.path(), {});
+  auto device = make_device();
+  auto r = Model::load({dir.path(), device.get(), "int8"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kModelLoad);
+  EXPECT_NE(r.error().message.find("'int8'"), std::string::npos) << r.error().message;
+  EXPECT_EQ(device->memory().used, 0);
+}
+
+TEST(Gpt2Batch, OutOfMemoryInABatchedStepChangesNoCache) {
+  TempDir dir;
+  testing::RandomGpt2 spec;
+  spec.n_positions = 64;
+  testing::write_random_gpt2(dir.path(), spec);
+  const auto length = [](int i) { return 3 + i % 8; };  // prefills smaller than the decode step
+  const auto history = [&](int i) { return prompt(length(i), i); };
+  const std::vector<std::int32_t> big = prompt(48, 99);
+  // Caches of 16 sequences at lengths 3..10, plus one empty cache for a big prefill.
+  struct Run {
+    std::unique_ptr<VirtualDevice> device;
+    std::unique_ptr<Model> model;
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<std::int32_t> next;
+    std::vector<StepInput> decode() {
+      std::vector<StepInput> inputs;
+      for (std::size_t i = 0; i < kSequences; ++i) inputs.push_back({caches[i].get(), std::span(&next[i], 1)});
+      return inputs;
+    }
+  };
+  auto start = [&](std::int64_t capacity) {
+    Run run{make_device(capacity), nullptr, {}, {}};
+    run.model = load(dir.path(), run.device.get());
+    for (int i = 0; i <= kSequences; ++i) {
+      run.caches.push_back(std::move(run.model->new_cache(64)).value());
+      if (i == kSequences) break;
+      const auto h = history(i);
+      const StepInput input{run.caches.back().get(), h};
+      EXPECT_TRUE(run.model->step(std::span(&input, 1)).ok());
+      run.next.push_back((i * 5) % 256);
+    }
+    return run;
+  };
+
+  // On a roomy device: the extra bytes a decode step and a decode + big prefill step need.
+  Run roomy = start(kGiB);
+  roomy.device->reset_peak();
+  const std::int64_t before = roomy.device->memory().used;
+  auto reference = roomy.model->step(roomy.decode());
+  ASSERT_TRUE(reference.ok()) << reference.error().message;
+  const std::int64_t decode_bytes = roomy.device->memory().peak - before;
+  ASSERT_GT(decode_bytes, 0);
+
+  // A device with room for exactly that decode step, not for the big prefill too.
+  Run small = start(before + decode_bytes);
+  const std::int64_t used = small.device->memory().used;
+  ASSERT_EQ(used, before);
+  std::vector<StepInput> with_big = small.decode();
+  with_big.push_back({small.caches.back().get(), big});
+  auto failed = small.model->step(with_big);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, ErrorCode::kOutOfMemory) << failed.error().message;
+  for (int i = 0; i < kSequences; ++i) EXPECT_EQ(small.caches[static_cast<std::size_t>(i)]->length(), length(i)) << i;
+  EXPECT_EQ(small.caches.back()->length(), 0);
+  EXPECT_EQ(small.device->memory().used, used);
+
+  // The decode step alone still fits and gives the roomy device's logits.
+  auto retry = small.model->step(small.decode());
+  ASSERT_TRUE(retry.ok()) << retry.error().message;
+  ASSERT_EQ(retry->size(), reference->size());
+  for (std::size_t i = 0; i < retry->size(); ++i) {
+    EXPECT_LE(max_abs_diff(retry->at(i), reference->at(i)), 1e-6f) << i;
+    EXPECT_EQ(small.caches[i]->length(), length(static_cast<int>(i)) + 1);
+  }
+}
+
+}  // namespace
+}  // namespace vg

@@ -1,0 +1,69 @@
+// Helpers for the model tests: temporary folders, safetensors files written
+// byte by byte (good and bad), random GPT-2 folders, and the Python tools.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace vg::testing {
+
+/// A fresh folder under the system temp dir, removed with its contents.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// One tensor to store: `data` holds its raw little-endian bytes.
+struct RawTensor {
+  std::string name;
+  std::string dtype = "F32";
+  std::vector<std::int64_t> shape;
+  std::string data;
+};
+
+/// The bytes of `values` as F32.
+std::string f32_bytes(const std::vector<float>& values);
+
+/// The JSON header a well-formed file for `tensors` has (offsets in order).
+std::string safetensors_header(const std::vector<RawTensor>& tensors);
+
+/// Writes u64 LE `header_length`, `header`, then `data`, byte for byte.
+void write_raw_safetensors(const std::filesystem::path& path, std::uint64_t header_length, const std::string& header,
+                           const std::string& data);
+
+/// Writes a well-formed safetensors file.
+void write_safetensors(const std::filesystem::path& path, const std::vector<RawTensor>& tensors);
+
+struct RandomGpt2 {
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 32;
+  int n_positions = 32;
+  int vocab_size = 257;
+  std::uint32_t seed = 1;
+  std::string model_type = "gpt2";
+  std::vector<std::string> skip;  ///< tensor names to leave out
+};
+
+/// Writes config.json + model.safetensors (F32, random weights) into `dir`.
+void write_random_gpt2(const std::filesystem::path& dir, const RandomGpt2& spec);
+
+/// Runs `/usr/bin/python3 <VG_SOURCE_DIR>/tools/<script> <args>`; returns the
+/// exit status (0 on success).
+int run_python_tool(const std::string& script, const std::string& args);
+
+/// Reads reference_forward.py --format text output: per prompt, the logits of
+/// every position, row-major [positions * vocab].
+std::vector<std::vector<float>> read_reference_logits(const std::filesystem::path& path);
+
+}  // namespace vg::testing
