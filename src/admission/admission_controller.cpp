@@ -64,7 +64,8 @@ struct AdmissionController::State final : LeaseLedger {
   }
 
   GrantState grant_state() const VG_REQUIRES(mu) {
-    return GrantState{options.policy, effective_budget - reserved, active_leases, options.max_bypass};
+    return GrantState{options.policy, effective_budget - reserved, active_leases, options.max_bypass,
+                      options.max_running};
   }
 
   std::vector<QueuedRequest> requests() const VG_REQUIRES(mu) {

@@ -46,6 +46,10 @@ struct AdmissionOptions {
   /// How long a request that does not fit may be passed by later requests
   /// that do (>= 0; 0 = strict FIFO).
   Duration max_bypass = std::chrono::seconds(5);
+  /// Under memory: leases held at once at most (the engine's max batch);
+  /// 0 = no limit. Requests beyond it wait in the queue and count against
+  /// max_queue.
+  int max_running = 0;
   RetryAfterOptions retry_after;
   DrainRateEstimator::Options drain_rate;
 };

@@ -2,6 +2,8 @@
 // Pure functions; any thread.
 #include "admission/admission_policy.hpp"
 
+#include <limits>
+
 #include <charconv>
 
 namespace vg {
@@ -58,9 +60,13 @@ std::vector<std::size_t> select_grants(const GrantState& state, std::span<const 
       break;
   }
   std::int64_t free_bytes = state.free_bytes;
+  std::int64_t free_slots = state.max_running > 0 ? state.max_running - state.active_leases
+                                                  : std::numeric_limits<std::int64_t>::max();
   for (std::size_t i = 0; i < queue.size(); ++i) {
     const QueuedRequest& r = queue[i];
+    if (free_slots <= 0) break;  // the batch is full: everyone waits, in order
     if (fits(r, free_bytes)) {
+      --free_slots;
       out.push_back(i);
       free_bytes -= r.cost_bytes;
       continue;

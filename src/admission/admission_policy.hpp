@@ -53,6 +53,9 @@ struct GrantState {
   int active_leases = 0;  ///< granted and not yet released (kFixed counts these)
   /// How long a request that does not fit may be passed by later ones that do.
   Duration max_bypass{};
+  /// kMemory: sequences that may hold leases at once (the engine's batch
+  /// size); 0 = no limit. When reached, nothing is granted.
+  std::int64_t max_running = 0;
 };
 
 /// Indices into `queue` (FIFO order) of the requests that may start at `now`,

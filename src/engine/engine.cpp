@@ -374,7 +374,7 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token) {
   ++s.generated;
   ++s.unsent_tokens;
   const Tokenizer& tok = model.tokenizer();
-  if (tok.eos_id() && token == *tok.eos_id()) {
+  if (tok.eos_id() && token == *tok.eos_id() && !s.req->gen.ignore_eos) {
     finish(s, "stop");
     return;
   }

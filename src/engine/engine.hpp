@@ -32,6 +32,7 @@ struct GenerationRequest {
   int max_tokens = 16;               ///< prompt + max_tokens <= context length
   SamplingParams sampling;
   std::vector<std::string> stop;
+  bool ignore_eos = false;  ///< end-of-text does not end generation
   /// Total deadline (-> 504 timeout); checked while queued and at every step.
   std::optional<TimePoint> deadline;
 };

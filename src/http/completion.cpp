@@ -68,7 +68,8 @@ struct Outcome {
 net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::string& body, bool infer) {
   Result<CompletionRequest> decoded = infer ? decode_infer_request(body) : decode_completion_request(body);
   if (!decoded) co_return co_await send(ex, error_reply(decoded.error()));
-  const CompletionRequest& request = *decoded;
+  CompletionRequest request = std::move(*decoded);
+  request.request_id = ex.request_id;
 
   auto queue = std::make_shared<EventQueue>([exec = socket_.get_executor(), weak = weak_from_this()] {
     net::post(exec, [weak] {

@@ -64,6 +64,14 @@ class HttpServerImpl final : public HttpServer {
   }
 
   void start() {
+    // Handlers for SIGINT/SIGTERM are installed now, before any I/O thread
+    // runs, so a signal arriving before wait_for_signal() is not lost.
+    signals_.emplace(ioc_, SIGINT, SIGTERM);
+    signals_->async_wait([this](beast::error_code ec, int signo) {
+      std::lock_guard l(mu_);
+      if (!signal_) signal_ = ec ? 0 : signo;
+      signal_cv_.notify_all();
+    });
     net::co_spawn(acceptor_.get_executor(), accept_loop(),
                   [](std::exception_ptr e) { log_coroutine_exit(e, "accept loop"); });
     for (int i = 0; i < state_->options().io_threads; ++i) {
@@ -77,14 +85,6 @@ class HttpServerImpl final : public HttpServer {
 
   int wait_for_signal() override {
     std::unique_lock lock(mu_);
-    if (!stopped_ && !signals_) {
-      signals_.emplace(ioc_, SIGINT, SIGTERM);
-      signals_->async_wait([this](beast::error_code ec, int signo) {
-        std::lock_guard l(mu_);
-        if (!signal_) signal_ = ec ? 0 : signo;
-        signal_cv_.notify_all();
-      });
-    }
     signal_cv_.wait(lock, [this] { return signal_.has_value() || stopped_; });
     return signal_.value_or(0);
   }

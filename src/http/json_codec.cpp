@@ -70,7 +70,8 @@ Status decode_prompt(const json::object& o, CompletionRequest& out) {
   const json::value* v = field(o, "prompt");
   if (v == nullptr) return invalid("prompt is required");
   if (v->is_string()) {
-    if (v->get_string().empty()) return invalid("prompt must not be empty");
+    // An empty text prompt is allowed (OpenAI's default prompt is
+    // <|endoftext|>): the service starts a new document for it.
     out.prompt = std::string(v->get_string());
     return {};
   }
@@ -162,6 +163,10 @@ Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out)
   if (const json::value* v = field(o, "stream"); v != nullptr && !infer) {
     if (!v->is_bool()) return invalid("stream must be a boolean (got " + shown(*v) + ")");
     out.stream = v->get_bool();
+  }
+  if (const json::value* v = field(o, "ignore_eos")) {
+    if (!v->is_bool()) return invalid("ignore_eos must be a boolean (got " + shown(*v) + ")");
+    out.ignore_eos = v->get_bool();
   }
   if (const json::value* v = field(o, "timeout")) {
     auto t = as_number(*v);

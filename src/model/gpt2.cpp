@@ -1,9 +1,10 @@
 // GPT-2 family: weight loading from Hugging Face-named safetensors and the
 // native libtorch forward pass (pre-LayerNorm blocks, causal self-attention
-// over a preallocated KV cache, gelu_new MLP, tied LM head). The only torch
-// code of src/model. A Gpt2Model and its caches belong to one engine thread;
-// each entry point binds the model's device and runs in InferenceMode, and no
-// torch exception leaves this file.
+// over a preallocated KV cache, gelu_new MLP, tied LM head). A step runs all
+// its sequences' new tokens as one ragged batch (see Plan). With
+// gpt2_attention.cpp, the only torch code of src/model. A Gpt2Model and its
+// caches belong to one engine thread; each entry point binds the model's
+// device and runs in InferenceMode, and no torch exception leaves this file.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
@@ -344,9 +345,7 @@ Plan Gpt2Model::plan(std::span<const StepInput> inputs, std::span<Gpt2Cache* con
       if (decode == static_cast<bool>(decode_pass)) order.push_back(i);
     }
   }
-  const at::Tensor host = at::empty({3, static_cast<std::int64_t>(std::max(order.size(), std::size_t{1}))}, host_long);
-  std::int64_t* last_rows = host.select(0, 2).data_ptr<std::int64_t>();
-  std::vector<std::int64_t> ids, positions;
+  std::vector<std::int64_t> ids, positions, last_rows(inputs.size());
   for (std::size_t i : order) {
     Segment s;
     s.cache = caches[i];
@@ -369,13 +368,17 @@ Plan Gpt2Model::plan(std::span<const StepInput> inputs, std::span<Gpt2Cache* con
     }
     p.segments.push_back(std::move(s));
   }
-  const at::Tensor rows = at::empty({2, p.rows}, host_long);
-  std::copy(ids.begin(), ids.end(), rows.select(0, 0).data_ptr<std::int64_t>());
-  std::copy(positions.begin(), positions.end(), rows.select(0, 1).data_ptr<std::int64_t>());
-  const at::Tensor on_device = rows.to(wte_.device());
-  p.ids = on_device.select(0, 0);
-  p.positions = on_device.select(0, 1);
-  p.last_rows = host.select(0, 2).narrow(0, 0, static_cast<std::int64_t>(inputs.size())).to(wte_.device());
+  // One host tensor [ids | positions | last rows], one copy to the device.
+  const auto n = static_cast<std::int64_t>(inputs.size());
+  const at::Tensor host = at::empty({2 * p.rows + n}, host_long);
+  std::int64_t* out = host.data_ptr<std::int64_t>();
+  out = std::copy(ids.begin(), ids.end(), out);
+  out = std::copy(positions.begin(), positions.end(), out);
+  std::copy(last_rows.begin(), last_rows.end(), out);
+  const at::Tensor on_device = host.to(wte_.device());
+  p.ids = on_device.narrow(0, 0, p.rows);
+  p.positions = on_device.narrow(0, p.rows, p.rows);
+  p.last_rows = on_device.narrow(0, 2 * p.rows, n);
   return p;
 }
 
@@ -445,7 +448,7 @@ at::Tensor Gpt2Model::attend_decode(const at::Tensor& qkv, int layer, const Plan
   for (std::int64_t i = 0; i < plan.n_decode; ++i, row += d + 2 * kv_dim, out_row += d) {
     const Segment& s = plan.segments[static_cast<std::size_t>(i)];
     sequences.push_back({row, row + d, row + d + kv_dim, s.cache->k(layer).data_ptr<T>(),
-                         s.cache->v(layer).data_ptr<T>(), s.cache->capacity(), s.pos0, out.data_ptr<T>() + (plan.n_decode - 1 - i) * d});
+                         s.cache->v(layer).data_ptr<T>(), s.cache->capacity(), s.pos0, out_row});
   }
   decode_attention<T>(sequences, shape);
   return out;

@@ -45,12 +45,23 @@ void attend_head(const DecodeSequence<T>& s, const DecodeAttentionShape& shape, 
     scores[j] = std::exp(scores[j] - max);
     total += scores[j];
   }
+  for (std::int64_t j = 0; j < keys; ++j) scores[j] /= total;
+  // Columns in blocks of eight summed in locals (vectorizable), then the rest.
   T* out = s.out + head * hd;
-  std::fill(out, out + hd, T(0));
-  for (std::int64_t j = 0; j < keys; ++j) {
-    const T p = scores[j] / total;
-    const T* vj = v + j * hd;
-    for (std::int64_t c = 0; c < hd; ++c) out[c] += p * vj[c];
+  std::int64_t c = 0;
+  for (; c + 8 <= hd; c += 8) {
+    T block[8] = {};
+    for (std::int64_t j = 0; j < keys; ++j) {
+      const T p = scores[j];
+      const T* vj = v + j * hd + c;
+      for (int u = 0; u < 8; ++u) block[u] += p * vj[u];
+    }
+    std::copy(block, block + 8, out + c);
+  }
+  for (; c < hd; ++c) {
+    T sum = 0;
+    for (std::int64_t j = 0; j < keys; ++j) sum += scores[j] * v[j * hd + c];
+    out[c] = sum;
   }
 }
 

@@ -24,6 +24,8 @@ struct CompletionRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  ///< up to 4 stop strings, none empty
   bool stream = false;
+  /// Keep generating past end-of-text until max_tokens (vLLM's extension).
+  bool ignore_eos = false;
   /// Total deadline override in seconds (vramgate extension `timeout`).
   std::optional<double> timeout_s;
 };

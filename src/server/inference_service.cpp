@@ -112,6 +112,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.admission.max_queue = config.max_queue;
   eo.admission.queue_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.queue_timeout_s));
   eo.admission.max_bypass = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.max_bypass_s));
+  eo.admission.max_running = config.max_batch;
   eo.profile = profile;
   eo.max_batch = config.max_batch;
   eo.max_batch_tokens = config.max_batch_tokens;
@@ -174,6 +175,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   gen.max_tokens = request.max_tokens;
   gen.sampling = request.sampling;
   gen.stop = request.stop;
+  gen.ignore_eos = request.ignore_eos;
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));

@@ -36,7 +36,7 @@ def budget_server(make_server, *extra):
 
 def body_for_tokens(tokens, prompt_len=4, **kw):
     """A request whose prompt + max_tokens is `tokens` (byte-level model)."""
-    return dict({"prompt": "x" * prompt_len, "max_tokens": tokens - prompt_len}, **kw)
+    return dict({"prompt": "x" * prompt_len, "max_tokens": tokens - prompt_len, "ignore_eos": True}, **kw)
 
 
 def open_request(port, body):

@@ -142,7 +142,7 @@ def test_bad_json_and_bad_values_are_400(server):
     error_of(requests.post(url, data="{not json", headers={"Content-Type": "application/json"}, timeout=30),
              400, "invalid_request")
     error_of(requests.post(url, data="[1,2]", timeout=30), 400, "invalid_request")
-    for bad in (0, -1, 1.5, "5", None, 10**12):
+    for bad in (0, -1, 1.5, "5", 10**12):
         e = error_of(server.post("/v1/completions", {"prompt": "x", "max_tokens": bad}), 400, "invalid_request")
         assert "max_tokens" in e["message"]
     error_of(server.post("/v1/completions", {"prompt": 5}), 400, "invalid_request")

@@ -43,7 +43,7 @@ def test_partial_body_gets_408_and_nothing_is_reserved(make_server):
 
 def test_client_closing_a_stream_stops_the_work(make_server):
     server = make_server("--test-step-delay-ms", "20")
-    r = requests.post(server.url + "/v1/completions", json={"prompt": "The", "max_tokens": 200, "stream": True},
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "The", "max_tokens": 200, "stream": True, "ignore_eos": True},
                       stream=True, timeout=60)
     events = sse_events(r)
     for _ in range(5):
@@ -59,7 +59,7 @@ def test_client_closing_a_stream_stops_the_work(make_server):
 
 def test_client_closing_a_plain_request_stops_the_work(make_server):
     server = make_server("--test-step-delay-ms", "20")
-    s = raw_request(server.port, {"prompt": "The", "max_tokens": 200})
+    s = raw_request(server.port, {"prompt": "The", "max_tokens": 200, "ignore_eos": True})
     wait_until(lambda: server.admission()["running"] == 1, what="request running")
     s.close()
     wait_until(lambda: idle(server), what="work stopped after client close")
@@ -67,7 +67,7 @@ def test_client_closing_a_plain_request_stops_the_work(make_server):
 
 def test_total_deadline_gives_504(make_server):
     server = make_server("--test-step-delay-ms", "20")
-    r = server.post("/v1/completions", {"prompt": "The", "max_tokens": 200, "timeout": 0.3})
+    r = server.post("/v1/completions", {"prompt": "The", "max_tokens": 200, "timeout": 0.3, "ignore_eos": True})
     assert r.status_code == 504, r.text
     assert r.json()["error"]["type"] == "timeout"
     wait_until(lambda: idle(server), what="idle after timeout")
@@ -75,9 +75,9 @@ def test_total_deadline_gives_504(make_server):
 
 def test_queue_full_gets_503_with_retry_after(make_server):
     server = make_server("--test-step-delay-ms", "20", "--max-batch", "1", "--max-queue", "1")
-    running = raw_request(server.port, {"prompt": "A", "max_tokens": 200})
+    running = raw_request(server.port, {"prompt": "A", "max_tokens": 200, "ignore_eos": True})
     wait_until(lambda: server.admission()["running"] == 1, what="first running")
-    queued = raw_request(server.port, {"prompt": "B", "max_tokens": 200})
+    queued = raw_request(server.port, {"prompt": "B", "max_tokens": 200, "ignore_eos": True})
     wait_until(lambda: server.admission()["queue_depth"] == 1, what="second queued")
     for stream in (False, True):
         r = server.post("/v1/completions", {"prompt": "C", "max_tokens": 5, "stream": stream})

@@ -131,3 +131,20 @@ TEST(BypassWindowCloses, IsTheBlockedHeadsEnqueuePlusMaxBypass) {
 
 }  // namespace
 }  // namespace vg
+
+namespace vg {
+namespace {
+
+TEST(SelectGrantsMemory, MaxRunningCapsGrantsInQueueOrder) {
+  const TimePoint t0 = TimePoint{} + std::chrono::hours(1);
+  std::vector<QueuedRequest> q = {{1, 10, t0}, {2, 10, t0}, {3, 10, t0}};
+  GrantState s{AdmissionPolicy{AdmissionPolicy::Kind::kMemory, 0}, 1000, 1, std::chrono::seconds(5), 3};
+  EXPECT_EQ(select_grants(s, q, t0), (std::vector<std::size_t>{0, 1}));
+  s.active_leases = 3;
+  EXPECT_TRUE(select_grants(s, q, t0).empty());
+  s.max_running = 0;  // no limit
+  EXPECT_EQ(select_grants(s, q, t0).size(), 3u);
+}
+
+}  // namespace
+}  // namespace vg

@@ -145,6 +145,20 @@ TEST_F(EngineTest, EndOfTextEndsWithStopReason) {
   EXPECT_EQ(sink->finished()->usage.completion_tokens, 3);
 }
 
+TEST_F(EngineTest, IgnoreEosGeneratesUntilMaxTokens) {
+  model_.eos_at_length(3);
+  auto engine = make();
+  auto sink = std::make_shared<Collector>();
+  auto r = req(6);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine->submit(r, sink).ok());
+  ASSERT_TRUE(sink->wait_done());
+  ASSERT_TRUE(sink->finished());
+  EXPECT_EQ(sink->finished()->finish_reason, "length");
+  EXPECT_EQ(sink->finished()->usage.completion_tokens, 6);
+  EXPECT_EQ(sink->text(), "elo w");  // the third token, end-of-text, has no text
+}
+
 TEST_F(EngineTest, QueueFullIsRefusedWithRetryAfter) {
   model_.block();
   auto engine = make(options(1, 1));
@@ -213,11 +227,11 @@ TEST_F(EngineTest, DeadlinePassedWhileRunningGives504Error) {
   auto a = std::make_shared<Collector>();
   model_.block();
   auto r = req(100);
-  r.deadline = Clock::now() + std::chrono::milliseconds(1);
+  // Far enough ahead that the request surely reaches its first step first.
+  r.deadline = Clock::now() + std::chrono::milliseconds(500);
   ASSERT_TRUE(engine->submit(r, a).ok());
   ASSERT_TRUE(model_.wait_in_step());
-  // The deadline is 1 ms after submit; wait until it has surely passed by
-  // observing the clock, not by sleeping a guessed amount.
+  // The step is held until the deadline has passed (observed on the clock).
   while (Clock::now() < *r.deadline) std::this_thread::yield();
   model_.unblock();
   ASSERT_TRUE(a->wait_done());
