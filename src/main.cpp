@@ -67,6 +67,9 @@ void add_serve_flags(CLI::App& serve, vg::ServeConfig& c) {
   serve.add_option("--test-step-delay-ms", c.test_step_delay_ms,
                    "Test hook: sleep this many ms after every engine step")
       ->capture_default_str();
+  serve.add_option("--test-inject-oom-step", c.test_inject_oom_step,
+                   "Test hook: the engine step with this number (from 1) fails with out-of-memory")
+      ->capture_default_str();
 }
 
 }  // namespace

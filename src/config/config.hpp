@@ -45,6 +45,7 @@ struct ServeConfig {
 
   // -- test hooks
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
+  std::int64_t test_inject_oom_step = 0;  ///< engine step (1-based) that fails with out-of-memory; 0 = never
 
   /// Checks ranges and formats. Errors: kConfig naming the flag.
   Status validate() const;

@@ -33,6 +33,9 @@ class Device {
   virtual DeviceMemory memory() const = 0;
   /// Sets peak to the current used bytes.
   virtual void reset_peak() = 0;
+  /// Test hook: the next allocation charged to this device fails with
+  /// c10::OutOfMemoryError as if the device were full.
+  virtual void inject_out_of_memory() = 0;
 };
 
 /// CPU memory with an enforced capacity (bytes).
@@ -46,6 +49,7 @@ class VirtualDevice final : public Device {
   std::string torch_device() const override { return "cpu"; }
   DeviceMemory memory() const override;
   void reset_peak() override;
+  void inject_out_of_memory() override { inject_oom_.store(true); }
 
   /// Called by the allocator. Returns false (and charges nothing) when
   /// used + bytes would pass capacity.
@@ -58,6 +62,7 @@ class VirtualDevice final : public Device {
   std::int64_t capacity_;
   std::atomic<std::int64_t> used_{0};
   std::atomic<std::int64_t> peak_{0};
+  std::atomic<bool> inject_oom_{false};
 };
 
 /// Binds the calling thread to a device for the scope's life: libtorch

@@ -121,6 +121,7 @@ DeviceMemory VirtualDevice::memory() const {
 void VirtualDevice::reset_peak() { peak_.store(used_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 bool VirtualDevice::try_charge(std::int64_t bytes) {
+  if (inject_oom_.load(std::memory_order_relaxed) && inject_oom_.exchange(false)) return false;
   std::int64_t used = used_.load(std::memory_order_relaxed);
   do {
     if (bytes > capacity_ - used) return false;

@@ -99,6 +99,7 @@ struct Engine::Impl {
   std::unique_ptr<AdmissionController> admission;
   std::atomic<RequestId> next_id{1};
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
+  std::int64_t steps_run = 0;                       // engine thread only
   std::thread thread;
 
   Impl(const Options& o, Model& m, Device& d) : options(o), model(m), device(d) {}
@@ -348,6 +349,8 @@ void Engine::Impl::run_step() {
     budget -= n;
   }
   if (inputs.empty()) return;
+  ++steps_run;
+  if (options.inject_oom_at_step > 0 && steps_run == options.inject_oom_at_step) device.inject_out_of_memory();
   auto logits = model.step(inputs);
   {
     std::lock_guard lk(shared->mu);
@@ -355,7 +358,18 @@ void Engine::Impl::run_step() {
     if (!logits.ok() && logits.error().code == ErrorCode::kOutOfMemory) ++shared->stats.out_of_memory;
   }
   if (!logits.ok()) {
-    for (Sequence* s : owners) fail(*s, logits.error());
+    Error e = logits.error();
+    if (e.code == ErrorCode::kOutOfMemory) {
+      spdlog::warn("out of memory in step {} ({} sequences): {}", steps_run, owners.size(), e.message);
+      if (options.admission.policy.kind != AdmissionPolicy::Kind::kNone) {
+        // Admission promised these bytes: the shortfall is the server's, so
+        // the client is told "not now" rather than given a server error.
+        Error busy(ErrorCode::kOverloaded, "device memory ran short during generation; retry");
+        busy.retry_after_s = admission->retry_after_s(1, Clock::now());
+        e = std::move(busy);
+      }
+    }
+    for (Sequence* s : owners) fail(*s, e);
     return;
   }
   const TimePoint now = Clock::now();

@@ -63,6 +63,9 @@ class Engine {
     /// Test hook: extra milliseconds slept by the engine thread after each
     /// step, so tests can hold requests running without sleeping themselves.
     double step_delay_ms = 0;
+    /// Test hook: step number (1-based, counted over the engine's life) whose
+    /// first device allocation fails with out-of-memory; 0 = never.
+    std::int64_t inject_oom_at_step = 0;
   };
 
   /// Starts the engine thread. `model` and `device` must outlive the engine;

@@ -1,12 +1,18 @@
 #include "model/runtime.hpp"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/version.h>
 
 namespace vg {
 
 void set_compute_threads(int threads) {
-  if (threads >= 1) at::set_num_threads(threads);
+  if (threads < 1) return;
+  at::set_num_threads(threads);
+  // libtorch's thread setting does not reach OpenBLAS's own pool, whose idle
+  // threads spin; bound it too when the loaded BLAS is OpenBLAS.
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
 }
 
 std::string torch_runtime_description() {

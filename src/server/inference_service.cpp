@@ -117,6 +117,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.max_batch = config.max_batch;
   eo.max_batch_tokens = config.max_batch_tokens;
   eo.step_delay_ms = config.test_step_delay_ms;
+  eo.inject_oom_at_step = config.test_inject_oom_step;
   auto engine = Engine::create(eo, *entry->model, *svc->device_);
   if (!engine.ok()) return std::move(engine).error();
   entry->engine = std::move(engine).value();

@@ -155,3 +155,26 @@ def test_s10_partial_bodies_reserve_nothing(make_server):
     stalled.close()
     assert server.admission()["admitted"] == 0
     check_invariants(server)
+
+
+def test_s5_injected_oom_is_survived(make_server):
+    server = budget_server(make_server, "--test-inject-oom-step", "3")
+    resident = server.admission()["devices"][0]["resident_bytes"]
+    r = server.post("/v1/completions", body_for_tokens(40))
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["type"] == "overloaded"
+    assert int(r.headers["Retry-After"]) >= 1
+    a = server.admission()
+    assert a["out_of_memory"] == 1
+    assert a["devices"][0]["used_bytes"] == resident  # memory returns to the resident baseline
+    assert server.post("/v1/completions", body_for_tokens(40)).status_code == 200
+    wait_until(lambda: idle(server))
+
+
+def test_naive_baseline_reports_oom_as_500(make_server):
+    server = make_server("--admission", "none", "--test-inject-oom-step", "2")
+    r = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 8, "ignore_eos": True})
+    assert r.status_code == 500, r.text
+    assert r.json()["error"]["type"] == "out_of_memory"
+    assert server.get("/health").status_code == 200
+    assert server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 8}).status_code == 200
