@@ -22,7 +22,8 @@ def one(url, prompt, max_tokens):
                                                       "temperature": 0, "stream": True}, stream=True,
                        timeout=300) as r:
         r.raise_for_status()
-        for line in r.iter_lines(decode_unicode=True):
+        for raw in r.iter_lines():
+            line = raw.decode("utf-8")
             if not line or not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])

@@ -34,6 +34,7 @@ struct Request final : RequestHandle {
   TimePoint enqueued;
   std::atomic<bool> cancelled{false};
   std::weak_ptr<Shared> shared;
+  int reported_position = 0;  // engine thread only: last QueuedEvent sent
 
   const std::string& id() const override { return gen.id; }
   void cancel() override;
@@ -107,6 +108,7 @@ struct Engine::Impl {
   void run();
   bool wait_for_work();
   void admit(TimePoint now);
+  void report_queue_positions(TimePoint now);
   void start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now);
   void run_step();
   void on_token(Sequence& s, std::int32_t token);
@@ -300,6 +302,26 @@ void Engine::Impl::admit(TimePoint now) {
     r->sink->push(failed(*r, std::move(e)));
   }
   for (auto& [r, g] : started) start_sequence(std::move(r), std::move(g.lease), now);
+  report_queue_positions(now);
+}
+
+// Tells each waiting request its queue position when it changed (SSE
+// clients see it as progress while they wait).
+void Engine::Impl::report_queue_positions(TimePoint now) {
+  const AdmissionSnapshot snap = admission->snapshot(now);
+  if (snap.queue.empty()) return;
+  std::vector<std::pair<std::shared_ptr<Request>, int>> moved;
+  {
+    std::lock_guard lk(shared->mu);
+    for (const QueuedView& q : snap.queue) {
+      auto it = shared->queued.find(q.id);
+      if (it != shared->queued.end() && it->second->reported_position != q.position) {
+        it->second->reported_position = q.position;
+        moved.emplace_back(it->second, q.position);
+      }
+    }
+  }
+  for (auto& [r, pos] : moved) r->sink->push(QueuedEvent{pos});
 }
 
 void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now) {
@@ -393,7 +415,10 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token) {
     return;
   }
   std::string text = s.text.push(tok.token_bytes(token));
-  if (!text.empty()) {
+  // The first token is always announced, even when its bytes are held back
+  // (part of a character or of a stop string): streams show time to first
+  // token as it is.
+  if (!text.empty() || s.generated == 1) {
     s.req->sink->push(TextEvent{std::move(text), s.unsent_tokens});
     s.unsent_tokens = 0;
   }

@@ -19,15 +19,19 @@ namespace vg::httpd {
 
 class EventQueue final : public EventSink {
  public:
-  /// `wake` runs after each push, under the queue's lock, until detach().
+  /// `wake` runs after a push into an empty queue, under the queue's lock,
+  /// until detach().
   explicit EventQueue(std::function<void()> wake) : wake_(std::move(wake)) {}
 
-  /// Appends the event and wakes the session; dropped once detached.
+  /// Appends the event and wakes the session; dropped once detached. Wakes
+  /// are coalesced: while earlier events wait to be taken, a wake is already
+  /// on its way and take() will return this event with them.
   void push(EngineEvent event) override {
     std::lock_guard lock(mu_);
     if (!wake_) return;
+    const bool was_empty = events_.empty();
     events_.push_back(std::move(event));
-    wake_();
+    if (was_empty) wake_();
   }
 
   /// Removes and returns every event pushed so far, in order.

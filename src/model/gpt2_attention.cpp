@@ -13,7 +13,7 @@ namespace {
 /// Dot product with eight independent partial sums (vectorizable without
 /// reassociation), combined in a fixed order.
 template <typename T>
-T dot(const T* a, const T* b, std::int64_t n) {
+[[gnu::always_inline]] inline T dot(const T* a, const T* b, std::int64_t n) {
   T partial[8] = {};
   std::int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
@@ -27,7 +27,8 @@ T dot(const T* a, const T* b, std::int64_t n) {
 
 /// One query head of one sequence; `scores` has room for position + 1 values.
 template <typename T>
-void attend_head(const DecodeSequence<T>& s, const DecodeAttentionShape& shape, std::int64_t head, T* scores) {
+[[gnu::always_inline]] inline void attend_head(const DecodeSequence<T>& s, const DecodeAttentionShape& shape,
+                                               std::int64_t head, T* scores) {
   const std::int64_t hd = shape.head_dim;
   const std::int64_t kv_head = head / (shape.n_head / shape.n_kv_head);
   const T* q = s.q + head * hd;
@@ -65,6 +66,30 @@ void attend_head(const DecodeSequence<T>& s, const DecodeAttentionShape& shape, 
   }
 }
 
+// The hot loop, compiled twice: for AVX2+FMA processors and for any x86-64;
+// the loader picks one at start-up (GCC function multi-versioning).
+[[gnu::target_clones("arch=haswell", "default")]] void attend_head_f32(const DecodeSequence<float>& s,
+                                                                       const DecodeAttentionShape& shape,
+                                                                       std::int64_t head, float* scores) {
+  attend_head<float>(s, shape, head, scores);
+}
+
+[[gnu::target_clones("arch=haswell", "default")]] void attend_head_f64(const DecodeSequence<double>& s,
+                                                                       const DecodeAttentionShape& shape,
+                                                                       std::int64_t head, double* scores) {
+  attend_head<double>(s, shape, head, scores);
+}
+
+void attend_head_any(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, std::int64_t head,
+                     float* scores) {
+  attend_head_f32(s, shape, head, scores);
+}
+
+void attend_head_any(const DecodeSequence<double>& s, const DecodeAttentionShape& shape, std::int64_t head,
+                     double* scores) {
+  attend_head_f64(s, shape, head, scores);
+}
+
 }  // namespace
 
 template <typename T>
@@ -86,7 +111,7 @@ void decode_attention(std::span<const DecodeSequence<T>> sequences, const Decode
   at::parallel_for(0, tasks, grain, [&](std::int64_t begin, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(longest));
     for (std::int64_t t = begin; t < end; ++t) {
-      attend_head(sequences[static_cast<std::size_t>(t / shape.n_head)], shape, t % shape.n_head, scores.data());
+      attend_head_any(sequences[static_cast<std::size_t>(t / shape.n_head)], shape, t % shape.n_head, scores.data());
     }
   });
 }

@@ -100,7 +100,10 @@ def make_server():
 
 
 def sse_events(resp):
-    """Yields the data payloads of an SSE response, as strings."""
-    for line in resp.iter_lines(decode_unicode=True):
+    """Yields the data payloads of an SSE response, as strings. Lines end at
+    CR or LF only, so the bytes are split before decoding (str.splitlines
+    would also split at U+2028 or U+0085 inside JSON strings)."""
+    for raw in resp.iter_lines():
+        line = raw.decode("utf-8")
         if line and line.startswith("data: "):
             yield line[len("data: "):]

@@ -58,6 +58,12 @@ def read_status(sock):
     return int(buf.split(b" ", 2)[1]) if buf.startswith(b"HTTP/1.1 ") else None
 
 
+def idle(server):
+    """Nothing running, queued or reserved."""
+    a = server.admission()
+    return a["running"] == 0 and a["queue_depth"] == 0 and a["devices"][0]["reserved_bytes"] == 0
+
+
 def check_invariants(server):
     """I1 and I2 once all clients are done (callers wait for idleness first)."""
     a = server.admission()

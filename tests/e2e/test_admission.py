@@ -8,13 +8,8 @@ import threading
 import requests
 
 from conftest import sse_events, wait_until
-from scenario_util import (BUDGET_TOKENS, body_for_tokens, budget_server, check_invariants, cost_of,
+from scenario_util import (BUDGET_TOKENS, body_for_tokens, budget_server, check_invariants, cost_of, idle,
                            open_request, read_status)
-
-
-def idle(server):
-    a = server.admission()
-    return a["running"] == 0 and a["queue_depth"] == 0 and a["devices"][0]["reserved_bytes"] == 0
 
 
 def test_s2_impossible_request_and_boundaries(make_server):

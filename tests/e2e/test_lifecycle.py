@@ -9,19 +9,7 @@ import threading
 import requests
 
 from conftest import sse_events, wait_until
-
-
-def idle(server):
-    a = server.admission()
-    return a["running"] == 0 and a["queue_depth"] == 0 and a["devices"][0]["reserved_bytes"] == 0
-
-
-def raw_request(port, body, extra_headers=""):
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-              extra_headers.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-    return s
+from scenario_util import idle, open_request as raw_request
 
 
 def test_partial_body_gets_408_and_nothing_is_reserved(make_server):

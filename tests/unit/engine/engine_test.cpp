@@ -256,9 +256,27 @@ TEST_F(EngineTest, DeadlinePassedWhileQueuedNeverRuns) {
   EXPECT_EQ(model_.step_tokens(), 2);
 }
 
-TEST_F(EngineTest, StepErrorFailsThatStepsRequestsAndTheEngineGoesOn) {
+TEST_F(EngineTest, StepOutOfMemoryUnderAdmissionIsA503AndTheEngineGoesOn) {
   model_.fail_at_step(2);
   auto engine = make();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
+  EXPECT_GE(a->failed()->retry_after_s.value_or(0), 1.0);
+  EXPECT_EQ(engine->stats().out_of_memory, 1);
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), b).ok());
+  ASSERT_TRUE(b->wait_done());
+  EXPECT_TRUE(b->finished());
+}
+
+TEST_F(EngineTest, StepOutOfMemoryUnderTheNaiveBaselineIsOutOfMemory) {
+  model_.fail_at_step(2);
+  auto o = options();
+  o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kNone, 0};
+  auto engine = make(o);
   auto a = std::make_shared<Collector>();
   ASSERT_TRUE(engine->submit(req(5), a).ok());
   ASSERT_TRUE(a->wait_done());

@@ -1,0 +1,80 @@
+"""Shared by the benchmark scripts: start a vramgate server on a free port,
+stream one completion and time it."""
+import json
+import re
+import subprocess
+import threading
+import time
+
+import requests
+
+
+class Server:
+    def __init__(self, binary, *args):
+        self.proc = subprocess.Popen([binary, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.port = None
+        seen = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    seen.set()
+            seen.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not seen.wait(120) or self.port is None:
+            raise RuntimeError("server did not start")
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while requests.get(self.url + "/ready", timeout=10).status_code != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server not ready")
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def stream_completion(url, body, timeout=300):
+    """Returns a record: status, latency_s, ttft_s, tokens, error type."""
+    t0 = time.perf_counter()
+    rec = {"status": None, "latency_s": None, "ttft_s": None, "tokens": 0, "error": None}
+    try:
+        with requests.post(url + "/v1/completions", json=dict(body, stream=True), stream=True,
+                           timeout=timeout) as r:
+            rec["status"] = r.status_code
+            if r.status_code != 200:
+                rec["error"] = r.json()["error"]["type"]
+            else:
+                # SSE lines end at CR or LF only: split the bytes, then decode
+                # (str.splitlines would also split at U+2028 inside JSON text).
+                for raw in r.iter_lines():
+                    line = raw.decode("utf-8")
+                    if not line or not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        rec["error"] = chunk["error"]["type"]
+                        rec["status"] = "stream_error"
+                        continue
+                    if rec["ttft_s"] is None and chunk["choices"][0]["text"]:
+                        rec["ttft_s"] = time.perf_counter() - t0
+                    if chunk.get("usage"):
+                        rec["tokens"] = chunk["usage"]["completion_tokens"]
+    except requests.RequestException as e:
+        rec["status"] = "client_error"
+        rec["error"] = type(e).__name__
+    rec["latency_s"] = time.perf_counter() - t0
+    return rec
+
+
+def percentile(values, q):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
+    return values[k]
