@@ -64,6 +64,11 @@ void add_serve_flags(CLI::App& serve, vg::ServeConfig& c) {
                    "On SIGINT/SIGTERM: seconds in-flight work may finish before it is cancelled")
       ->capture_default_str();
   serve.add_option("--log-level", c.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  serve.add_flag("--log-request-text", c.log_request_text,
+                 "Include prompt and output text in the per-request log lines (off: counts only)");
+  serve.add_option("--watchdog-timeout", c.watchdog_timeout_s,
+                   "Seconds an engine step may run before /health reports the engine stuck (503)")
+      ->capture_default_str();
   serve.add_option("--test-step-delay-ms", c.test_step_delay_ms,
                    "Test hook: sleep this many ms after every engine step")
       ->capture_default_str();

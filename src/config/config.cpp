@@ -40,6 +40,7 @@ Status ServeConfig::validate() const {
   if (spdlog::level::from_str(log_level) == spdlog::level::off && log_level != "off") {
     return bad("log-level", "unknown level '" + log_level + "'");
   }
+  if (watchdog_timeout_s <= 0) return bad("watchdog-timeout", "must be > 0");
   if (test_inject_oom_step < 0) return bad("test-inject-oom-step", "must be >= 0");
   if (test_step_delay_ms < 0) return bad("test-step-delay-ms", "must be >= 0");
   return Status::Ok();

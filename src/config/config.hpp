@@ -40,8 +40,10 @@ struct ServeConfig {
   double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less
   double shutdown_grace_s = 10;      ///< on SIGTERM: how long in-flight work may drain (s)
 
-  // -- logging
+  // -- operability
   std::string log_level = "info";    ///< trace, debug, info, warn, error, off
+  bool log_request_text = false;     ///< request log lines include prompt and output text (opt-in)
+  double watchdog_timeout_s = 60;    ///< an engine step running longer than this turns /health 503 (s)
 
   // -- test hooks
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
