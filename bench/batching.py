@@ -2,8 +2,9 @@
 """Continuous batching vs one-at-a-time on the same build and traffic.
 
 Closed loop: C clients (C = 1, 4, 16, 32) each stream completions back to back
-(64 generated tokens, end-of-text ignored so every request does the same
-work). Measures aggregate decode tokens/s and time to first token (p50, p99)
+(generated lengths drawn from [max_tokens/2, 3*max_tokens/2] with a fixed
+seed, end-of-text ignored, so both modes do exactly the same work and clients
+do not fall into lock-step waves). Measures aggregate decode tokens/s and time to first token (p50, p99)
 for `--max-batch 32` (continuous batching) and `--max-batch 1`, in one run, and
 writes a JSON and a Markdown report.
 
@@ -20,6 +21,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import random
 import time
 
 from common import Server, percentile, stream_completion
@@ -31,8 +33,10 @@ PROMPTS = ["The meaning of life is", "Once upon a time", "A man walks into a bar
 def run_level(url, clients, per_client, max_tokens):
     def client(i):
         out = []
+        rng = random.Random(i)
         for k in range(per_client):
-            body = {"prompt": PROMPTS[(i + k) % len(PROMPTS)], "max_tokens": max_tokens, "temperature": 0.8,
+            n = rng.randint(max_tokens // 2, 3 * max_tokens // 2)
+            body = {"prompt": PROMPTS[(i + k) % len(PROMPTS)], "max_tokens": n, "temperature": 0.8,
                     "seed": i * 100 + k, "ignore_eos": True}
             out.append(stream_completion(url, body))
         return out
@@ -74,7 +78,7 @@ def main():
 
     single_ttft = results["batched"][0]["ttft_p99_ms"]
     lines = ["# Continuous batching vs one-at-a-time", "",
-             f"Model `{args.model_dir}`, {args.threads} compute thread(s), {args.max_tokens} generated tokens per request, closed loop, streaming; same build, "
+             f"Model `{args.model_dir}`, {args.threads} compute thread(s), {args.max_tokens // 2}-{3 * args.max_tokens // 2} generated tokens per request (same seeded draw in both modes), closed loop, streaming; same build, "
              "same traffic, one run. `batched` = `--max-batch 32`, `one_at_a_time` = `--max-batch 1`.", "",
              "| clients | batched tok/s | one-at-a-time tok/s | ratio | batched TTFT p50 / p99 (ms) | "
              "one-at-a-time TTFT p50 / p99 (ms) |",

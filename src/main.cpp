@@ -1,80 +1,37 @@
-// vramgate command line: parses flags into one ServeConfig, validates it
-// once, and runs the server.
+// vramgate command line: `serve` (the server) and `plan` (the capacity
+// planner). Builds the one ServeConfig from defaults, the config file and the
+// flags (config/config_cli.hpp), validates it once, and runs the subcommand.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
+#include <vector>
 
 #include "config/config.hpp"
+#include "config/config_cli.hpp"
+#include "config/config_file.hpp"
 #include "server/app.hpp"
+#include "server/shutdown_signal.hpp"
+#include "server/planner.hpp"
 
 namespace {
 
-void add_serve_flags(CLI::App& serve, vg::ServeConfig& c) {
-  serve.add_option("--model-dir", c.model_dir, "Model folder: config.json + model.safetensors (GPT-2 layout)")
-      ->capture_default_str();
-  serve.add_option("--device", c.device,
-                   "Device to serve on: virt:N=SIZE is CPU memory with an enforced capacity "
-                   "(SIZE like 2GiB, 512MiB)")
-      ->capture_default_str();
-  serve.add_option("--threads", c.threads, "Compute threads for tensor ops (0 = all cores)")->capture_default_str();
-  serve.add_option("--host", c.host, "Address to listen on")->capture_default_str();
-  serve.add_option("--port", c.port, "TCP port to listen on (0 = any free port, printed at start)")
-      ->capture_default_str();
-  serve.add_option("--io-threads", c.io_threads, "Threads serving HTTP connections")->capture_default_str();
-  serve.add_option("--max-body-bytes", c.max_body_bytes, "Largest request body in bytes (more -> 413)")
-      ->capture_default_str();
-  serve.add_option("--read-timeout", c.read_timeout_s,
-                   "Seconds for a request's headers and body to arrive (slower -> 408)")
-      ->capture_default_str();
-  serve.add_option("--idle-timeout", c.idle_timeout_s, "Seconds a keep-alive connection may sit idle")
-      ->capture_default_str();
-  serve.add_option("--max-connections", c.max_connections, "Open connections at most; more are closed at once")
-      ->capture_default_str();
-  serve.add_option("--admission", c.admission,
-                   "Admission policy: memory (bytes against the device budget), fixed:N (at most N "
-                   "sequences), none (the naive baseline: no fit check, no queue limit)")
-      ->capture_default_str();
-  serve.add_option("--memory-utilization", c.memory_utilization,
-                   "Fraction of device capacity vramgate may use: budget = capacity x utilization - resident - "
-                   "workspace - reserve")
-      ->capture_default_str();
-  serve.add_option("--memory-reserve", c.memory_reserve, "Bytes never handed to requests (e.g. 64MiB)")
-      ->capture_default_str();
-  serve.add_option("--memory-safety", c.memory_safety, "Multiplier on each request's measured memory cost (>= 1)")
-      ->capture_default_str();
-  serve.add_option("--max-bypass", c.max_bypass_s,
-                   "Seconds a waiting request that does not fit may be passed by later ones that do")
-      ->capture_default_str();
-  serve.add_option("--max-batch", c.max_batch, "Sequences that run together on a device")->capture_default_str();
-  serve.add_option("--max-batch-tokens", c.max_batch_tokens,
-                   "Tokens processed in one step (prefill chunks + one per decoding sequence); longer prompts "
-                   "are prefilled in chunks")
-      ->capture_default_str();
-  serve.add_option("--max-queue", c.max_queue, "Requests that may wait per device (more -> 503 overloaded)")
-      ->capture_default_str();
-  serve.add_option("--queue-timeout", c.queue_timeout_s,
-                   "Longest wait in the queue in seconds (-> 503 overloaded with Retry-After)")
-      ->capture_default_str();
-  serve.add_option("--request-timeout", c.request_timeout_s,
-                   "Total deadline per request in seconds (-> 504); a request's \"timeout\" field may lower it")
-      ->capture_default_str();
-  serve.add_option("--shutdown-grace", c.shutdown_grace_s,
-                   "On SIGINT/SIGTERM: seconds in-flight work may finish before it is cancelled")
-      ->capture_default_str();
-  serve.add_option("--log-level", c.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
-  serve.add_flag("--log-request-text", c.log_request_text,
-                 "Include prompt and output text in the per-request log lines (off: counts only)");
-  serve.add_option("--watchdog-timeout", c.watchdog_timeout_s,
-                   "Seconds an engine step may run before /health reports the engine stuck (503)")
-      ->capture_default_str();
-  serve.add_option("--test-step-delay-ms", c.test_step_delay_ms,
-                   "Test hook: sleep this many ms after every engine step")
-      ->capture_default_str();
-  serve.add_option("--test-inject-oom-step", c.test_inject_oom_step,
-                   "Test hook: the engine step with this number (from 1) fails with out-of-memory")
-      ->capture_default_str();
+// The settings that change what `plan` measures or computes.
+constexpr const char* kPlanKeys[] = {"model_dir",          "device",         "threads",       "admission",
+                                     "memory_utilization", "memory_reserve", "memory_safety", "max_batch",
+                                     "max_batch_tokens",   "log_level"};
+
+void init_logging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("vramgate");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+}
+
+int config_error(const vg::Error& e) {
+  std::cerr << "vramgate: " << e.message << "\n";
+  return 2;
 }
 
 }  // namespace
@@ -83,19 +40,51 @@ int main(int argc, char** argv) {
   CLI::App app{"vramgate: an inference server that admits only what fits in device memory"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "vramgate 0.1.0");
-  vg::ServeConfig config;
+
   CLI::App* serve = app.add_subcommand("serve", "Load the model and serve it over HTTP");
-  add_serve_flags(*serve, config);
+  vg::ConfigFlags serve_flags(*serve);
+  bool print_config = false;
+  serve->add_flag("--print-config", print_config,
+                  "Print the effective settings (defaults, then --config, then flags) as TOML and exit");
+
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Measure the model's memory profile on the device and print the budget and how many requests of "
+              "each size fit at once");
+  vg::ConfigFlags plan_flags(*plan, kPlanKeys);
+  std::vector<int> prompt_tokens{16, 64, 128, 256};
+  std::vector<int> max_tokens{16, 64, 256};
+  bool json = false;
+  plan->add_option("--prompt-tokens", prompt_tokens, "Prompt sizes of the table (tokens, comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  plan->add_option("--max-tokens", max_tokens, "max_tokens sizes of the table (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  plan->add_flag("--json", json, "Print the plan as one JSON object");
   CLI11_PARSE(app, argc, argv);
 
-  auto logger = spdlog::stderr_color_mt("vramgate");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(config.log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-
-  if (vg::Status st = config.validate(); !st.ok()) {
-    std::cerr << "vramgate: " << st.error().message << "\n";
-    return 2;
+  if (serve->parsed()) {
+    // From here a SIGINT/SIGTERM is recorded and answered by the staged
+    // shutdown once the server is up, even if it arrives while loading.
+    vg::install_shutdown_signal_handlers();
+    auto config = serve_flags.resolve();
+    if (!config.ok()) return config_error(config.error());
+    if (print_config) {
+      std::cout << vg::format_config_toml(*config);
+      return 0;
+    }
+    init_logging(config->log_level);
+    return vg::run_server(*config);
   }
-  return vg::run_server(config);
+
+  auto config = plan_flags.resolve();
+  if (!config.ok()) return config_error(config.error());
+  init_logging(config->log_level);
+  auto result = vg::measure_plan(*config, prompt_tokens, max_tokens);
+  if (!result.ok()) {
+    std::cerr << "vramgate plan: " << result.error().message << "\n";
+    return 1;
+  }
+  std::cout << (json ? vg::format_plan_json(*result) : vg::format_plan_text(*result));
+  return 0;
 }

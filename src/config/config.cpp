@@ -1,48 +1,72 @@
+// Range and format rules of ServeConfig (the one place they live); both the
+// command line and the config file report their breaches by key.
 #include "config/config.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "admission/admission_policy.hpp"
+#include "config/config_fields.hpp"
 #include "device/device.hpp"
 
 namespace vg {
 namespace {
 
-Error bad(const std::string& flag, const std::string& what) {
-  return Error(ErrorCode::kConfig, "--" + flag + ": " + what);
-}
+std::optional<ConfigProblem> bad(const char* key, std::string what) { return ConfigProblem{key, std::move(what)}; }
 
 }  // namespace
 
-Status ServeConfig::validate() const {
-  if (model_dir.empty()) return bad("model-dir", "must not be empty");
-  if (device.rfind("virt:", 0) != 0) return bad("device", "expected virt:N=SIZE, e.g. virt:0=2GiB, got '" + device + "'");
+Result<DeviceSpec> parse_device_spec(const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (spec.rfind("virt:", 0) != 0 || eq == std::string::npos) {
+    return Error(ErrorCode::kConfig, "expected virt:N=SIZE, e.g. virt:0=2GiB, got '" + spec + "'");
+  }
+  const std::string index = spec.substr(5, eq - 5);
+  if (index.empty() || index.size() > 4 ||
+      !std::all_of(index.begin(), index.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    return Error(ErrorCode::kConfig, "bad device index '" + index + "' in '" + spec + "'");
+  }
+  auto bytes = parse_bytes(spec.substr(eq + 1));
+  if (!bytes.ok()) return Error(ErrorCode::kConfig, bytes.error().message + " in '" + spec + "'");
+  return DeviceSpec{std::stoi(index), *bytes};
+}
+
+std::optional<ConfigProblem> ServeConfig::check() const {
+  if (model_dir.empty()) return bad("model_dir", "must not be empty");
+  if (auto d = parse_device_spec(device); !d.ok()) return bad("device", d.error().message);
   if (threads < 0) return bad("threads", "must be >= 0");
   if (port < 0 || port > 65535) return bad("port", "must be in 0..65535");
-  if (io_threads < 1 || io_threads > 64) return bad("io-threads", "must be in 1..64");
-  if (max_body_bytes < 1024) return bad("max-body-bytes", "must be >= 1024");
-  if (read_timeout_s <= 0) return bad("read-timeout", "must be > 0");
-  if (idle_timeout_s <= 0) return bad("idle-timeout", "must be > 0");
-  if (max_connections < 1) return bad("max-connections", "must be >= 1");
+  if (io_threads < 1 || io_threads > 64) return bad("io_threads", "must be in 1..64");
+  if (max_body_bytes < 1024) return bad("max_body_bytes", "must be >= 1024");
+  if (read_timeout_s <= 0) return bad("read_timeout", "must be > 0");
+  if (idle_timeout_s <= 0) return bad("idle_timeout", "must be > 0");
+  if (max_connections < 1) return bad("max_connections", "must be >= 1");
   if (auto p = parse_admission_policy(admission); !p.ok()) return bad("admission", p.error().message);
   if (memory_reserve != "0") {
-    if (auto b = parse_bytes(memory_reserve); !b.ok()) return bad("memory-reserve", b.error().message);
+    if (auto b = parse_bytes(memory_reserve); !b.ok()) return bad("memory_reserve", b.error().message);
   }
-  if (memory_utilization <= 0 || memory_utilization > 1) return bad("memory-utilization", "must be in (0, 1]");
-  if (memory_safety < 1 || memory_safety > 16) return bad("memory-safety", "must be in [1, 16]");
-  if (max_bypass_s < 0) return bad("max-bypass", "must be >= 0");
-  if (max_batch_tokens < 1) return bad("max-batch-tokens", "must be >= 1");
-  if (max_batch < 1 || max_batch > 256) return bad("max-batch", "must be in 1..256");
-  if (max_queue < 0) return bad("max-queue", "must be >= 0");
-  if (queue_timeout_s <= 0) return bad("queue-timeout", "must be > 0");
-  if (request_timeout_s <= 0) return bad("request-timeout", "must be > 0");
-  if (shutdown_grace_s < 0) return bad("shutdown-grace", "must be >= 0");
+  if (memory_utilization <= 0 || memory_utilization > 1) return bad("memory_utilization", "must be in (0, 1]");
+  if (memory_safety < 1 || memory_safety > 16) return bad("memory_safety", "must be in [1, 16]");
+  if (max_bypass_s < 0) return bad("max_bypass", "must be >= 0");
+  if (max_batch_tokens < 1) return bad("max_batch_tokens", "must be >= 1");
+  if (max_batch < 1 || max_batch > 256) return bad("max_batch", "must be in 1..256");
+  if (max_queue < 0) return bad("max_queue", "must be >= 0");
+  if (queue_timeout_s <= 0) return bad("queue_timeout", "must be > 0");
+  if (request_timeout_s <= 0) return bad("request_timeout", "must be > 0");
+  if (shutdown_grace_s < 0) return bad("shutdown_grace", "must be >= 0");
   if (spdlog::level::from_str(log_level) == spdlog::level::off && log_level != "off") {
-    return bad("log-level", "unknown level '" + log_level + "'");
+    return bad("log_level", "unknown level '" + log_level + "'");
   }
-  if (watchdog_timeout_s <= 0) return bad("watchdog-timeout", "must be > 0");
-  if (test_inject_oom_step < 0) return bad("test-inject-oom-step", "must be >= 0");
-  if (test_step_delay_ms < 0) return bad("test-step-delay-ms", "must be >= 0");
+  if (watchdog_timeout_s <= 0) return bad("watchdog_timeout", "must be > 0");
+  if (test_inject_oom_step < 0) return bad("test_inject_oom_step", "must be >= 0");
+  if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");
+  return std::nullopt;
+}
+
+Status ServeConfig::validate() const {
+  if (auto p = check()) return Error(ErrorCode::kConfig, flag_name(p->key) + ": " + p->what);
   return Status::Ok();
 }
 

@@ -1,14 +1,23 @@
 // The one validated configuration struct, filled once in main from the
-// command line and passed by const reference. Each field documents its
-// default and unit. Test hooks are fields too (prefixed test_).
+// config file and the command line (config_cli.hpp) and passed by const
+// reference. Each field documents its default and unit; its key, flag and
+// help text are in config_fields.cpp. Test hooks are fields too (test_).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/error.hpp"
 
 namespace vg {
+
+/// What is wrong with one field: its config-file key (e.g. "max_batch") and
+/// the rule it breaks.
+struct ConfigProblem {
+  std::string key;
+  std::string what;
+};
 
 struct ServeConfig {
   // -- models and devices
@@ -49,8 +58,19 @@ struct ServeConfig {
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
   std::int64_t test_inject_oom_step = 0;  ///< engine step (1-based) that fails with out-of-memory; 0 = never
 
-  /// Checks ranges and formats. Errors: kConfig naming the flag.
+  /// Checks ranges and formats; the first field that breaks a rule, or none.
+  std::optional<ConfigProblem> check() const;
+  /// check() as a Status. Errors: kConfig naming the flag, "--max-batch: ...".
   Status validate() const;
 };
+
+/// A parsed `virt:N=SIZE` device string.
+struct DeviceSpec {
+  int index = 0;               ///< N
+  std::int64_t capacity = 0;   ///< SIZE in bytes
+};
+
+/// Parses "virt:0=2GiB". Errors: kConfig saying what is wrong (no flag name).
+Result<DeviceSpec> parse_device_spec(const std::string& spec);
 
 }  // namespace vg

@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include "device/device.hpp"
 #include "engine/text_stream.hpp"
+#include "metrics/server_metrics.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 
@@ -78,6 +80,7 @@ struct Sequence {
   bool done = false;
   TimePoint started;
   TimePoint prefill_done;
+  TimePoint last_token;
   double queue_ms = 0;
 
   Sequence(std::shared_ptr<Request> r, Lease l, TimePoint now)
@@ -90,6 +93,10 @@ FailedEvent failed(const Request& r, Error e, int generated = 0) {
   return FailedEvent{std::move(e), {r.prompt_tokens(), generated}};
 }
 
+double seconds_between(TimePoint from, TimePoint to) { return std::chrono::duration<double>(to - from).count(); }
+
+constexpr std::int64_t kIdle = std::numeric_limits<std::int64_t>::min();
+
 }  // namespace
 
 struct Engine::Impl {
@@ -101,6 +108,8 @@ struct Engine::Impl {
   std::atomic<RequestId> next_id{1};
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
   std::int64_t steps_run = 0;                       // engine thread only
+  // Watchdog heartbeat: start of the step in progress (Clock ticks), or kIdle.
+  std::atomic<std::int64_t> step_started{kIdle};
   std::thread thread;
 
   Impl(const Options& o, Model& m, Device& d) : options(o), model(m), device(d) {}
@@ -111,13 +120,15 @@ struct Engine::Impl {
   void report_queue_positions(TimePoint now);
   void start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now);
   void run_step();
-  void on_token(Sequence& s, std::int32_t token);
+  void on_token(Sequence& s, std::int32_t token, TimePoint now);
   void finish(Sequence& s, const char* reason);
   void fail(Sequence& s, Error error);
   void sweep_running(TimePoint now);
   void retire_done();
   void publish();
   void cancel_everything();
+  void observe_end(const Request& r, TimePoint now);
+  void log_memory(const Request& r, const char* stage) const;
   int max_running() const {
     return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : options.max_batch;
   }
@@ -177,6 +188,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
     return std::move(ticket).error();
   }
   if (queue_position) *queue_position = ticket->position;
+  impl_->log_memory(*req, "enter");
   s.notify();
   return std::shared_ptr<RequestHandle>(req);
 }
@@ -216,11 +228,18 @@ EngineStats Engine::stats() const {
 
 AdmissionSnapshot Engine::admission() const { return impl_->admission->snapshot(Clock::now()); }
 
+std::optional<Duration> Engine::busy_for(TimePoint now) const {
+  const std::int64_t started = impl_->step_started.load(std::memory_order_relaxed);
+  if (started == kIdle) return std::nullopt;
+  return std::max(Duration::zero(), now - TimePoint(Duration(started)));
+}
+
 // ---- engine thread ---------------------------------------------------------
 
 void Engine::Impl::run() {
   DeviceScope scope(&device);
   while (wait_for_work()) {
+    step_started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     admit(Clock::now());
     sweep_running(Clock::now());
     retire_done();
@@ -230,6 +249,7 @@ void Engine::Impl::run() {
     if (options.step_delay_ms > 0 && !running.empty()) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options.step_delay_ms));
     }
+    step_started.store(kIdle, std::memory_order_relaxed);
   }
   cancel_everything();
   publish();
@@ -299,7 +319,10 @@ void Engine::Impl::admit(TimePoint now) {
     } else {
       spdlog::info("request {} left the queue: {}", r->gen.id, e.message);
     }
-    r->sink->push(failed(*r, std::move(e)));
+    observe_end(*r, now);
+    FailedEvent ev = failed(*r, std::move(e));
+    ev.queue_ms = ms_between(r->enqueued, now);
+    r->sink->push(std::move(ev));
   }
   for (auto& [r, g] : started) start_sequence(std::move(r), std::move(g.lease), now);
   report_queue_positions(now);
@@ -328,6 +351,7 @@ void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, Tim
   auto seq = std::make_unique<Sequence>(std::move(req), std::move(lease), now);
   Sequence& s = *seq;
   running.push_back(std::move(seq));
+  if (options.metrics) options.metrics->queue_wait_seconds.observe(s.queue_ms / 1000.0);
   s.req->sink->push(StartedEvent{s.queue_ms});
   if (s.req->cancelled.load()) {
     fail(s, Error(ErrorCode::kCancelled, "client closed the connection"));
@@ -341,6 +365,7 @@ void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, Tim
     return;
   }
   s.cache = std::move(cache).value();
+  log_memory(*s.req, "admit");
 }
 
 // One step: a decode token for every decoding sequence, then prefill chunks
@@ -372,6 +397,7 @@ void Engine::Impl::run_step() {
   }
   if (inputs.empty()) return;
   ++steps_run;
+  if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
   if (options.inject_oom_at_step > 0 && steps_run == options.inject_oom_at_step) device.inject_out_of_memory();
   auto logits = model.step(inputs);
   {
@@ -402,13 +428,23 @@ void Engine::Impl::run_step() {
       if (s.prefilling()) continue;  // more chunks to go; these logits are not needed
       s.prefill_done = now;
     }
-    on_token(s, s.sampler.sample(logits.value()[i]));
+    on_token(s, s.sampler.sample(logits.value()[i]), now);
   }
 }
 
-void Engine::Impl::on_token(Sequence& s, std::int32_t token) {
+void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {
   ++s.generated;
   ++s.unsent_tokens;
+  if (options.metrics) {
+    options.metrics->generated_tokens_total.inc();
+    if (s.generated == 1) {
+      options.metrics->time_to_first_token_seconds.observe(seconds_between(s.req->enqueued, now));
+    } else {
+      options.metrics->inter_token_latency_seconds.observe(seconds_between(s.last_token, now));
+    }
+  }
+  s.last_token = now;
+  if (s.generated == 1) log_memory(*s.req, "first token");
   const Tokenizer& tok = model.tokenizer();
   if (tok.eos_id() && token == *tok.eos_id() && !s.req->gen.ignore_eos) {
     finish(s, "stop");
@@ -450,11 +486,15 @@ void Engine::Impl::finish(Sequence& s, const char* reason) {
     ++shared->stats.completed;
     shared->stats.generated_tokens += s.generated;
   }
+  observe_end(*s.req, now);
+  log_memory(*s.req, "finish");
   s.req->sink->push(std::move(ev));
 }
 
 void Engine::Impl::fail(Sequence& s, Error error) {
   if (s.done) return;
+  const TimePoint now = Clock::now();
+  const bool prefilled = !s.prefilling() && s.prefill_done != TimePoint{};
   s.done = true;
   s.cache.reset();
   s.lease.release();
@@ -469,7 +509,13 @@ void Engine::Impl::fail(Sequence& s, Error error) {
   } else {
     spdlog::warn("request {} failed: {}", s.req->gen.id, error.message);
   }
-  s.req->sink->push(failed(*s.req, std::move(error), s.generated));
+  observe_end(*s.req, now);
+  log_memory(*s.req, "finish");
+  FailedEvent ev = failed(*s.req, std::move(error), s.generated);
+  ev.queue_ms = s.queue_ms;
+  ev.prefill_ms = ms_between(s.started, prefilled ? s.prefill_done : now);
+  ev.decode_ms = prefilled ? ms_between(s.prefill_done, now) : 0;
+  s.req->sink->push(std::move(ev));
 }
 
 void Engine::Impl::sweep_running(TimePoint now) {
@@ -511,7 +557,24 @@ void Engine::Impl::cancel_everything() {
     std::lock_guard lk(shared->mu);
     left.swap(shared->queued);
   }
-  for (auto& [id, r] : left) r->sink->push(failed(*r, bye));
+  const TimePoint now = Clock::now();
+  for (auto& [id, r] : left) {
+    observe_end(*r, now);
+    r->sink->push(failed(*r, bye));
+  }
+}
+
+void Engine::Impl::observe_end(const Request& r, TimePoint now) {
+  if (options.metrics) options.metrics->request_duration_seconds.observe(seconds_between(r.enqueued, now));
+}
+
+// Debug: device memory at a request's milestones (enter, admit, first token, finish).
+void Engine::Impl::log_memory(const Request& r, const char* stage) const {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  const DeviceMemory mem = device.memory();
+  const AdmissionSnapshot snap = admission->snapshot(Clock::now());
+  spdlog::debug("request {} {}: {} used {} bytes, reserved {} bytes (request cost {} bytes)", r.gen.id, stage,
+                device.name(), mem.used, snap.reserved_bytes, r.cost);
 }
 
 }  // namespace vg

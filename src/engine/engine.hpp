@@ -2,7 +2,7 @@
 // caches, and runs the loop  take queued work -> prefill -> decode step over
 // all running sequences -> emit -> retire  until shut down.
 //
-// Threads: submit(), drain(), stats() and RequestHandle::cancel() may be
+// Threads: submit(), drain(), stats(), busy_for() and RequestHandle::cancel() may be
 // called from any thread and never block on compute. Everything that touches
 // the model runs on the engine thread, inside a DeviceScope for its device.
 #pragma once
@@ -21,6 +21,9 @@
 #include "model/sampler.hpp"
 
 namespace vg {
+namespace metrics {
+class ServerMetrics;
+}
 
 class Device;
 class Model;
@@ -66,6 +69,9 @@ class Engine {
     /// Test hook: step number (1-based, counted over the engine's life) whose
     /// first device allocation fails with out-of-memory; 0 = never.
     std::int64_t inject_oom_at_step = 0;
+    /// Where the engine thread records its observations (histograms,
+    /// generated tokens); null records nothing. Must outlive the engine.
+    metrics::ServerMetrics* metrics = nullptr;
   };
 
   /// Starts the engine thread. `model` and `device` must outlive the engine;
@@ -94,6 +100,10 @@ class Engine {
   void shutdown();
 
   EngineStats stats() const;
+  /// Watchdog heartbeat: how long the engine thread has been in its current
+  /// step at `now` (the step delay test hook counts as part of the step);
+  /// nullopt while it waits for work. Any thread.
+  std::optional<Duration> busy_for(TimePoint now) const;
   /// Admission state of the engine's device (budget, reserved, queue).
   AdmissionSnapshot admission() const;
   /// Bytes the request would reserve (the admission cost).

@@ -45,9 +45,13 @@ struct FinishedEvent {
 };
 
 /// Generation ended with an error (timeout, overload, out of memory...).
+/// The timings cover what happened before the failure (0 when never started).
 struct FailedEvent {
   Error error;
   Usage usage;
+  double queue_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
 };
 
 using EngineEvent = std::variant<QueuedEvent, StartedEvent, TextEvent, FinishedEvent, FailedEvent>;

@@ -16,6 +16,7 @@
 #include "http/connection.hpp"
 #include "http/event_queue.hpp"
 #include "http/json_codec.hpp"
+#include "http/request_log.hpp"
 
 namespace vg::httpd {
 namespace {
@@ -71,6 +72,25 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   CompletionRequest request = std::move(*decoded);
   request.request_id = ex.request_id;
 
+  const bool log_text = state_->options().log_request_text;
+  RequestLogLine log;
+  log.id = ex.request_id;
+  log.model = request.model;
+  log.route = std::string(ex.route);
+  log.stream = request.stream;
+  if (log_text) log.prompt = request.prompt;
+  const auto log_end = [&](const char* outcome, std::string reason, int status) {
+    log.outcome = outcome;
+    log.reason = std::move(reason);
+    log.status = status;
+    log.duration_ms = ms_between(ex.start, Clock::now());
+    log_request(log);
+  };
+  const auto log_rejected = [&](const Error& e) {
+    if (e.needed_bytes) log.reserved_bytes = *e.needed_bytes;
+    log_end("failed", error_type(e.code), http_status(e.code));
+  };
+
   auto queue = std::make_shared<EventQueue>([exec = socket_.get_executor(), weak = weak_from_this()] {
     net::post(exec, [weak] {
       if (auto self = weak.lock()) self->ring();
@@ -78,12 +98,21 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   });
   RequestScope scope(*state_, queue);
   if (!scope.registered) {
-    co_return co_await send(ex, error_reply(Error(ErrorCode::kOverloaded, "server is shutting down")));
+    Error bye(ErrorCode::kOverloaded, "server is shutting down");
+    bye.retry_after_s = 1.0;
+    log_rejected(bye);
+    co_return co_await send(ex, error_reply(bye));
   }
   Result<Submission> submitted = state_->service().submit(request, queue);
-  if (!submitted) co_return co_await send(ex, error_reply(submitted.error()));
+  if (!submitted) {
+    log_rejected(submitted.error());
+    co_return co_await send(ex, error_reply(submitted.error()));
+  }
   const Submission& sub = *submitted;
   scope.handle = sub.handle;
+  log.model = sub.model;
+  log.prompt_tokens = sub.prompt_tokens;
+  log.reserved_bytes = sub.cost_bytes;
 
   const std::string id = "cmpl-" + sub.handle->id();
   const std::string model = sub.model.empty() ? request.model : sub.model;
@@ -110,10 +139,9 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
       } else if (const auto* s = std::get_if<StartedEvent>(&event)) {
         out.queue_ms = s->queue_ms;
       } else if (auto* t = std::get_if<TextEvent>(&event)) {
+        if (!stream || log_text) out.text += t->text;
         if (stream) {
           sse += sse_data(encode_completion_chunk({id, model, created, std::move(t->text), std::nullopt, std::nullopt}));
-        } else {
-          out.text += t->text;
         }
       } else if (auto* f = std::get_if<FinishedEvent>(&event)) {
         out.finished = std::move(*f);
@@ -137,7 +165,21 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   }
   scope.ended = true;
 
+  if (log_text) log.output = out.text;
+  if (out.finished) {
+    log.completion_tokens = out.finished->usage.completion_tokens;
+    log.queue_ms = out.finished->queue_ms;
+    log.prefill_ms = out.finished->prefill_ms;
+    log.decode_ms = out.finished->decode_ms;
+  } else if (out.failed) {
+    log.completion_tokens = out.failed->usage.completion_tokens;
+    log.queue_ms = std::max(out.failed->queue_ms, out.queue_ms);
+    log.prefill_ms = out.failed->prefill_ms;
+    log.decode_ms = out.failed->decode_ms;
+  }
+
   if (client_gone) {
+    log_end("cancelled", error_type(ErrorCode::kCancelled), stream ? 200 : http_status(ErrorCode::kCancelled));
     if (out.failed && out.failed->error.code != ErrorCode::kCancelled) {
       spdlog::info("http: request {} ({}) ended after its client left: {}", ex.request_id, id,
                    out.failed->error.message);
@@ -149,9 +191,12 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
 
   if (out.failed) {
     Error error = std::move(out.failed->error);
-    if (error.code == ErrorCode::kCancelled) {
+    const bool cancelled = error.code == ErrorCode::kCancelled;
+    if (cancelled) {
       error = Error(ErrorCode::kOverloaded, "request cancelled by the server: " + error.message);
     }
+    log_end(cancelled ? "cancelled" : "failed", cancelled ? error_type(ErrorCode::kCancelled) : error_type(error.code),
+            stream ? 200 : http_status(error.code));
     if (http_status(error.code) >= 500 && error.code != ErrorCode::kOverloaded) {
       spdlog::warn("http: request {} ({}) failed: {}", ex.request_id, id, error.message);
     } else {
@@ -168,6 +213,8 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
 
   const FinishedEvent& fin = *out.finished;
   const double queue_ms = std::max(fin.queue_ms, out.queue_ms);
+  log.queue_ms = queue_ms;
+  log_end("completed", fin.finish_reason, 200);
   if (stream) {
     const std::string last =
         encode_completion_chunk({id, model, created, std::string(), fin.finish_reason, fin.usage});
@@ -203,6 +250,7 @@ net::awaitable<bool> Connection::begin_stream(Exchange& ex, int queue_position) 
   res.keep_alive(ex.keep_alive);
   bhttp::response_serializer<bhttp::empty_body> serializer{res};
   ex.response_started = true;
+  count_response(ex, 200);
   arm(state_->options().idle_timeout_s);
   auto [ec, n] = co_await bhttp::async_write_header(socket_, serializer, kAwait);
   disarm();

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "http/json_codec.hpp"
+#include "http/metrics_route.hpp"
 
 namespace vg::httpd {
 namespace {
@@ -24,7 +25,7 @@ constexpr std::size_t kMaxRequestIdLength = 128;
 constexpr std::size_t kReadChunk = 4096;
 constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
-enum class RouteKind { kCompletions, kInfer, kHealth, kReady, kModels, kAdmission };
+enum class RouteKind { kCompletions, kInfer, kHealth, kReady, kModels, kAdmission, kMetrics };
 
 struct Route {
   std::string_view path;
@@ -39,6 +40,7 @@ constexpr Route kRoutes[] = {
     {"/ready", bhttp::verb::get, RouteKind::kReady},
     {"/v1/models", bhttp::verb::get, RouteKind::kModels},
     {"/v1/admission", bhttp::verb::get, RouteKind::kAdmission},
+    {"/metrics", bhttp::verb::get, RouteKind::kMetrics},
 };
 
 std::string generate_request_id() {
@@ -66,7 +68,7 @@ std::string shorten(std::string_view s, std::size_t max) {
 }
 
 /// Reply for the simple GET routes; never blocks (the Service promises so).
-Reply simple_route(RouteKind kind, Service& service) {
+Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* recorded) {
   Reply reply;
   switch (kind) {
     case RouteKind::kHealth: {
@@ -92,6 +94,14 @@ Reply simple_route(RouteKind kind, Service& service) {
       break;
     case RouteKind::kAdmission:
       reply.body = encode_admission(service.admission_state());
+      break;
+    case RouteKind::kMetrics:
+      if (recorded == nullptr) {
+        reply = error_reply(Error(ErrorCode::kNotFound, "metrics are not enabled"));
+      } else {
+        reply.body = metrics_exposition(*recorded, service);
+        reply.content_type = std::string(metrics::kExpositionContentType);
+      }
       break;
     case RouteKind::kCompletions:
     case RouteKind::kInfer:
@@ -293,19 +303,21 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
     co_return co_await send(ex, error_reply(Error(ErrorCode::kNotFound, "no route for " + shorten(path, 200))));
   }
   if (request.method() != match->verb) {
+    ex.route = match->path;
     const std::string allow(bhttp::to_string(match->verb));
     Reply reply = error_reply(Error(ErrorCode::kMethodNotAllowed,
                                     std::string(path) + " accepts only " + allow));
     reply.headers.emplace_back("Allow", allow);
     co_return co_await send(ex, std::move(reply));
   }
+  ex.route = match->path;
   switch (match->kind) {
     case RouteKind::kCompletions:
       co_return co_await serve_completion(ex, request.body(), false);
     case RouteKind::kInfer:
       co_return co_await serve_completion(ex, request.body(), true);
     default:
-      co_return co_await send(ex, simple_route(match->kind, state_->service()));
+      co_return co_await send(ex, simple_route(match->kind, state_->service(), state_->options().metrics));
   }
 }
 
@@ -321,11 +333,16 @@ net::awaitable<bool> Connection::send(Exchange& ex, Reply reply) {
   res.body() = std::move(reply.body);
   res.prepare_payload();
   ex.response_started = true;
+  count_response(ex, reply.status);
 
   arm(state_->options().idle_timeout_s);
   auto [ec, n] = co_await bhttp::async_write(socket_, res, kAwait);
   disarm();
   co_return !ec && res.keep_alive();
+}
+
+void Connection::count_response(const Exchange& ex, int status) {
+  if (metrics::ServerMetrics* m = state_->options().metrics) m->count_http_request(ex.route, status);
 }
 
 }  // namespace vg::httpd

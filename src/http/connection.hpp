@@ -54,6 +54,7 @@ struct Exchange {
   unsigned version = 11;
   bool keep_alive = true;
   std::string request_id;
+  std::string_view route = "other";  ///< the matched route's path, for metrics
   TimePoint start;
   bool response_started = false;  ///< status line sent: errors must go in-band
   bool chunked = false;           ///< streaming with chunked transfer encoding
@@ -80,6 +81,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   net::awaitable<bool> dispatch(Exchange& ex, Request& request);
   net::awaitable<void> reply_read_error(beast::error_code ec);
   net::awaitable<bool> send(Exchange& ex, Reply reply);
+  void count_response(const Exchange& ex, int status);
   net::awaitable<void> linger();
 
   // completion.cpp

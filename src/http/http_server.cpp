@@ -1,10 +1,9 @@
 // HttpServer::create and its implementation: the io_context and its threads,
-// the acceptor and its accept loop, signal waiting, and the shutdown order.
+// the acceptor and its accept loop, and the shutdown order.
 //
 // Thread-safety: the public methods are called from the owner's thread (not
 // from an I/O thread); the accept loop runs on the acceptor's strand.
 #include <condition_variable>
-#include <csignal>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -64,14 +63,6 @@ class HttpServerImpl final : public HttpServer {
   }
 
   void start() {
-    // Handlers for SIGINT/SIGTERM are installed now, before any I/O thread
-    // runs, so a signal arriving before wait_for_signal() is not lost.
-    signals_.emplace(ioc_, SIGINT, SIGTERM);
-    signals_->async_wait([this](beast::error_code ec, int signo) {
-      std::lock_guard l(mu_);
-      if (!signal_) signal_ = ec ? 0 : signo;
-      signal_cv_.notify_all();
-    });
     net::co_spawn(acceptor_.get_executor(), accept_loop(),
                   [](std::exception_ptr e) { log_coroutine_exit(e, "accept loop"); });
     for (int i = 0; i < state_->options().io_threads; ++i) {
@@ -82,12 +73,6 @@ class HttpServerImpl final : public HttpServer {
   }
 
   std::uint16_t port() const override { return port_; }
-
-  int wait_for_signal() override {
-    std::unique_lock lock(mu_);
-    signal_cv_.wait(lock, [this] { return signal_.has_value() || stopped_; });
-    return signal_.value_or(0);
-  }
 
   void stop_accepting() override {
     {
@@ -115,7 +100,6 @@ class HttpServerImpl final : public HttpServer {
       std::lock_guard lock(mu_);
       if (stopped_) return;
       stopped_ = true;
-      signal_cv_.notify_all();
     }
     net::post(acceptor_.get_executor(), [this] {
       beast::error_code ignored;
@@ -196,9 +180,6 @@ class HttpServerImpl final : public HttpServer {
   std::uint16_t port_ = 0;
 
   std::mutex mu_;
-  std::condition_variable signal_cv_;
-  std::optional<net::signal_set> signals_;
-  std::optional<int> signal_;
   bool stopped_ = false;
 };
 

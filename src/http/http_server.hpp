@@ -16,6 +16,9 @@
 #include "server/service.hpp"
 
 namespace vg {
+namespace metrics {
+class ServerMetrics;
+}
 
 class HttpServer {
  public:
@@ -27,6 +30,11 @@ class HttpServer {
     double read_timeout_s = 30;            ///< headers+body must arrive within this -> 408
     double idle_timeout_s = 60;            ///< keep-alive connection idle limit
     int max_connections = 1024;            ///< further connections are closed at once
+    /// Request counters are recorded here and GET /metrics renders it; null:
+    /// nothing is recorded and /metrics answers 404. Must outlive the server.
+    metrics::ServerMetrics* metrics = nullptr;
+    /// Request log lines include the prompt and the generated text.
+    bool log_request_text = false;
   };
 
   /// Binds and listens (errors: kConfig naming host:port), starts the I/O threads.
@@ -35,9 +43,9 @@ class HttpServer {
 
   /// The bound port (useful with port 0).
   virtual std::uint16_t port() const = 0;
-  /// Blocks the caller until SIGINT or SIGTERM arrives; returns the signal.
-  virtual int wait_for_signal() = 0;
-  /// Closes the listener; open connections keep being served.
+  /// Closes the listener; open connections keep being served. During a
+  /// staged shutdown the listener stays open while work drains (the Service
+  /// refuses new completions with 503), then this closes it.
   virtual void stop_accepting() = 0;
   /// Requests in flight (being answered or streamed) right now.
   virtual int active_requests() const = 0;

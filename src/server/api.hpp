@@ -73,10 +73,13 @@ struct AdmissionState {
   std::int64_t rejected_never_fits = 0;
   std::int64_t rejected_queue_full = 0;
   std::int64_t queue_timeouts = 0;
+  std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
+  std::int64_t cancelled_queued = 0;  ///< client left while queued (part of cancelled)
   std::int64_t cancelled = 0;
   std::int64_t completed = 0;
   std::int64_t failed = 0;
   std::int64_t out_of_memory = 0;
+  std::int64_t preemptions = 0;  ///< running sequences stopped to free memory (none yet)
 };
 
 }  // namespace vg

@@ -1,14 +1,21 @@
+// run_server: builds the metrics registry, the service and the HTTP front
+// end from the config, serves until SIGINT/SIGTERM, then shuts down in
+// stages (not ready -> drain -> close the listener -> cancel -> exit 0).
 #include "server/app.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <thread>
 
 #include "http/http_server.hpp"
+#include "metrics/registry.hpp"
+#include "metrics/server_metrics.hpp"
 #include "model/runtime.hpp"
 #include "server/inference_service.hpp"
+#include "server/shutdown_signal.hpp"
 
 namespace vg {
 namespace {
@@ -19,20 +26,23 @@ Duration seconds(double s) {
 
 }  // namespace
 
+
+
 int run_server(const ServeConfig& config) {
-  // Block SIGINT/SIGTERM in every thread created from here on; the HTTP
-  // server's signal set receives them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A SIGINT/SIGTERM from here on is recorded (main installed the
+  // handlers); one that arrives during start-up is answered once the server
+  // is up, by the staged shutdown below.
+  install_shutdown_signal_handlers();
 
   set_compute_threads(config.threads > 0 ? config.threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   spdlog::info("vramgate starting: {}", torch_runtime_description());
 
-  auto service = InferenceService::create(config);
+  // Outlives the service and the HTTP server, which record into it.
+  metrics::Registry registry;
+  metrics::ServerMetrics metrics(registry);
+
+  auto service = InferenceService::create(config, &metrics);
   if (!service.ok()) {
     spdlog::error("start-up failed: {}", service.error().message);
     return 1;
@@ -45,28 +55,42 @@ int run_server(const ServeConfig& config) {
   ho.read_timeout_s = config.read_timeout_s;
   ho.idle_timeout_s = config.idle_timeout_s;
   ho.max_connections = config.max_connections;
+  ho.metrics = &metrics;
+  ho.log_request_text = config.log_request_text;
   auto http = HttpServer::create(ho, **service);
   if (!http.ok()) {
     spdlog::error("start-up failed: {}", http.error().message);
     return 1;
   }
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   // The port line is parsed by tests and scripts: keep its shape.
   spdlog::info("listening on http://{}:{}", config.host, (*http)->port());
 
-  const int sig = (*http)->wait_for_signal();
+  const int sig = wait_for_shutdown_signal();
   spdlog::info("received {}: draining for up to {} s", sig == SIGINT ? "SIGINT" : "SIGTERM",
                config.shutdown_grace_s);
 
-  // 1. Not ready, new requests refused; the listener closes.
+  // 1. Not ready (/ready 503) and new completions refused with 503 +
+  //    Retry-After. The listener stays open meanwhile, so load balancers
+  //    see the 503s and clients get an answer instead of a refused connection.
   (*service)->begin_drain();
-  (*http)->stop_accepting();
   // 2. In-flight work finishes until the grace deadline.
   const TimePoint deadline = Clock::now() + seconds(config.shutdown_grace_s);
-  const bool drained = (*service)->wait_idle(deadline);
-  // 3. What is left is cancelled (its clients get 503 / an SSE error event).
+  bool drained = false;
+  while (true) {
+    const TimePoint slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+    drained = (*service)->wait_idle(slice);
+    if (drained || Clock::now() >= deadline) break;
+    if (take_shutdown_signal() != 0) {
+      spdlog::info("second signal: cancelling the remaining work now");
+      break;
+    }
+  }
+  spdlog::info("drain {}: closing the listener", drained ? "finished" : "deadline passed");
+  // 3. The listener closes.
+  (*http)->stop_accepting();
+  // 4. What is left is cancelled (its clients get 503 / an SSE error event).
   (*service)->shutdown();
-  // 4. Give sessions a moment to write their last bytes, then close.
+  // 5. Give sessions a moment to write their last bytes, then close.
   const TimePoint flush_deadline = Clock::now() + std::chrono::seconds(2);
   while ((*http)->active_requests() > 0 && Clock::now() < flush_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

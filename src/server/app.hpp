@@ -7,6 +7,7 @@
 
 namespace vg {
 
+
 /// Runs `vramgate serve`. Returns the process exit code (0 after a clean
 /// shutdown, 1 when start-up failed).
 int run_server(const ServeConfig& config);

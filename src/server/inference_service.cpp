@@ -1,5 +1,8 @@
+// InferenceService (see inference_service.hpp): device, model, memory profile,
+// engine wiring, request validation, watchdog health and admission state.
 #include "server/inference_service.hpp"
 
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -52,7 +55,8 @@ InferenceService::InferenceService(const ServeConfig& config) : config_(config) 
 
 InferenceService::~InferenceService() { shutdown(); }
 
-Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config) {
+Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config,
+                                                                  metrics::ServerMetrics* metrics) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
   auto device = make_device(config.device);
   if (!device.ok()) return std::move(device).error();
@@ -118,6 +122,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.max_batch_tokens = config.max_batch_tokens;
   eo.step_delay_ms = config.test_step_delay_ms;
   eo.inject_oom_at_step = config.test_inject_oom_step;
+  eo.metrics = metrics;
   auto engine = Engine::create(eo, *entry->model, *svc->device_);
   if (!engine.ok()) return std::move(engine).error();
   entry->engine = std::move(engine).value();
@@ -184,6 +189,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   Submission sub;
   sub.model = entry->info.id;
   sub.prompt_tokens = static_cast<int>(gen.prompt.size());
+  sub.cost_bytes = entry->engine->cost(sub.prompt_tokens, gen.max_tokens);
   auto handle = entry->engine->submit(std::move(gen), std::move(sink), &sub.queue_position);
   if (!handle.ok()) return std::move(handle).error();
   sub.handle = std::move(handle).value();
@@ -196,7 +202,21 @@ std::vector<ModelInfo> InferenceService::models() const {
   return out;
 }
 
-bool InferenceService::healthy(std::string* /*reason*/) const { return true; }
+bool InferenceService::healthy(std::string* reason) const { return healthy_at(Clock::now(), reason); }
+
+bool InferenceService::healthy_at(TimePoint now, std::string* reason) const {
+  const auto limit = std::chrono::duration<double>(config_.watchdog_timeout_s);
+  for (auto& e : entries_) {
+    const std::optional<Duration> busy = e->engine->busy_for(now);
+    if (!busy || *busy <= limit) continue;
+    if (reason) {
+      *reason = fmt::format("engine on {} stuck in a step for {:.0f} s", e->info.device,
+                            std::floor(std::chrono::duration<double>(*busy).count()));
+    }
+    return false;
+  }
+  return true;
+}
 
 bool InferenceService::ready() const { return !draining_.load() && !entries_.empty(); }
 
@@ -219,6 +239,8 @@ AdmissionState InferenceService::admission_state() const {
     st.rejected_never_fits += as.counters.rejected_never_fits;
     st.rejected_queue_full += as.counters.rejected_queue_full;
     st.queue_timeouts += as.counters.queue_timeout;
+    st.deadline_expired += as.counters.deadline_expired;
+    st.cancelled_queued += as.counters.cancelled;
     st.cancelled += es.cancelled;
     st.completed += es.completed;
     st.failed += es.failed;

@@ -17,12 +17,17 @@ namespace vg {
 class Device;
 class Engine;
 class Model;
+namespace metrics {
+class ServerMetrics;
+}
 
 class InferenceService final : public Service {
  public:
   /// Creates the device, loads the model (errors: kConfig, kModelLoad) and
-  /// starts its engine.
-  static Result<std::unique_ptr<InferenceService>> create(const ServeConfig& config);
+  /// starts its engine, which records into `metrics` (optional; must
+  /// outlive the service).
+  static Result<std::unique_ptr<InferenceService>> create(const ServeConfig& config,
+                                                          metrics::ServerMetrics* metrics = nullptr);
   ~InferenceService() override;
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;
@@ -30,6 +35,10 @@ class InferenceService final : public Service {
   bool healthy(std::string* reason) const override;
   bool ready() const override;
   AdmissionState admission_state() const override;
+
+  /// Liveness at `now`: false (with `reason`) when an engine has been in one
+  /// step longer than the watchdog timeout.
+  bool healthy_at(TimePoint now, std::string* reason) const;
 
   /// Staged shutdown: readiness turns 503 and new requests get 503.
   void begin_drain();

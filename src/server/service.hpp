@@ -3,6 +3,7 @@
 // HTTP unit tests. All methods are thread-safe and never block on compute.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct Submission {
   std::string model;      ///< resolved model id
   int prompt_tokens = 0;
   int queue_position = 0; ///< on entry (0 = started at once)
+  std::int64_t cost_bytes = 0;  ///< device bytes the request reserves (admission cost)
 };
 
 class Service {

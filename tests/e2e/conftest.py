@@ -52,14 +52,19 @@ class Server:
     def logs(self):
         return "".join(self.log)
 
+    def send_signal_once(self, sig=signal.SIGTERM):
+        """Sends `sig` once; stop() then only waits for the exit."""
+        self.signalled = True
+        self.proc.send_signal(sig)
+
     def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and not getattr(self, "signalled", False):
             self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.reader.join(5)
         return self.proc.returncode
 

@@ -90,9 +90,59 @@ def test_sigterm_finishes_in_flight_work_and_exits_0(make_server):
     t = threading.Thread(target=client)
     t.start()
     wait_until(lambda: server.admission()["running"] == 1, what="stream running")
-    server.proc.send_signal(signal.SIGTERM)
+    server.send_signal_once(signal.SIGTERM)
     t.join(60)
     assert server.stop() == 0, server.logs()
     assert result["payloads"][-1] == "[DONE]"
     last = json.loads(result["payloads"][-2])
     assert last["choices"][0]["finish_reason"] in ("stop", "length"), last
+
+
+def test_sigterm_drains_in_stages(make_server):
+    """Not ready and new completions refused (503 + Retry-After) while the
+    listener stays open; the in-flight stream finishes; exit 0."""
+    server = make_server("--test-step-delay-ms", "50", "--shutdown-grace", "30")
+    result = {}
+
+    def client():
+        with requests.post(server.url + "/v1/completions",
+                           json={"prompt": "The", "max_tokens": 100, "stream": True, "ignore_eos": True},
+                           stream=True, timeout=60) as r:
+            result["payloads"] = list(sse_events(r))
+
+    t = threading.Thread(target=client)
+    t.start()
+    wait_until(lambda: server.admission()["running"] == 1, what="stream running")
+    server.send_signal_once(signal.SIGTERM)
+    wait_until(lambda: server.get("/ready").status_code == 503, what="/ready 503 while draining")
+    assert server.admission()["running"] == 1, "the stream should still be draining"
+    for stream in (False, True):
+        r = server.post("/v1/completions", {"prompt": "new", "max_tokens": 2, "stream": stream})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["type"] == "overloaded"
+        assert int(r.headers["Retry-After"]) >= 1
+    assert server.get("/health").status_code == 200
+    t.join(60)
+    assert server.stop() == 0, server.logs()
+    assert result["payloads"][-1] == "[DONE]"
+    last = json.loads(result["payloads"][-2])
+    assert last["choices"][0]["finish_reason"] == "length", last
+    assert last["usage"]["completion_tokens"] == 100
+    logs = server.logs()
+    assert logs.index("drain finished") < logs.index("stopped accepting connections"), logs
+
+
+def test_sigterm_during_start_up_exits_0():
+    import subprocess
+    from conftest import BIN, MODEL_DIR
+    proc = subprocess.Popen([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "vramgate starting" in line:  # the model is not loaded yet
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait(60) == 0, "".join(lines)
+    assert any("received SIGTERM" in ln for ln in lines), "".join(lines)

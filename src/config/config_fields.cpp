@@ -1,0 +1,86 @@
+// The settings table of ServeConfig (see config_fields.hpp). A new field of
+// ServeConfig gets one row here and is then a flag and a config-file key.
+#include "config/config_fields.hpp"
+
+#include <algorithm>
+
+namespace vg {
+namespace {
+
+using C = ServeConfig;
+
+const ConfigField kFields[] = {
+    {"model_dir", "model", "Model folder: config.json + model.safetensors (GPT-2 layout)", &C::model_dir},
+    {"device", "model",
+     "Device to serve on: virt:N=SIZE is CPU memory with an enforced capacity (SIZE like 2GiB, 512MiB)",
+     &C::device},
+    {"threads", "model", "Compute threads for tensor ops (0 = all cores)", &C::threads},
+
+    {"host", "http", "Address to listen on", &C::host},
+    {"port", "http", "TCP port to listen on (0 = any free port, printed at start)", &C::port},
+    {"io_threads", "http", "Threads serving HTTP connections", &C::io_threads},
+    {"max_body_bytes", "http", "Largest request body in bytes (more -> 413)", &C::max_body_bytes},
+    {"read_timeout", "http", "Seconds for a request's headers and body to arrive (slower -> 408)",
+     &C::read_timeout_s},
+    {"idle_timeout", "http", "Seconds a keep-alive connection may sit idle", &C::idle_timeout_s},
+    {"max_connections", "http", "Open connections at most; more are closed at once", &C::max_connections},
+
+    {"admission", "memory",
+     "Admission policy: memory (bytes against the device budget), fixed:N (at most N sequences), none (the "
+     "naive baseline: no fit check, no queue limit)",
+     &C::admission},
+    {"memory_utilization", "memory",
+     "Fraction of device capacity vramgate may use: budget = capacity x utilization - resident - workspace - "
+     "reserve",
+     &C::memory_utilization},
+    {"memory_reserve", "memory", "Bytes never handed to requests (e.g. 64MiB)", &C::memory_reserve, true},
+    {"memory_safety", "memory", "Multiplier on each request's measured memory cost (>= 1)", &C::memory_safety},
+
+    {"max_bypass", "scheduling", "Seconds a waiting request that does not fit may be passed by later ones that do",
+     &C::max_bypass_s},
+    {"max_batch", "scheduling", "Sequences that run together on a device", &C::max_batch},
+    {"max_batch_tokens", "scheduling",
+     "Tokens processed in one step (prefill chunks + one per decoding sequence); longer prompts are prefilled "
+     "in chunks",
+     &C::max_batch_tokens},
+    {"max_queue", "scheduling", "Requests that may wait per device (more -> 503 overloaded)", &C::max_queue},
+    {"queue_timeout", "scheduling", "Longest wait in the queue in seconds (-> 503 overloaded with Retry-After)",
+     &C::queue_timeout_s},
+    {"request_timeout", "scheduling",
+     "Total deadline per request in seconds (-> 504); a request's \"timeout\" field may lower it",
+     &C::request_timeout_s},
+    {"shutdown_grace", "scheduling", "On SIGINT/SIGTERM: seconds in-flight work may finish before it is cancelled",
+     &C::shutdown_grace_s},
+
+    {"log_level", "operability", "trace, debug, info, warn, error or off", &C::log_level},
+    {"log_request_text", "operability",
+     "Include prompt and output text in the per-request log lines (off: counts only)", &C::log_request_text},
+    {"watchdog_timeout", "operability",
+     "Seconds an engine step may run before /health reports the engine stuck (503)", &C::watchdog_timeout_s},
+
+    {"test_step_delay_ms", "test", "Test hook: sleep this many ms after every engine step", &C::test_step_delay_ms},
+    {"test_inject_oom_step", "test", "Test hook: the engine step with this number (from 1) fails with out-of-memory",
+     &C::test_inject_oom_step},
+};
+
+}  // namespace
+
+std::span<const ConfigField> config_fields() { return kFields; }
+
+const ConfigField* find_config_field(const std::string& key) {
+  auto fields = config_fields();
+  auto it = std::find_if(fields.begin(), fields.end(), [&](const ConfigField& f) { return key == f.key; });
+  return it == fields.end() ? nullptr : &*it;
+}
+
+std::string flag_name(const std::string& key) {
+  std::string flag = "--" + key;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+void copy_config_field(const ConfigField& field, const ServeConfig& from, ServeConfig& to) {
+  std::visit([&](auto member) { to.*member = from.*member; }, field.member);
+}
+
+}  // namespace vg

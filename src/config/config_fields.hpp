@@ -1,0 +1,41 @@
+// The table of ServeConfig's settings: one descriptor per field with its
+// key, section and help text. The command line (config_cli) and the config
+// file (config_file) are both built from this table, so the two cannot
+// drift. Any thread; the table is immutable.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+
+#include "config/config.hpp"
+
+namespace vg {
+
+/// A pointer to one ServeConfig member, by its type.
+using ConfigMember = std::variant<std::string ServeConfig::*, int ServeConfig::*, std::int64_t ServeConfig::*,
+                                  double ServeConfig::*, bool ServeConfig::*>;
+
+struct ConfigField {
+  const char* key;      ///< snake_case key in the config file; the flag is "--" + key with '-' for '_'
+  const char* section;  ///< config-file table the key may also be written in, e.g. "admission"
+  const char* help;     ///< one line for --help
+  ConfigMember member;
+  bool bytes = false;   ///< a byte size: a string like "64MiB", or an integer count of bytes in the file
+};
+
+/// Every settable field of ServeConfig, in the order --help and
+/// --print-config list them.
+std::span<const ConfigField> config_fields();
+
+/// The field with this config-file key, or nullptr.
+const ConfigField* find_config_field(const std::string& key);
+
+/// "--max-batch" for "max_batch".
+std::string flag_name(const std::string& key);
+
+/// Copies one field's value from `from` into `to`.
+void copy_config_field(const ConfigField& field, const ServeConfig& from, ServeConfig& to);
+
+}  // namespace vg

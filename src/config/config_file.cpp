@@ -1,0 +1,224 @@
+// Reads and writes the TOML config file (see config_file.hpp). The only code
+// that sees toml++.
+#include "config/config_file.hpp"
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "config/config_fields.hpp"
+
+namespace vg {
+namespace {
+
+const char* type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
+  }
+}
+
+bool is_section(std::string_view name) {
+  for (const ConfigField& f : config_fields()) {
+    if (name == f.section) return true;
+  }
+  return false;
+}
+
+// Reads the file one key at a time; remembers where each key was set.
+class Reader {
+ public:
+  Reader(const std::string& source, ServeConfig& out) : source_(source), out_(out) {}
+
+  Status read_table(const toml::table& table, const std::string& section) {
+    for (auto&& [key, node] : table) {
+      const std::string name(key.str());
+      const int line = static_cast<int>(key.source().begin.line);
+      if (section.empty() && node.is_table() && is_section(name)) {
+        if (Status st = read_table(*node.as_table(), name); !st.ok()) return st;
+        continue;
+      }
+      if (Status st = read_key(name, node, section, line); !st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+
+  Error error(int line, const std::string& what) const {
+    return Error(ErrorCode::kConfig, source_ + (line > 0 ? ":" + std::to_string(line) : "") + ": " + what);
+  }
+
+  int line_of(const std::string& key) const {
+    auto it = lines_.find(key);
+    return it == lines_.end() ? 0 : it->second;
+  }
+
+ private:
+  Status read_key(const std::string& name, const toml::node& node, const std::string& section, int line) {
+    const std::string shown = section.empty() ? name : section + "." + name;
+    const ConfigField* field = find_config_field(name);
+    if (!field) return error(line, "unknown key '" + shown + "'");
+    if (!section.empty() && section != field->section) {
+      return error(line, "unknown key '" + shown + "': '" + name + "' belongs in [" + field->section +
+                             "] or at the top level");
+    }
+    if (auto it = lines_.find(name); it != lines_.end()) {
+      return error(line, "key '" + name + "' is set twice (first on line " + std::to_string(it->second) + ")");
+    }
+    lines_[name] = line;
+    std::string problem;
+    std::visit([&](auto member) { problem = assign(*field, node, out_.*member); }, field->member);
+    if (!problem.empty()) return error(line, "key '" + name + "': " + problem);
+    return Status::Ok();
+  }
+
+  static std::string expected(const char* what, const toml::node& node) {
+    return std::string("expected ") + what + ", got " + type_name(node.type());
+  }
+
+  static std::string assign(const ConfigField& field, const toml::node& node, std::string& v) {
+    if (auto s = node.value_exact<std::string>()) {
+      v = *s;
+    } else if (auto i = node.value_exact<std::int64_t>(); field.bytes && i) {
+      if (*i < 0) return "must be >= 0 bytes";
+      v = std::to_string(*i);
+    } else {
+      return expected(field.bytes ? "a string like \"64MiB\" or an integer (bytes)" : "a string", node);
+    }
+    return {};
+  }
+  static std::string assign(const ConfigField&, const toml::node& node, std::int64_t& v) {
+    auto i = node.value_exact<std::int64_t>();
+    if (!i) return expected("an integer", node);
+    v = *i;
+    return {};
+  }
+  static std::string assign(const ConfigField&, const toml::node& node, int& v) {
+    auto i = node.value_exact<std::int64_t>();
+    if (!i) return expected("an integer", node);
+    if (*i < INT_MIN || *i > INT_MAX) return std::to_string(*i) + " is out of range for a 32-bit integer";
+    v = static_cast<int>(*i);
+    return {};
+  }
+  static std::string assign(const ConfigField&, const toml::node& node, double& v) {
+    if (auto d = node.value_exact<double>()) {
+      v = *d;
+    } else if (auto i = node.value_exact<std::int64_t>()) {
+      v = static_cast<double>(*i);
+    } else {
+      return expected("a number", node);
+    }
+    return {};
+  }
+  static std::string assign(const ConfigField&, const toml::node& node, bool& v) {
+    auto b = node.value_exact<bool>();
+    if (!b) return expected("a boolean (true or false)", node);
+    v = *b;
+    return {};
+  }
+
+  const std::string& source_;
+  ServeConfig& out_;
+  std::map<std::string, int> lines_;
+};
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double, always with a '.' or 'e'
+// so that TOML reads it as a float.
+std::string float_text(double d) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+  std::string s(buf, ec == std::errc() ? end : buf);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string value_text(const ConfigField& field, const ServeConfig& c) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        const auto& v = c.*member;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return quoted(v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          return float_text(v);
+        } else {
+          return std::to_string(v);
+        }
+      },
+      field.member);
+}
+
+}  // namespace
+
+Result<ServeConfig> parse_config_toml(std::string_view text, const std::string& source, const ServeConfig& base) {
+  toml::table table;
+  try {
+    table = toml::parse(text, std::string_view(source));
+  } catch (const toml::parse_error& e) {
+    return Error(ErrorCode::kConfig, source + ":" + std::to_string(e.source().begin.line) + ":" +
+                                         std::to_string(e.source().begin.column) +
+                                         ": not valid TOML: " + std::string(e.description()));
+  }
+  ServeConfig out = base;
+  Reader reader(source, out);
+  if (Status st = reader.read_table(table, ""); !st.ok()) return st.error();
+  if (auto p = out.check()) return reader.error(reader.line_of(p->key), "key '" + p->key + "': " + p->what);
+  return out;
+}
+
+Result<ServeConfig> load_config_file(const std::string& path, const ServeConfig& base) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error(ErrorCode::kConfig, "cannot read config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Error(ErrorCode::kConfig, "cannot read config file '" + path + "'");
+  return parse_config_toml(text.str(), path, base);
+}
+
+std::string format_config_toml(const ServeConfig& config) {
+  std::string out;
+  std::string section;
+  for (const ConfigField& f : config_fields()) {
+    if (section != f.section) {
+      section = f.section;
+      out += (out.empty() ? "[" : "\n[") + section + "]\n";
+    }
+    out += "# " + std::string(f.help) + "\n";
+    out += std::string(f.key) + " = " + value_text(f, config) + "\n";
+  }
+  return out;
+}
+
+}  // namespace vg

@@ -1,0 +1,39 @@
+// The request log: one JSON line per finished completion request, written at
+// info level ("request {...}"). Internal to src/http; any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace vg::httpd {
+
+struct RequestLogLine {
+  std::string id;
+  std::string model;
+  std::string route;
+  bool stream = false;
+  int status = 0;  ///< HTTP status answered (200 for a stream that started)
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  std::int64_t reserved_bytes = 0;  ///< the request's admission cost
+  double queue_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  double duration_ms = 0;  ///< from the request's arrival to its end
+  std::string outcome;     ///< completed, failed or cancelled
+  std::string reason;      ///< finish_reason, or the error type
+  /// Only with --log-request-text.
+  std::optional<std::variant<std::string, std::vector<std::int32_t>>> prompt;
+  std::optional<std::string> output;
+};
+
+/// The line's JSON object (always valid JSON: strings are sanitized to UTF-8).
+std::string encode_request_log(const RequestLogLine& line);
+
+/// Writes "request <json>" at info level.
+void log_request(const RequestLogLine& line);
+
+}  // namespace vg::httpd

@@ -1,0 +1,88 @@
+// The names, help texts, labels and buckets of vramgate's metrics (see
+// server_metrics.hpp). Add a metric here and nowhere else.
+#include "metrics/server_metrics.hpp"
+
+namespace vg::metrics {
+namespace {
+
+// Latencies from 1 ms to ~65 s; a step is ms, a long generation tens of s.
+std::vector<double> latency_buckets() { return exponential_buckets(0.001, 2, 17); }
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(Registry& r)
+    : queue_wait_seconds(r.histogram("vramgate_queue_wait_seconds",
+                                     "Time admitted requests waited in the queue before their lease was granted.",
+                                     latency_buckets())
+                             .with({})),
+      time_to_first_token_seconds(r.histogram("vramgate_time_to_first_token_seconds",
+                                              "Time from submission (queue wait included) to the first generated token.",
+                                              latency_buckets())
+                                      .with({})),
+      inter_token_latency_seconds(r.histogram("vramgate_inter_token_latency_seconds",
+                                              "Time between consecutive generated tokens of one sequence.",
+                                              exponential_buckets(0.0005, 2, 14))
+                                      .with({})),
+      request_duration_seconds(r.histogram("vramgate_request_duration_seconds",
+                                           "Time from submission to the end of a request the engine accepted, whatever its outcome.",
+                                           latency_buckets())
+                                   .with({})),
+      batch_size(r.histogram("vramgate_batch_size", "Sequences in one engine step.",
+                             {1, 2, 4, 8, 16, 32, 64, 128, 256})
+                     .with({})),
+      generated_tokens_total(r.counter("vramgate_generated_tokens_total", "Tokens generated.").with({})),
+      registry_(r),
+      http_requests_total_(r.counter("vramgate_http_requests_total", "HTTP requests answered, by route and status.",
+                                     {"route", "status"})),
+      admission_outcomes_total_(r.counter("vramgate_admission_outcomes_total",
+                                          "Admission decisions by reason: admitted, queue_full, never_fits, "
+                                          "queue_timeout, deadline, cancelled (left while queued).",
+                                          {"reason"})),
+      requests_finished_total_(r.counter("vramgate_requests_finished_total",
+                                         "Requests the engine ended, by outcome: completed, failed, cancelled.",
+                                         {"outcome"})),
+      queue_depth_(r.gauge("vramgate_queue_depth", "Requests waiting for admission.").with({})),
+      running_sequences_(r.gauge("vramgate_running_sequences", "Sequences in the running batch.").with({})),
+      ready_(r.gauge("vramgate_ready", "1 when the server is ready for traffic, else 0.").with({})),
+      draining_(r.gauge("vramgate_draining", "1 while the server drains for shutdown, else 0.").with({})),
+      device_bytes_(r.gauge("vramgate_device_bytes",
+                            "Device memory by kind: capacity, budget, effective_budget, reserved (leases), "
+                            "peak_reserved, used (allocator), peak, resident, workspace.",
+                            {"device", "kind"})),
+      out_of_memory_total_(r.counter("vramgate_out_of_memory_total", "Engine steps that failed with out-of-memory.")
+                               .with({})),
+      preemptions_total_(r.counter("vramgate_preemptions_total",
+                                   "Running sequences stopped and re-queued to free device memory.")
+                             .with({})) {}
+
+void ServerMetrics::count_http_request(std::string_view route, int status) {
+  http_requests_total_.with({std::string(route), std::to_string(status)}).inc();
+}
+
+void ServerMetrics::fill_state(const StateSample& s) {
+  queue_depth_.set(s.queue_depth);
+  running_sequences_.set(s.running);
+  ready_.set(s.ready ? 1 : 0);
+  draining_.set(s.draining ? 1 : 0);
+  for (const auto& d : s.devices) {
+    for (const auto& [kind, bytes] : d.bytes) device_bytes_.with({d.name, kind}).set(static_cast<double>(bytes));
+  }
+  const std::pair<const char*, std::int64_t> outcomes[] = {
+      {"admitted", s.admitted},           {"queue_full", s.rejected_queue_full},
+      {"never_fits", s.rejected_never_fits}, {"queue_timeout", s.queue_timeouts},
+      {"deadline", s.deadline_expired},   {"cancelled", s.cancelled_queued},
+  };
+  for (const auto& [reason, n] : outcomes) admission_outcomes_total_.with({reason}).mirror(static_cast<double>(n));
+  requests_finished_total_.with({"completed"}).mirror(static_cast<double>(s.completed));
+  requests_finished_total_.with({"failed"}).mirror(static_cast<double>(s.failed));
+  requests_finished_total_.with({"cancelled"}).mirror(static_cast<double>(s.cancelled));
+  out_of_memory_total_.mirror(static_cast<double>(s.out_of_memory));
+  preemptions_total_.mirror(static_cast<double>(s.preemptions));
+}
+
+std::string ServerMetrics::scrape(const StateSample& sample) {
+  fill_state(sample);
+  return registry_.expose();
+}
+
+}  // namespace vg::metrics

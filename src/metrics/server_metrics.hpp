@@ -1,0 +1,86 @@
+// Every metric vramgate exposes, named in this one place: ServerMetrics
+// registers them on a Registry (created by the server at start-up and passed
+// in) and hands out typed references. Recorders: the HTTP layer (requests by
+// route and status), the engine thread (histograms, generated tokens), and
+// the /metrics route, which copies gauges and counters that mirror service
+// state from a snapshot at scrape time (fill_state()).
+//
+// Threads: construct once before serving; every member is then thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "metrics/registry.hpp"
+
+namespace vg::metrics {
+
+/// State read at scrape time, in plain numbers (the service's admission
+/// state, translated by the caller).
+struct StateSample {
+  struct Device {
+    std::string name;
+    // kind -> bytes: capacity, budget, effective_budget, reserved,
+    // peak_reserved, used, peak, resident, workspace.
+    std::vector<std::pair<std::string, std::int64_t>> bytes;
+  };
+  std::vector<Device> devices;
+  int queue_depth = 0;
+  int running = 0;
+  bool ready = false;
+  bool draining = false;
+  // Counters since start.
+  std::int64_t admitted = 0;
+  std::int64_t rejected_queue_full = 0;
+  std::int64_t rejected_never_fits = 0;
+  std::int64_t queue_timeouts = 0;
+  std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
+  std::int64_t cancelled_queued = 0;  ///< client left while queued
+  std::int64_t completed = 0;
+  std::int64_t failed = 0;
+  std::int64_t cancelled = 0;
+  std::int64_t out_of_memory = 0;
+  std::int64_t preemptions = 0;
+};
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(Registry& registry);
+
+  Registry& registry() { return registry_; }
+
+  // -- recorded by the HTTP layer
+  /// vramgate_http_requests_total{route,status}
+  void count_http_request(std::string_view route, int status);
+
+  // -- recorded by the engine thread
+  Histogram& queue_wait_seconds;
+  Histogram& time_to_first_token_seconds;
+  Histogram& inter_token_latency_seconds;
+  Histogram& request_duration_seconds;
+  Histogram& batch_size;
+  Counter& generated_tokens_total;
+
+  /// Copies state gauges and mirrored counters from `sample`.
+  void fill_state(const StateSample& sample);
+  /// fill_state() then the exposition text.
+  std::string scrape(const StateSample& sample);
+
+ private:
+  Registry& registry_;
+  CounterFamily& http_requests_total_;
+  CounterFamily& admission_outcomes_total_;
+  CounterFamily& requests_finished_total_;
+  Gauge& queue_depth_;
+  Gauge& running_sequences_;
+  Gauge& ready_;
+  Gauge& draining_;
+  GaugeFamily& device_bytes_;
+  Counter& out_of_memory_total_;
+  Counter& preemptions_total_;
+};
+
+}  // namespace vg::metrics

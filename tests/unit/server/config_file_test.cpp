@@ -1,0 +1,224 @@
+// Tests of the TOML config file (config/config_file) and the merge of file
+// and flags (config/config_cli): good files, sections, errors naming the key.
+#include <CLI/CLI.hpp>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "config/config_cli.hpp"
+#include "config/config_fields.hpp"
+#include "config/config_file.hpp"
+
+namespace vg {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string message(const Result<ServeConfig>& r) { return r.ok() ? "(ok)" : r.error().message; }
+
+TEST(ConfigFile, GoodFileSetsFieldsAndKeepsDefaults) {
+  auto c = parse_config_toml(R"(
+max_batch = 4
+device = "virt:0=1GiB"
+memory_utilization = 0.5
+read_timeout = 12          # an integer where seconds are a float
+[memory]
+admission = "fixed:3"
+memory_reserve = "64MiB"
+[operability]
+log_request_text = true
+)",
+                             "x.toml");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->max_batch, 4);
+  EXPECT_EQ(c->device, "virt:0=1GiB");
+  EXPECT_DOUBLE_EQ(c->memory_utilization, 0.5);
+  EXPECT_DOUBLE_EQ(c->read_timeout_s, 12.0);
+  EXPECT_EQ(c->admission, "fixed:3");
+  EXPECT_EQ(c->memory_reserve, "64MiB");
+  EXPECT_TRUE(c->log_request_text);
+  EXPECT_EQ(c->max_queue, ServeConfig{}.max_queue);
+  EXPECT_EQ(c->model_dir, ServeConfig{}.model_dir);
+}
+
+TEST(ConfigFile, ByteSizeMayBeAnInteger) {
+  auto c = parse_config_toml("memory_reserve = 1048576\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->memory_reserve, "1048576");
+}
+
+TEST(ConfigFile, UnknownKeyIsNamedWithFileAndLine) {
+  auto c = parse_config_toml("max_batch = 4\nmax_bach = 8\n", "deploy/x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kConfig);
+  EXPECT_THAT(c.error().message, HasSubstr("deploy/x.toml:2"));
+  EXPECT_THAT(c.error().message, HasSubstr("unknown key 'max_bach'"));
+}
+
+TEST(ConfigFile, KeyInTheWrongSectionIsNamed) {
+  auto c = parse_config_toml("[http]\nmax_batch = 4\n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("unknown key 'http.max_batch'"));
+  EXPECT_THAT(c.error().message, HasSubstr("[scheduling]"));
+}
+
+TEST(ConfigFile, UnknownTableIsNamed) {
+  auto c = parse_config_toml("[server]\nport = 1\n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("unknown key 'server'"));
+}
+
+TEST(ConfigFile, WrongTypeNamesKeyAndExpectedType) {
+  auto c = parse_config_toml("\n\nmax_queue = \"lots\"\n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("x.toml:3: key 'max_queue': expected an integer, got a string"));
+  auto f = parse_config_toml("max_batch = 2.5\n", "x.toml");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(f.error().message, HasSubstr("key 'max_batch': expected an integer, got a float"));
+  auto b = parse_config_toml("log_request_text = 1\n", "x.toml");
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.error().message, HasSubstr("key 'log_request_text': expected a boolean"));
+}
+
+TEST(ConfigFile, IntegerBeyondIntRangeIsRejected) {
+  auto c = parse_config_toml("port = 99999999999\n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("key 'port': 99999999999 is out of range"));
+}
+
+TEST(ConfigFile, OutOfRangeValueNamesKeyAndLineWithTheValidationRule) {
+  auto c = parse_config_toml("max_queue = 3\n[memory]\nmemory_utilization = 1.5\n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("x.toml:3: key 'memory_utilization': must be in (0, 1]"));
+  auto d = parse_config_toml("device = \"virt:0=lots\"\n", "x.toml");
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.error().message, HasSubstr("x.toml:1: key 'device'"));
+}
+
+TEST(ConfigFile, KeySetTwiceIsRejected) {
+  auto c = parse_config_toml("max_batch = 4\n[scheduling]\nmax_batch = 5\n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("x.toml:3: key 'max_batch' is set twice (first on line 1)"));
+}
+
+TEST(ConfigFile, SyntaxErrorNamesFileAndPosition) {
+  auto c = parse_config_toml("max_batch = \n", "x.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("x.toml:1:"));
+  EXPECT_THAT(c.error().message, HasSubstr("not valid TOML"));
+}
+
+TEST(ConfigFile, MissingFileIsNamed) {
+  auto c = load_config_file("/nonexistent/vramgate.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kConfig);
+  EXPECT_THAT(c.error().message, HasSubstr("cannot read config file '/nonexistent/vramgate.toml'"));
+}
+
+TEST(ConfigFile, PrintedConfigReadsBackToTheSameValues) {
+  ServeConfig c;
+  c.model_dir = "models/with \"quotes\"\\";
+  c.memory_utilization = 0.1 + 0.2;
+  c.max_queue = 7;
+  c.log_request_text = true;
+  c.test_inject_oom_step = 1LL << 40;
+  c.read_timeout_s = 30;
+  const std::string text = format_config_toml(c);
+  auto back = parse_config_toml(text, "printed");
+  ASSERT_TRUE(back.ok()) << message(back) << "\n" << text;
+  EXPECT_EQ(format_config_toml(*back), text);
+  EXPECT_EQ(back->model_dir, c.model_dir);
+  EXPECT_EQ(back->memory_utilization, c.memory_utilization);
+  EXPECT_EQ(back->test_inject_oom_step, c.test_inject_oom_step);
+  EXPECT_THAT(text, HasSubstr("read_timeout = 30.0\n"));
+  for (const ConfigField& f : config_fields()) EXPECT_THAT(text, HasSubstr(std::string("\n") + f.key + " = "));
+}
+
+// --- flags and file together (ConfigFlags)
+
+class ConfigFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = std::filesystem::temp_directory_path() /
+            ("vramgate-config-test-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".toml");
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  void write(const std::string& text) { std::ofstream(path_) << text; }
+
+  Result<ServeConfig> parse(const std::string& args) {
+    CLI::App app;
+    ConfigFlags flags(app);
+    app.parse(args, false);
+    return flags.resolve();
+  }
+
+  std::filesystem::path path_;
+};
+
+TEST_F(ConfigFlagsTest, FlagsWinOverTheFileAndTheFileOverDefaults) {
+  write("max_batch = 4\nmax_queue = 9\n[memory]\nadmission = \"fixed:2\"\n");
+  auto c = parse("--config " + path_.string() + " --max-batch 6 --log-request-text");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->max_batch, 6);         // flag over file
+  EXPECT_EQ(c->max_queue, 9);         // file over default
+  EXPECT_EQ(c->admission, "fixed:2");
+  EXPECT_TRUE(c->log_request_text);   // flag over default
+  EXPECT_EQ(c->port, ServeConfig{}.port);
+}
+
+TEST_F(ConfigFlagsTest, AFlagGivenWithTheDefaultValueStillWinsOverTheFile) {
+  write("max_batch = 4\n");
+  auto c = parse("--max-batch 8 --config " + path_.string());
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->max_batch, 8);
+}
+
+TEST_F(ConfigFlagsTest, NoConfigFileMeansFlagsOverDefaults) {
+  auto c = parse("--max-queue 3");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->max_queue, 3);
+  EXPECT_EQ(c->max_batch, ServeConfig{}.max_batch);
+}
+
+TEST_F(ConfigFlagsTest, BadFileIsReportedEvenWhenAFlagOverridesTheKey) {
+  write("max_batch = 0\n");
+  auto c = parse("--config " + path_.string() + " --max-batch 4");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr(path_.string() + ":1: key 'max_batch': must be in 1..256"));
+}
+
+TEST_F(ConfigFlagsTest, OutOfRangeFlagNamesTheFlag) {
+  auto c = parse("--max-batch 0");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().message, "--max-batch: must be in 1..256");
+}
+
+TEST_F(ConfigFlagsTest, MissingConfigFileIsAnError) {
+  auto c = parse("--config " + path_.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error().message, HasSubstr("cannot read config file"));
+}
+
+TEST(ConfigFlags, EveryFieldIsAFlag) {
+  CLI::App app;
+  ConfigFlags flags(app);
+  for (const ConfigField& f : config_fields()) EXPECT_NE(app.get_option_no_throw(flag_name(f.key)), nullptr) << f.key;
+  EXPECT_NE(app.get_option_no_throw("--config"), nullptr);
+}
+
+TEST(ConfigFlags, KeysLimitTheFlags) {
+  CLI::App app;
+  const char* keys[] = {"device", "max_batch"};
+  ConfigFlags flags(app, keys);
+  EXPECT_NE(app.get_option_no_throw("--device"), nullptr);
+  EXPECT_NE(app.get_option_no_throw("--max-batch"), nullptr);
+  EXPECT_EQ(app.get_option_no_throw("--port"), nullptr);
+}
+
+}  // namespace
+}  // namespace vg
