@@ -50,6 +50,12 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (memory_utilization <= 0 || memory_utilization > 1) return bad("memory_utilization", "must be in (0, 1]");
   if (memory_safety < 1 || memory_safety > 16) return bad("memory_safety", "must be in [1, 16]");
   if (max_bypass_s < 0) return bad("max_bypass", "must be >= 0");
+  if (!(oom_decrease_factor > 0 && oom_decrease_factor < 1)) return bad("oom_decrease_factor", "must be in (0, 1)");
+  if (!(oom_budget_floor >= 0 && oom_budget_floor <= 1)) return bad("oom_budget_floor", "must be in [0, 1]");
+  if (!(oom_quiet_period_s >= 0.001 && oom_quiet_period_s <= 86400)) {
+    return bad("oom_quiet_period", "must be in [0.001, 86400]");
+  }
+  if (!(oom_increase_step > 0 && oom_increase_step <= 1)) return bad("oom_increase_step", "must be in (0, 1]");
   if (max_batch_tokens < 1) return bad("max_batch_tokens", "must be >= 1");
   if (max_batch < 1 || max_batch > 256) return bad("max_batch", "must be in 1..256");
   if (max_queue < 0) return bad("max_queue", "must be >= 0");

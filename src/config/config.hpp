@@ -40,6 +40,11 @@ struct ServeConfig {
   std::string memory_reserve = "0";  ///< bytes never handed to requests, e.g. 64MiB
   double memory_safety = 1.1;        ///< multiplier on measured per-request cost, >= 1
   double max_bypass_s = 5;           ///< how long a waiting request may be passed by smaller ones (s)
+  // OOM governor (policy memory): an OOM cuts the effective budget, quiet periods restore it.
+  double oom_decrease_factor = 0.5;  ///< on an OOM: effective budget x this, in (0, 1)
+  double oom_budget_floor = 0.25;    ///< lowest effective budget, fraction of the budget in [0, 1]
+  double oom_quiet_period_s = 10;    ///< time without an OOM before each raise (s), [0.001, 86400]
+  double oom_increase_step = 0.1;    ///< raise per quiet period, fraction of the budget in (0, 1]
 
   // -- scheduling
   int max_batch = 8;                 ///< sequences that run together on a device

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "device/device.hpp"
+#include "engine/oom_budget.hpp"
 #include "engine/text_stream.hpp"
 #include "metrics/server_metrics.hpp"
 #include "model/model.hpp"
@@ -105,6 +106,7 @@ struct Engine::Impl {
   Device& device;
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
   std::unique_ptr<AdmissionController> admission;
+  std::optional<OomBudget> oom_budget;  // engine thread only, after create()
   std::atomic<RequestId> next_id{1};
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
   std::int64_t steps_run = 0;                       // engine thread only
@@ -138,6 +140,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   if (options.max_batch < 1) return Error(ErrorCode::kConfig, "max_batch must be >= 1");
   if (options.max_batch_tokens < 1) return Error(ErrorCode::kConfig, "max_batch_tokens must be >= 1");
   if (Status st = validate(options.profile); !st.ok()) return st.error();
+  if (Status st = validate(options.oom_governor); !st.ok()) return st.error();
   auto impl = std::make_unique<Impl>(options, model, device);
   std::weak_ptr<Shared> weak = impl->shared;
   auto controller = AdmissionController::create(options.admission, [weak] {
@@ -145,6 +148,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   });
   if (!controller.ok()) return std::move(controller).error();
   impl->admission = std::move(controller).value();
+  impl->oom_budget.emplace(options.oom_governor, options.admission.budget_bytes,
+                           options.admission.policy.kind == AdmissionPolicy::Kind::kMemory, *impl->admission,
+                           device.name());
+  impl->oom_budget->publish(impl->shared->stats);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -240,6 +247,7 @@ void Engine::Impl::run() {
   DeviceScope scope(&device);
   while (wait_for_work()) {
     step_started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    oom_budget->on_tick(Clock::now());
     admit(Clock::now());
     sweep_running(Clock::now());
     retire_done();
@@ -256,10 +264,11 @@ void Engine::Impl::run() {
 }
 
 // Sleeps until there is something to do: running sequences, a wake-up
-// (submit, cancel, lease release) or the admission controller's next timer.
-// False when the engine is stopping.
+// (submit, cancel, lease release), the admission controller's next timer or
+// the OOM governor's next raise. False when the engine is stopping.
 bool Engine::Impl::wait_for_work() {
-  const auto next = admission->next_wakeup(Clock::now());
+  auto next = admission->next_wakeup(Clock::now());
+  if (auto raise = oom_budget->next_change(); raise && (!next || *raise < *next)) next = raise;
   std::unique_lock lk(shared->mu);
   auto ready = [&] { return shared->stopping || shared->wake || !running.empty(); };
   if (!ready()) {
@@ -400,10 +409,13 @@ void Engine::Impl::run_step() {
   if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
   if (options.inject_oom_at_step > 0 && steps_run == options.inject_oom_at_step) device.inject_out_of_memory();
   auto logits = model.step(inputs);
+  const bool oom = !logits.ok() && logits.error().code == ErrorCode::kOutOfMemory;
+  if (oom) oom_budget->on_oom(Clock::now());  // before the step's requests hear of it
   {
     std::lock_guard lk(shared->mu);
     ++shared->stats.steps;
-    if (!logits.ok() && logits.error().code == ErrorCode::kOutOfMemory) ++shared->stats.out_of_memory;
+    if (oom) ++shared->stats.out_of_memory;
+    oom_budget->publish(shared->stats);
   }
   if (!logits.ok()) {
     Error e = logits.error();
@@ -542,6 +554,7 @@ void Engine::Impl::publish() {
   std::lock_guard lk(shared->mu);
   shared->stats.running = static_cast<int>(running.size());
   shared->stats.kv_cache_bytes = kv;
+  oom_budget->publish(shared->stats);
   if (shared->stats.running == 0 && shared->queued.empty()) shared->idle_cv.notify_all();
 }
 

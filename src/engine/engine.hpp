@@ -15,6 +15,7 @@
 
 #include "admission/admission_controller.hpp"
 #include "admission/memory_profile.hpp"
+#include "admission/oom_governor.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "engine/events.hpp"
@@ -52,6 +53,9 @@ struct EngineStats {
   std::int64_t generated_tokens = 0;
   std::int64_t steps = 0;
   std::int64_t kv_cache_bytes = 0;  ///< KV cache bytes held by running sequences
+  std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts (policy memory; else the budget)
+  std::int64_t oom_budget_cuts = 0;    ///< times the OOM governor cut the effective budget
+  std::int64_t oom_budget_raises = 0;  ///< times it raised it back after a quiet period
 };
 
 class Engine {
@@ -63,6 +67,9 @@ class Engine {
     MemoryProfile profile;
     int max_batch = 8;            ///< sequences in one step (>= 1; ignored under policy none)
     int max_batch_tokens = 512;   ///< tokens in one step: prefill chunks + one per decoding sequence
+    /// OOM governor (policy memory only): how a step's out-of-memory error
+    /// cuts the effective budget and how quiet periods restore it.
+    OomGovernorOptions oom_governor;
     /// Test hook: extra milliseconds slept by the engine thread after each
     /// step, so tests can hold requests running without sleeping themselves.
     double step_delay_ms = 0;

@@ -293,6 +293,8 @@ net::awaitable<bool> Connection::serve(Request& request) {
 }
 
 net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
+  // Any answer to a HEAD request carries no body.
+  ex.head = request.method() == bhttp::verb::head;
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const Route* match = nullptr;
@@ -302,9 +304,11 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
   if (match == nullptr) {
     co_return co_await send(ex, error_reply(Error(ErrorCode::kNotFound, "no route for " + shorten(path, 200))));
   }
-  if (request.method() != match->verb) {
+  // HEAD is answered on every GET route, with the GET headers and no body.
+  if (request.method() != match->verb && !(ex.head && match->verb == bhttp::verb::get)) {
     ex.route = match->path;
-    const std::string allow(bhttp::to_string(match->verb));
+    const std::string allow =
+        match->verb == bhttp::verb::get ? std::string("GET, HEAD") : std::string(bhttp::to_string(match->verb));
     Reply reply = error_reply(Error(ErrorCode::kMethodNotAllowed,
                                     std::string(path) + " accepts only " + allow));
     reply.headers.emplace_back("Allow", allow);
@@ -332,6 +336,7 @@ net::awaitable<bool> Connection::send(Exchange& ex, Reply reply) {
   res.keep_alive(ex.keep_alive && !reply.close && !closing_);
   res.body() = std::move(reply.body);
   res.prepare_payload();
+  if (ex.head) res.body().clear();  // Content-Length stays that of the full response
   ex.response_started = true;
   count_response(ex, reply.status);
 

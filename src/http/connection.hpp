@@ -58,6 +58,7 @@ struct Exchange {
   TimePoint start;
   bool response_started = false;  ///< status line sent: errors must go in-band
   bool chunked = false;           ///< streaming with chunked transfer encoding
+  bool head = false;              ///< HEAD on a GET route: headers only
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

@@ -337,6 +337,7 @@ std::string encode_admission(const AdmissionState& state) {
   o["completed"] = state.completed;
   o["failed"] = state.failed;
   o["out_of_memory"] = state.out_of_memory;
+  o["oom_budget_cuts"] = state.oom_budget_cuts;
   return json::serialize(o);
 }
 

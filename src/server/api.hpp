@@ -79,6 +79,7 @@ struct AdmissionState {
   std::int64_t completed = 0;
   std::int64_t failed = 0;
   std::int64_t out_of_memory = 0;
+  std::int64_t oom_budget_cuts = 0;  ///< times the OOM governor cut the effective budget
   std::int64_t preemptions = 0;  ///< running sequences stopped to free memory (none yet)
 };
 

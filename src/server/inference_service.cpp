@@ -120,6 +120,11 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.profile = profile;
   eo.max_batch = config.max_batch;
   eo.max_batch_tokens = config.max_batch_tokens;
+  eo.oom_governor.decrease_factor = config.oom_decrease_factor;
+  eo.oom_governor.floor_fraction = config.oom_budget_floor;
+  eo.oom_governor.quiet_period =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.oom_quiet_period_s));
+  eo.oom_governor.increase_step = config.oom_increase_step;
   eo.step_delay_ms = config.test_step_delay_ms;
   eo.inject_oom_at_step = config.test_inject_oom_step;
   eo.metrics = metrics;
@@ -245,6 +250,7 @@ AdmissionState InferenceService::admission_state() const {
     st.completed += es.completed;
     st.failed += es.failed;
     st.out_of_memory += es.out_of_memory;
+    st.oom_budget_cuts += es.oom_budget_cuts;
     ds.budget_bytes += as.budget_bytes;
     ds.effective_budget_bytes += as.effective_budget_bytes;
     ds.reserved_bytes += as.reserved_bytes;

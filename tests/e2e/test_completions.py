@@ -190,3 +190,15 @@ def test_stream_and_plain_errors_are_identical(server):
         b = server.post("/v1/completions", dict(body, stream=True))
         assert a.status_code == b.status_code
         assert a.json() == b.json()
+
+
+def test_head_is_answered_on_get_routes(server):
+    import requests
+    for path in ("/health", "/ready", "/v1/models", "/v1/admission", "/metrics"):
+        r = requests.head(server.url + path, timeout=30)
+        assert r.status_code == 200, path
+        assert r.content == b""
+        assert int(r.headers["Content-Length"]) > 0
+    r = requests.head(server.url + "/v1/completions", timeout=30)
+    assert r.status_code == 405
+    assert r.headers["Allow"] == "POST"

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
@@ -46,6 +47,19 @@ class Collector final : public EventSink {
   std::vector<EngineEvent> events() {
     std::lock_guard lk(mu_);
     return events_;
+  }
+  /// Waits until the engine reported the request waiting in its queue.
+  bool wait_queued() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(20), [&] {
+      return std::any_of(events_.begin(), events_.end(),
+                         [](const EngineEvent& e) { return std::holds_alternative<QueuedEvent>(e); });
+    });
+  }
+  bool started() {
+    std::lock_guard lk(mu_);
+    return std::any_of(events_.begin(), events_.end(),
+                       [](const EngineEvent& e) { return std::holds_alternative<StartedEvent>(e); });
   }
   int terminals() {
     std::lock_guard lk(mu_);
@@ -266,6 +280,9 @@ TEST_F(EngineTest, StepOutOfMemoryUnderAdmissionIsA503AndTheEngineGoesOn) {
   EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
   EXPECT_GE(a->failed()->retry_after_s.value_or(0), 1.0);
   EXPECT_EQ(engine->stats().out_of_memory, 1);
+  // No OOM governor outside policy memory: the budget stays whole.
+  EXPECT_EQ(engine->stats().oom_budget_cuts, 0);
+  EXPECT_EQ(engine->admission().effective_budget_bytes, engine->admission().budget_bytes);
   auto b = std::make_shared<Collector>();
   ASSERT_TRUE(engine->submit(req(5), b).ok());
   ASSERT_TRUE(b->wait_done());
@@ -364,6 +381,75 @@ TEST_F(EngineTest, MemoryBudgetLimitsHowManyRunTogether) {
   auto snap = engine->admission();
   EXPECT_EQ(snap.reserved_bytes, 0);
   EXPECT_LE(snap.peak_reserved_bytes, o.admission.budget_bytes);
+}
+
+// Policy memory, a budget of 100 tokens (100 bytes each); the first step fails
+// with out-of-memory, which halves the effective budget.
+class EngineOomGovernorTest : public EngineTest {
+ protected:
+  static constexpr std::int64_t kBudget = 100 * 100;
+  static Engine::Options governed(Duration quiet_period) {
+    auto o = options();
+    o.admission.policy = AdmissionPolicy{};  // memory
+    o.admission.budget_bytes = kBudget;
+    o.admission.max_bypass = std::chrono::hours(1);  // small requests may always pass a waiting large one
+    o.oom_governor.quiet_period = quiet_period;
+    o.oom_governor.increase_step = 1.0;  // one quiet period restores the whole budget
+    return o;
+  }
+  // Runs a small request into the injected OOM; returns once it failed.
+  void run_into_oom(Engine& engine) {
+    model_.fail_at_step(1);
+    auto a = std::make_shared<Collector>();
+    ASSERT_TRUE(engine.submit(req(4), a).ok());
+    ASSERT_TRUE(a->wait_done());
+    ASSERT_TRUE(a->failed());
+    EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
+  }
+};
+
+TEST_F(EngineOomGovernorTest, AnOomCutsTheBudgetAndALargeRequestWaitsInsteadOfBeingRefused) {
+  auto engine = make(governed(std::chrono::hours(1)));
+  run_into_oom(*engine);
+  EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget / 2);
+  EXPECT_EQ(engine->admission().budget_bytes, kBudget);
+  EXPECT_EQ(engine->stats().oom_budget_cuts, 1);
+  // 70 tokens: over the cut budget, within the configured one.
+  auto big = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(69), big).ok());
+  ASSERT_TRUE(big->wait_queued());
+  EXPECT_FALSE(big->started());
+  EXPECT_EQ(big->terminals(), 0);
+  EXPECT_EQ(engine->stats().queue_depth, 1);
+  EXPECT_EQ(engine->stats().effective_budget_bytes, kBudget / 2);
+  // Work that fits the cut budget still runs.
+  auto small = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(9), small).ok());
+  ASSERT_TRUE(small->wait_done());
+  EXPECT_TRUE(small->finished());
+  EXPECT_FALSE(big->started());
+}
+
+TEST_F(EngineOomGovernorTest, TheWaitingRequestRunsOnceAQuietPeriodRestoresTheBudget) {
+  auto engine = make(governed(std::chrono::milliseconds(1)));
+  run_into_oom(*engine);
+  EXPECT_EQ(engine->stats().oom_budget_cuts, 1);
+  auto big = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(69), big).ok());
+  ASSERT_TRUE(big->wait_done());
+  EXPECT_TRUE(big->finished());
+  EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget);
+  EXPECT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(engine->stats().oom_budget_raises, 1);
+  EXPECT_EQ(engine->stats().effective_budget_bytes, kBudget);
+}
+
+TEST_F(EngineTest, BadOomGovernorOptionsAreAConfigError) {
+  auto o = options();
+  o.oom_governor.decrease_factor = 1.5;
+  auto e = Engine::create(o, model_, *device_);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::kConfig);
 }
 
 TEST_F(EngineTest, LongPromptsArePrefilledInChunks) {

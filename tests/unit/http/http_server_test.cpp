@@ -75,7 +75,7 @@ TEST_F(HttpServerTest, WrongMethodIs405WithAllow) {
   EXPECT_EQ(get[bhttp::field::allow], "POST");
   Response post = c->request(bhttp::verb::post, "/health", "{}");  // same connection: still usable
   EXPECT_EQ(post.result_int(), 405);
-  EXPECT_EQ(post[bhttp::field::allow], "GET");
+  EXPECT_EQ(post[bhttp::field::allow], "GET, HEAD");
 }
 
 TEST_F(HttpServerTest, BodyOverLimitIs413) {

@@ -307,6 +307,7 @@ TEST(EncodeAdmission, Shape) {
   s.completed = 16;
   s.failed = 17;
   s.out_of_memory = 18;
+  s.oom_budget_cuts = 19;
   json::object o = parse_object(encode_admission(s));
   EXPECT_EQ(o.at("policy").as_string(), "memory");
   EXPECT_EQ(o.at("queue_depth").as_int64(), 3);
@@ -314,7 +315,7 @@ TEST(EncodeAdmission, Shape) {
   EXPECT_TRUE(o.at("draining").as_bool());
   std::int64_t expected = 11;
   for (const char* k : {"admitted", "rejected_never_fits", "rejected_queue_full", "queue_timeouts", "cancelled",
-                        "completed", "failed", "out_of_memory"}) {
+                        "completed", "failed", "out_of_memory", "oom_budget_cuts"}) {
     EXPECT_EQ(o.at(k).as_int64(), expected++) << k;
   }
   const json::object& j = o.at("devices").as_array().at(0).as_object();

@@ -1,0 +1,55 @@
+#include "admission/oom_governor.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vg {
+namespace {
+
+Error bad(const char* what) { return Error(ErrorCode::kConfig, what); }
+
+}  // namespace
+
+Status validate(const OomGovernorOptions& o) {
+  if (!(o.decrease_factor > 0 && o.decrease_factor < 1)) return bad("oom decrease factor must be in (0, 1)");
+  if (!(o.floor_fraction >= 0 && o.floor_fraction <= 1)) return bad("oom budget floor must be in [0, 1]");
+  if (o.quiet_period <= Duration::zero()) return bad("oom quiet period must be > 0");
+  if (!(o.increase_step > 0 && o.increase_step <= 1)) return bad("oom increase step must be in (0, 1]");
+  return Status::Ok();
+}
+
+OomGovernor::OomGovernor(const OomGovernorOptions& options, std::int64_t budget_bytes)
+    : options_(options), budget_(std::max<std::int64_t>(0, budget_bytes)), effective_(budget_) {
+  const auto b = static_cast<double>(budget_);
+  floor_ = std::clamp<std::int64_t>(std::llround(b * options_.floor_fraction), 0, budget_);
+  // At least one byte, so that every raise makes progress.
+  step_ = std::max<std::int64_t>(1, std::llround(b * options_.increase_step));
+}
+
+std::optional<BudgetChange> OomGovernor::on_oom(TimePoint now) {
+  quiet_since_ = now;
+  const auto cut = static_cast<std::int64_t>(static_cast<double>(effective_) * options_.decrease_factor);
+  const std::int64_t next = std::max(floor_, std::min(effective_, cut));
+  if (next == effective_) return std::nullopt;
+  BudgetChange change{effective_, next};
+  effective_ = next;
+  return change;
+}
+
+std::optional<BudgetChange> OomGovernor::on_tick(TimePoint now) {
+  if (effective_ >= budget_ || now < quiet_since_ + options_.quiet_period) return std::nullopt;
+  const std::int64_t periods = (now - quiet_since_) / options_.quiet_period;
+  quiet_since_ += periods * options_.quiet_period;
+  BudgetChange change{effective_, 0};
+  const std::int64_t room = budget_ - effective_;
+  effective_ = periods >= (room + step_ - 1) / step_ ? budget_ : effective_ + periods * step_;
+  change.to = effective_;
+  return change;
+}
+
+std::optional<TimePoint> OomGovernor::next_change() const {
+  if (effective_ >= budget_) return std::nullopt;
+  return quiet_since_ + options_.quiet_period;
+}
+
+}  // namespace vg

@@ -1,0 +1,71 @@
+// OomGovernor: the policy that moves a device's effective budget after
+// out-of-memory errors (AIMD). An OOM cuts the effective budget
+// multiplicatively, down to a floor; each quiet period without an OOM then
+// raises it by a fixed step, up to the configured budget.
+//
+// Pure and single-threaded: no clock of its own (every call takes `now`), no
+// threads, no torch. The caller applies effective() to its admission
+// controller (AdmissionController::set_effective_budget) after each change.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/clock.hpp"
+#include "common/error.hpp"
+
+namespace vg {
+
+struct OomGovernorOptions {
+  /// On an OOM: effective = max(floor, effective × decrease_factor). In (0, 1).
+  double decrease_factor = 0.5;
+  /// Lowest effective budget, as a fraction of the configured budget. In [0, 1].
+  double floor_fraction = 0.25;
+  /// Time without an OOM before each raise (> 0).
+  Duration quiet_period = std::chrono::seconds(10);
+  /// Raise per quiet period, as a fraction of the configured budget. In (0, 1].
+  double increase_step = 0.1;
+};
+
+/// kConfig naming the first option out of range.
+Status validate(const OomGovernorOptions& options);
+
+/// A change of the effective budget (bytes).
+struct BudgetChange {
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+};
+
+class OomGovernor {
+ public:
+  /// `budget_bytes` (>= 0) is the configured budget; the effective budget
+  /// starts there. `options` must pass validate().
+  OomGovernor(const OomGovernorOptions& options, std::int64_t budget_bytes);
+
+  /// An out-of-memory error at `now`: cuts the effective budget (unless it is
+  /// at the floor already) and restarts the quiet period. The change, if any.
+  std::optional<BudgetChange> on_oom(TimePoint now);
+
+  /// Raises the effective budget by one step for each quiet period that has
+  /// passed by `now` since the last OOM or raise, up to the budget. The
+  /// change, if any.
+  std::optional<BudgetChange> on_tick(TimePoint now);
+
+  /// When on_tick() will next raise the budget; nullopt at the full budget.
+  std::optional<TimePoint> next_change() const;
+
+  std::int64_t budget() const { return budget_; }
+  std::int64_t effective() const { return effective_; }
+  std::int64_t floor() const { return floor_; }
+  std::int64_t step() const { return step_; }
+
+ private:
+  OomGovernorOptions options_;
+  std::int64_t budget_;
+  std::int64_t effective_;
+  std::int64_t floor_;
+  std::int64_t step_;
+  TimePoint quiet_since_{};  // last OOM or raise; meaningful while effective_ < budget_
+};
+
+}  // namespace vg
