@@ -104,6 +104,13 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", svc->device_->name(),
                format_bytes(budget), format_bytes(mem.capacity), config.memory_utilization,
                format_bytes(profile.resident_bytes), format_bytes(profile.workspace_bytes), format_bytes(reserve));
+  const std::int64_t smallest = request_cost(profile, 1, 1);
+  if (budget < smallest && config.admission != "none") {
+    return Error(ErrorCode::kConfig,
+                 "the budget of " + svc->device_->name() + " (" + format_bytes(budget) +
+                     ") cannot hold even a 2-token request (" + format_bytes(smallest) +
+                     "): give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
+  }
   const std::int64_t full = request_cost(profile, mc.n_positions, 0);
   if (budget < full) {
     spdlog::warn("a full-context request ({} tokens) costs {} and does not fit the budget {}: such requests get 413",
