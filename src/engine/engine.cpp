@@ -142,8 +142,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   if (Status st = validate(options.profile); !st.ok()) return st.error();
   if (Status st = validate(options.oom_governor); !st.ok()) return st.error();
   auto impl = std::make_unique<Impl>(options, model, device);
+  // Admission grants no more sequences than a step runs (none: no limit).
+  impl->options.admission.max_running = impl->max_running();
   std::weak_ptr<Shared> weak = impl->shared;
-  auto controller = AdmissionController::create(options.admission, [weak] {
+  auto controller = AdmissionController::create(impl->options.admission, [weak] {
     if (auto s = weak.lock()) s->notify();
   });
   if (!controller.ok()) return std::move(controller).error();
@@ -203,11 +205,6 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
 void Engine::begin_drain() {
   std::lock_guard lk(impl_->shared->mu);
   impl_->shared->draining = true;
-}
-
-bool Engine::idle() const {
-  std::lock_guard lk(impl_->shared->mu);
-  return impl_->shared->queued.empty() && impl_->shared->stats.running == 0;
 }
 
 bool Engine::wait_idle(TimePoint deadline) const {

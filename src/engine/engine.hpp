@@ -62,6 +62,7 @@ class Engine {
  public:
   struct Options {
     /// Policy, budget (bytes), queue limit, queue wait limit and max bypass.
+    /// Its max_running is set from max_batch by create().
     AdmissionOptions admission;
     /// Per-request cost model: cost = request_cost(profile, prompt, max_tokens).
     MemoryProfile profile;
@@ -98,9 +99,8 @@ class Engine {
 
   /// Refuses new requests from now on; queued and running work goes on.
   void begin_drain();
-  /// True when nothing is queued or running.
-  bool idle() const;
-  /// Blocks until idle() or `deadline`; returns idle().
+  /// Blocks until nothing is queued or running, or until `deadline`; returns
+  /// whether that state was reached.
   bool wait_idle(TimePoint deadline) const;
   /// Cancels everything left (FailedEvent kOverloaded "shutting down") and
   /// joins the engine thread. Idempotent.

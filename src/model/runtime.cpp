@@ -2,12 +2,16 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+
+#include <algorithm>
+#include <thread>
 #include <torch/version.h>
 
 namespace vg {
 
 void set_compute_threads(int threads) {
-  if (threads < 1) return;
+  if (threads < 0) return;
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
   // libtorch's thread setting does not reach OpenBLAS's own pool, whose idle
   // threads spin; bound it too when the loaded BLAS is OpenBLAS.

@@ -6,7 +6,8 @@
 
 namespace vg {
 
-/// Sets the intra-op thread pool size used by tensor ops (>= 1).
+/// Sets the intra-op thread pool size used by tensor ops; 0 = one thread
+/// per core.
 void set_compute_threads(int threads);
 
 /// "libtorch 1.13.1, BLAS: openblas" style description for start-up logs.

@@ -34,8 +34,7 @@ int run_server(const ServeConfig& config) {
   // is up, by the staged shutdown below.
   install_shutdown_signal_handlers();
 
-  set_compute_threads(config.threads > 0 ? config.threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  set_compute_threads(config.threads);
   spdlog::info("vramgate starting: {}", torch_runtime_description());
 
   // Outlives the service and the HTTP server, which record into it.

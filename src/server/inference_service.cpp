@@ -12,9 +12,9 @@
 #include "device/device.hpp"
 #include "admission/admission_policy.hpp"
 #include "engine/engine.hpp"
-#include "engine/memory_profiler.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
+#include "server/model_setup.hpp"
 
 namespace vg {
 
@@ -24,33 +24,6 @@ struct InferenceService::Entry {
   std::unique_ptr<Engine> engine;
 };
 
-namespace {
-
-// "virt:0=2GiB" -> index 0, capacity bytes.
-Result<std::unique_ptr<VirtualDevice>> make_device(const std::string& spec) {
-  const auto eq = spec.find('=');
-  if (spec.rfind("virt:", 0) != 0 || eq == std::string::npos) {
-    return Error(ErrorCode::kConfig, "--device: expected virt:N=SIZE, e.g. virt:0=2GiB, got '" + spec + "'");
-  }
-  int index = 0;
-  try {
-    index = std::stoi(spec.substr(5, eq - 5));
-  } catch (const std::exception&) {
-    return Error(ErrorCode::kConfig, "--device: bad device index in '" + spec + "'");
-  }
-  auto bytes = parse_bytes(spec.substr(eq + 1));
-  if (!bytes.ok()) return Error(ErrorCode::kConfig, "--device: " + bytes.error().message);
-  return VirtualDevice::create(index, *bytes);
-}
-
-std::string model_id_for(const std::filesystem::path& dir) {
-  auto p = dir.lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
-
-}  // namespace
-
 InferenceService::InferenceService(const ServeConfig& config) : config_(config) {}
 
 InferenceService::~InferenceService() { shutdown(); }
@@ -58,34 +31,17 @@ InferenceService::~InferenceService() { shutdown(); }
 Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config,
                                                                   metrics::ServerMetrics* metrics) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
-  auto device = make_device(config.device);
-  if (!device.ok()) return std::move(device).error();
-  svc->device_ = std::move(device).value();
-
+  auto setup = load_profiled_model(config);
+  if (!setup.ok()) return std::move(setup).error();
+  svc->device_ = std::move(setup->device);
   auto entry = std::make_unique<Entry>();
-  MemoryProfile profile;
-  {
-    DeviceScope scope(svc->device_.get());
-    auto model = Model::load(Model::Options{config.model_dir, svc->device_.get()});
-    if (!model.ok()) return std::move(model).error();
-    entry->model = std::move(model).value();
-    // The profile runs double as warm-up: /ready turns 200 only after them.
-    auto measured = measure_memory_profile(*entry->model, *svc->device_,
-                                           ProfileOptions{config.max_batch, config.max_batch_tokens,
-                                                          config.memory_safety});
-    if (!measured.ok()) {
-      return Error(ErrorCode::kConfig, "memory profile of '" + config.model_dir + "' on " + svc->device_->name() +
-                                           " failed: " + measured.error().message);
-    }
-    profile = *measured;
-  }
+  entry->model = std::move(setup->model);
+  const MemoryProfile& profile = setup->profile;
+  const std::int64_t budget = setup->budget_bytes;
+  const std::int64_t reserve = setup->reserve_bytes;
   const ModelConfig& mc = entry->model->config();
   const DeviceMemory mem = svc->device_->memory();
-  std::int64_t reserve = 0;
-  if (config.memory_reserve != "0") reserve = *parse_bytes(config.memory_reserve);
-  const std::int64_t budget = device_budget(mem.capacity, config.memory_utilization, profile.resident_bytes,
-                                            profile.workspace_bytes, reserve);
-  entry->info.id = model_id_for(config.model_dir);
+  entry->info.id = setup->id;
   entry->info.family = mc.family;
   entry->info.dtype = mc.dtype;
   entry->info.context_length = mc.n_positions;
@@ -123,7 +79,6 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.admission.max_queue = config.max_queue;
   eo.admission.queue_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.queue_timeout_s));
   eo.admission.max_bypass = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.max_bypass_s));
-  eo.admission.max_running = config.max_batch;
   eo.profile = profile;
   eo.max_batch = config.max_batch;
   eo.max_batch_tokens = config.max_batch_tokens;

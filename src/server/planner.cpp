@@ -6,24 +6,15 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
-#include <filesystem>
-#include <memory>
-#include <thread>
 
 #include "admission/admission_policy.hpp"
 #include "device/device.hpp"
-#include "engine/memory_profiler.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
+#include "server/model_setup.hpp"
 
 namespace vg {
 namespace {
-
-std::string model_id_for(const std::filesystem::path& dir) {
-  auto p = dir.lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
 
 __attribute__((format(printf, 1, 2))) std::string printf_string(const char* format, ...) {
   char buf[512];
@@ -84,32 +75,17 @@ Plan make_plan(const PlanInputs& inputs, std::span<const int> prompt_tokens, std
 
 Result<Plan> measure_plan(const ServeConfig& config, std::span<const int> prompt_tokens,
                           std::span<const int> max_tokens) {
-  auto spec = parse_device_spec(config.device);
-  if (!spec.ok()) return Error(ErrorCode::kConfig, "--device: " + spec.error().message);
-  auto device = VirtualDevice::create(spec->index, spec->capacity);
-  if (!device.ok()) return std::move(device).error();
-  set_compute_threads(config.threads > 0 ? config.threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  set_compute_threads(config.threads);
+  auto setup = load_profiled_model(config);
+  if (!setup.ok()) return std::move(setup).error();
   PlanInputs in;
-  {
-    DeviceScope scope(device->get());
-    auto model = Model::load(Model::Options{config.model_dir, device->get()});
-    if (!model.ok()) return std::move(model).error();
-    auto profile = measure_memory_profile(**model, **device,
-                                          ProfileOptions{config.max_batch, config.max_batch_tokens,
-                                                         config.memory_safety});
-    if (!profile.ok()) {
-      return Error(ErrorCode::kConfig, "memory profile of '" + config.model_dir + "' on " + (*device)->name() +
-                                           " failed: " + profile.error().message);
-    }
-    in.profile = *profile;
-    in.context_length = (*model)->config().n_positions;
-  }
-  in.model_id = model_id_for(config.model_dir);
-  in.device = (*device)->name();
-  in.capacity_bytes = (*device)->memory().capacity;
+  in.profile = setup->profile;
+  in.context_length = setup->model->config().n_positions;
+  in.model_id = setup->id;
+  in.device = setup->device->name();
+  in.capacity_bytes = setup->device->memory().capacity;
   in.utilization = config.memory_utilization;
-  if (config.memory_reserve != "0") in.reserve_bytes = *parse_bytes(config.memory_reserve);
+  in.reserve_bytes = setup->reserve_bytes;
   in.max_batch = config.max_batch;
   in.max_batch_tokens = config.max_batch_tokens;
   in.admission = config.admission;
