@@ -77,19 +77,25 @@ def test_queue_full_gets_503_with_retry_after(make_server):
     wait_until(lambda: idle(server), what="idle after clients left")
 
 
-def test_sigterm_finishes_in_flight_work_and_exits_0(make_server):
-    server = make_server("--test-step-delay-ms", "5", "--shutdown-grace", "30")
+def stream_in_background(server, body):
+    """Starts a streaming completion on a thread and waits until it runs;
+    returns the thread and a dict that receives its SSE payloads."""
     result = {}
 
     def client():
-        with requests.post(server.url + "/v1/completions",
-                           json={"prompt": "The", "max_tokens": 60, "stream": True, "temperature": 0},
-                           stream=True, timeout=60) as r:
+        with requests.post(server.url + "/v1/completions", json=dict(body, stream=True), stream=True,
+                           timeout=60) as r:
             result["payloads"] = list(sse_events(r))
 
     t = threading.Thread(target=client)
     t.start()
     wait_until(lambda: server.admission()["running"] == 1, what="stream running")
+    return t, result
+
+
+def test_sigterm_finishes_in_flight_work_and_exits_0(make_server):
+    server = make_server("--test-step-delay-ms", "5", "--shutdown-grace", "30")
+    t, result = stream_in_background(server, {"prompt": "The", "max_tokens": 60, "temperature": 0})
     server.send_signal_once(signal.SIGTERM)
     t.join(60)
     assert server.stop() == 0, server.logs()
@@ -102,17 +108,7 @@ def test_sigterm_drains_in_stages(make_server):
     """Not ready and new completions refused (503 + Retry-After) while the
     listener stays open; the in-flight stream finishes; exit 0."""
     server = make_server("--test-step-delay-ms", "50", "--shutdown-grace", "30")
-    result = {}
-
-    def client():
-        with requests.post(server.url + "/v1/completions",
-                           json={"prompt": "The", "max_tokens": 100, "stream": True, "ignore_eos": True},
-                           stream=True, timeout=60) as r:
-            result["payloads"] = list(sse_events(r))
-
-    t = threading.Thread(target=client)
-    t.start()
-    wait_until(lambda: server.admission()["running"] == 1, what="stream running")
+    t, result = stream_in_background(server, {"prompt": "The", "max_tokens": 100, "ignore_eos": True})
     server.send_signal_once(signal.SIGTERM)
     wait_until(lambda: server.get("/ready").status_code == 503, what="/ready 503 while draining")
     assert server.admission()["running"] == 1, "the stream should still be draining"
