@@ -88,6 +88,12 @@ struct Sequence {
       : req(std::move(r)), lease(std::move(l)), sampler(req->gen.sampling), text(req->gen.stop), started(now),
         queue_ms(ms_between(req->enqueued, now)) {}
   bool prefilling() const { return prefilled < req->prompt_tokens(); }
+  /// Queue, prefill and decode time up to `now` (decode 0 until prefilled).
+  Timings timings(TimePoint now) const {
+    const bool decoding = !prefilling() && prefill_done != TimePoint{};
+    return {queue_ms, ms_between(started, decoding ? prefill_done : now),
+            decoding ? ms_between(prefill_done, now) : 0.0};
+  }
 };
 
 FailedEvent failed(const Request& r, Error e, int generated = 0) {
@@ -327,7 +333,7 @@ void Engine::Impl::admit(TimePoint now) {
     }
     observe_end(*r, now);
     FailedEvent ev = failed(*r, std::move(e));
-    ev.queue_ms = ms_between(r->enqueued, now);
+    ev.timings.queue_ms = ms_between(r->enqueued, now);
     r->sink->push(std::move(ev));
   }
   for (auto& [r, g] : started) start_sequence(std::move(r), std::move(g.lease), now);
@@ -483,9 +489,7 @@ void Engine::Impl::finish(Sequence& s, const char* reason) {
   FinishedEvent ev;
   ev.finish_reason = reason;
   ev.usage = {s.req->prompt_tokens(), s.generated};
-  ev.queue_ms = s.queue_ms;
-  ev.prefill_ms = ms_between(s.started, s.prefill_done);
-  ev.decode_ms = ms_between(s.prefill_done, now);
+  ev.timings = s.timings(now);
   s.done = true;
   s.cache.reset();
   s.lease.release();
@@ -503,7 +507,6 @@ void Engine::Impl::finish(Sequence& s, const char* reason) {
 void Engine::Impl::fail(Sequence& s, Error error) {
   if (s.done) return;
   const TimePoint now = Clock::now();
-  const bool prefilled = !s.prefilling() && s.prefill_done != TimePoint{};
   s.done = true;
   s.cache.reset();
   s.lease.release();
@@ -521,9 +524,7 @@ void Engine::Impl::fail(Sequence& s, Error error) {
   observe_end(*s.req, now);
   log_memory(*s.req, "finish");
   FailedEvent ev = failed(*s.req, std::move(error), s.generated);
-  ev.queue_ms = s.queue_ms;
-  ev.prefill_ms = ms_between(s.started, prefilled ? s.prefill_done : now);
-  ev.decode_ms = prefilled ? ms_between(s.prefill_done, now) : 0;
+  ev.timings = s.timings(now);
   s.req->sink->push(std::move(ev));
 }
 

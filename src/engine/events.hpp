@@ -34,24 +34,27 @@ struct TextEvent {
   int tokens = 0;  ///< tokens generated since the previous TextEvent
 };
 
-/// Generation ended normally. finish_reason: "stop" (end-of-text or a stop
-/// string) or "length" (max_tokens or the context length).
-struct FinishedEvent {
-  std::string finish_reason;
-  Usage usage;
+/// Where a request's time went, in milliseconds. A request that ended early
+/// has the phases it reached (0 for the others).
+struct Timings {
   double queue_ms = 0;
   double prefill_ms = 0;
   double decode_ms = 0;
 };
 
+/// Generation ended normally. finish_reason: "stop" (end-of-text or a stop
+/// string) or "length" (max_tokens or the context length).
+struct FinishedEvent {
+  std::string finish_reason;
+  Usage usage;
+  Timings timings{};
+};
+
 /// Generation ended with an error (timeout, overload, out of memory...).
-/// The timings cover what happened before the failure (0 when never started).
 struct FailedEvent {
   Error error;
   Usage usage;
-  double queue_ms = 0;
-  double prefill_ms = 0;
-  double decode_ms = 0;
+  Timings timings{};
 };
 
 using EngineEvent = std::variant<QueuedEvent, StartedEvent, TextEvent, FinishedEvent, FailedEvent>;

@@ -166,16 +166,13 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   scope.ended = true;
 
   if (log_text) log.output = out.text;
-  if (out.finished) {
-    log.completion_tokens = out.finished->usage.completion_tokens;
-    log.queue_ms = out.finished->queue_ms;
-    log.prefill_ms = out.finished->prefill_ms;
-    log.decode_ms = out.finished->decode_ms;
-  } else if (out.failed) {
-    log.completion_tokens = out.failed->usage.completion_tokens;
-    log.queue_ms = std::max(out.failed->queue_ms, out.queue_ms);
-    log.prefill_ms = out.failed->prefill_ms;
-    log.decode_ms = out.failed->decode_ms;
+  if (out.finished || out.failed) {
+    const Usage& usage = out.finished ? out.finished->usage : out.failed->usage;
+    const Timings& t = out.finished ? out.finished->timings : out.failed->timings;
+    log.completion_tokens = usage.completion_tokens;
+    log.queue_ms = std::max(t.queue_ms, out.queue_ms);
+    log.prefill_ms = t.prefill_ms;
+    log.decode_ms = t.decode_ms;
   }
 
   if (client_gone) {
@@ -212,7 +209,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   }
 
   const FinishedEvent& fin = *out.finished;
-  const double queue_ms = std::max(fin.queue_ms, out.queue_ms);
+  const double queue_ms = std::max(fin.timings.queue_ms, out.queue_ms);
   log.queue_ms = queue_ms;
   log_end("completed", fin.finish_reason, 200);
   if (stream) {

@@ -137,8 +137,8 @@ TEST_F(EngineOpsTest, FailedEventCarriesTimingsAndDurationIsRecorded) {
   ASSERT_TRUE(last && std::holds_alternative<FailedEvent>(*last));
   const auto& f = std::get<FailedEvent>(*last);
   EXPECT_EQ(f.usage.completion_tokens, 1);
-  EXPECT_GE(f.prefill_ms, 0);
-  EXPECT_GE(f.decode_ms, 0);
+  EXPECT_GE(f.timings.prefill_ms, 0);
+  EXPECT_GE(f.timings.decode_ms, 0);
   EXPECT_EQ(m.request_duration_seconds.snapshot().count, 1u);
   EXPECT_EQ(m.generated_tokens_total.value(), 1);
 }

@@ -67,7 +67,7 @@ TEST_F(HttpMetricsTest, StreamsAreCountedWhenTheirHeadersGoOut) {
   auto sub = service_.next_submission();
   ASSERT_TRUE(sub);
   c.read_header();
-  sub->sink->push(FinishedEvent{"length", {3, 0}, 0, 0, 0});
+  sub->sink->push(FinishedEvent{"length", {3, 0}, {0, 0, 0}});
   TestClient scrape(server_->port());
   const std::string text = scrape.request(bhttp::verb::get, "/metrics").body();
   EXPECT_TRUE(has_line(text, "vramgate_http_requests_total{route=\"/v1/completions\",status=\"200\"} 1")) << text;

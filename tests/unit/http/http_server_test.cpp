@@ -210,7 +210,7 @@ TEST_F(HttpServerTest, CompletionCollectsEventsPushedFromAnotherThread) {
     sink->push(StartedEvent{12.4});
     sink->push(TextEvent{"Hel", 1});
     sink->push(TextEvent{"lo", 1});
-    sink->push(FinishedEvent{"length", {3, 2}, 12.4, 1, 2});
+    sink->push(FinishedEvent{"length", {3, 2}, {12.4, 1, 2}});
   });
   Response res = c->read();
   engine.join();
@@ -234,7 +234,7 @@ TEST_F(HttpServerTest, InferReturnsResultAndTimings) {
   auto c = client();
   FakeSubmission sub = submit(*c, R"({"prompt":"hi","max_tokens":2})", "/infer");
   sub.sink->push(TextEvent{"ok", 2});
-  sub.sink->push(FinishedEvent{"stop", {3, 2}, 4.0, 1, 1});
+  sub.sink->push(FinishedEvent{"stop", {3, 2}, {4.0, 1, 1}});
   Response res = c->read();
   ASSERT_EQ(res.result_int(), 200) << res.body();
   json::object o = parse(res.body());
@@ -253,7 +253,7 @@ TEST_F(HttpServerTest, StreamingSendsChunksFinalChunkAndDone) {
     sink->push(StartedEvent{3});
     sink->push(TextEvent{"a\nb", 1});
     sink->push(TextEvent{"c", 1});
-    sink->push(FinishedEvent{"stop", {3, 2}, 3, 1, 1});
+    sink->push(FinishedEvent{"stop", {3, 2}, {3, 1, 1}});
   });
   Response res = c->read();
   engine.join();
@@ -375,7 +375,7 @@ TEST_F(HttpServerTest, PushesAfterTheRequestEndedAreHarmless) {
   start();
   auto c = client();
   FakeSubmission sub = submit(*c, R"({"prompt":"hi"})");
-  sub.sink->push(FinishedEvent{"stop", {}, 0, 0, 0});
+  sub.sink->push(FinishedEvent{"stop", {}, {0, 0, 0}});
   EXPECT_EQ(c->read().result_int(), 200);
   sub.sink->push(TextEvent{"late", 1});  // a buggy engine: must not crash or write
   EXPECT_EQ(c->request(bhttp::verb::get, "/health").result_int(), 200);
