@@ -343,8 +343,12 @@ void Engine::Impl::admit(TimePoint now) {
 // Tells each waiting request its queue position when it changed (SSE
 // clients see it as progress while they wait).
 void Engine::Impl::report_queue_positions(TimePoint now) {
+  {
+    // Runs after every step: skip the admission snapshot when nobody waits.
+    std::lock_guard lk(shared->mu);
+    if (shared->queued.empty()) return;
+  }
   const AdmissionSnapshot snap = admission->snapshot(now);
-  if (snap.queue.empty()) return;
   std::vector<std::pair<std::shared_ptr<Request>, int>> moved;
   {
     std::lock_guard lk(shared->mu);
