@@ -219,13 +219,15 @@ bool Engine::wait_idle(TimePoint deadline) const {
   return s.idle_cv.wait_until(lk, deadline, [&] { return s.queued.empty() && s.stats.running == 0; });
 }
 
+void Engine::request_stop() {
+  std::lock_guard lk(impl_->shared->mu);
+  impl_->shared->stopping = true;
+  impl_->shared->cv.notify_all();
+}
+
 void Engine::shutdown() {
   if (!impl_ || !impl_->thread.joinable()) return;
-  {
-    std::lock_guard lk(impl_->shared->mu);
-    impl_->shared->stopping = true;
-    impl_->shared->cv.notify_all();
-  }
+  request_stop();
   impl_->thread.join();
 }
 

@@ -105,6 +105,9 @@ class Engine {
   /// Cancels everything left (FailedEvent kOverloaded "shutting down") and
   /// joins the engine thread. Idempotent.
   void shutdown();
+  /// The first half of shutdown(), without waiting: the engine thread stops
+  /// after the step in progress and cancels what is left.
+  void request_stop();
 
   EngineStats stats() const;
   /// Watchdog heartbeat: how long the engine thread has been in its current
