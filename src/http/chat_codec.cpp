@@ -1,0 +1,127 @@
+// Chat request decoding and chat response encoding (see chat_codec.hpp). The
+// fields chat shares with /v1/completions are decoded by the completions
+// decoder itself, so both routes accept and refuse exactly the same values.
+#include "http/chat_codec.hpp"
+
+#include <boost/json.hpp>
+
+#include "common/utf8.hpp"
+#include "http/json_codec.hpp"
+
+namespace vg {
+namespace {
+
+namespace json = boost::json;
+
+Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
+
+json::string safe(std::string_view s) { return json::string(sanitize_utf8(s)); }
+
+Result<std::string> message_content(const json::value& v, const std::string& where) {
+  if (const json::string* s = v.if_string()) return std::string(*s);
+  const json::array* parts = v.if_array();
+  if (!parts) return invalid(where + ".content must be a string or an array of text parts");
+  std::string text;
+  for (std::size_t i = 0; i < parts->size(); ++i) {
+    const json::object* p = (*parts)[i].if_object();
+    const json::value* type = p ? p->if_contains("type") : nullptr;
+    const json::value* t = p ? p->if_contains("text") : nullptr;
+    if (!type || !type->is_string() || type->get_string() != "text" || !t || !t->is_string()) {
+      return invalid(where + ".content[" + std::to_string(i) + "] must be {\"type\": \"text\", \"text\": string}");
+    }
+    text += t->get_string();
+  }
+  return text;
+}
+
+json::object usage_json(const Usage& u) {
+  json::object o;
+  o["prompt_tokens"] = u.prompt_tokens;
+  o["completion_tokens"] = u.completion_tokens;
+  o["total_tokens"] = static_cast<std::int64_t>(u.prompt_tokens) + u.completion_tokens;
+  return o;
+}
+
+}  // namespace
+
+Result<CompletionRequest> decode_chat_request(std::string_view body) {
+  boost::system::error_code ec;
+  json::value doc = json::parse(body, ec);
+  if (ec) return invalid("request body is not valid JSON: " + ec.message());
+  json::object* o = doc.if_object();
+  if (!o) return invalid("request body must be a JSON object");
+  const json::value* list = o->if_contains("messages");
+  if (!list) return invalid("messages is required");
+  if (!list->is_array() || list->get_array().empty()) return invalid("messages must be a non-empty array");
+  ChatPrompt chat;
+  for (std::size_t i = 0; i < list->get_array().size(); ++i) {
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const json::object* m = list->get_array()[i].if_object();
+    if (!m) return invalid(where + " must be an object");
+    const json::value* role = m->if_contains("role");
+    if (!role || !role->is_string()) return invalid(where + ".role must be a string");
+    const json::value* content = m->if_contains("content");
+    if (!content) return invalid(where + ".content is required");
+    Result<std::string> text = message_content(*content, where);
+    if (!text) return std::move(text).error();
+    chat.messages.push_back({std::string(role->get_string()), std::move(*text)});
+  }
+  if (const json::value* t = o->if_contains("chat_template")) {
+    if (!t->is_string()) return invalid("chat_template must be a string");
+    chat.chat_template = std::string(t->get_string());
+  }
+  // The remaining fields are those of /v1/completions.
+  if (!o->contains("max_tokens") && o->contains("max_completion_tokens")) {
+    (*o)["max_tokens"] = o->at("max_completion_tokens");
+  }
+  o->erase("messages");
+  (*o)["prompt"] = "";
+  Result<CompletionRequest> request = decode_completion_request(json::serialize(doc));
+  if (!request) return request;
+  request->chat = std::move(chat);
+  return request;
+}
+
+std::string encode_chat_completion(const ChatBody& body) {
+  json::object message;
+  message["role"] = "assistant";
+  message["content"] = safe(body.content);
+  json::object choice;
+  choice["index"] = 0;
+  choice["message"] = std::move(message);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = safe(body.finish_reason);
+  json::object o;
+  o["id"] = safe(body.id);
+  o["object"] = "chat.completion";
+  o["created"] = body.created;
+  o["model"] = safe(body.model);
+  o["choices"] = json::array{std::move(choice)};
+  o["usage"] = usage_json(body.usage);
+  return json::serialize(o);
+}
+
+std::string encode_chat_chunk(const ChatChunk& chunk) {
+  json::object delta;
+  if (chunk.role) delta["role"] = "assistant";
+  if (chunk.content) delta["content"] = safe(*chunk.content);
+  json::object choice;
+  choice["index"] = 0;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = nullptr;
+  if (chunk.finish_reason) {
+    choice["finish_reason"] = safe(*chunk.finish_reason);
+  } else {
+    choice["finish_reason"] = nullptr;
+  }
+  json::object o;
+  o["id"] = safe(chunk.id);
+  o["object"] = "chat.completion.chunk";
+  o["created"] = chunk.created;
+  o["model"] = safe(chunk.model);
+  o["choices"] = json::array{std::move(choice)};
+  if (chunk.usage) o["usage"] = usage_json(*chunk.usage);
+  return json::serialize(o);
+}
+
+}  // namespace vg

@@ -1,0 +1,48 @@
+// JSON codec of POST /v1/chat/completions (OpenAI chat): decodes the request
+// into a CompletionRequest carrying the messages, and encodes chat.completion
+// bodies and chat.completion.chunk SSE payloads. Pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/error.hpp"
+#include "engine/events.hpp"
+#include "server/api.hpp"
+
+namespace vg {
+
+/// Decodes a chat request: `messages` (role system/user/assistant; content a
+/// string or a list of {"type":"text","text":...} parts), `chat_template` (a
+/// format name or a Jinja template; vramgate extension), `max_completion_tokens`
+/// as a synonym of `max_tokens`, and every sampling field of /v1/completions
+/// with the same rules. Errors: kInvalidRequest naming the field.
+Result<CompletionRequest> decode_chat_request(std::string_view body);
+
+/// A finished chat completion (OpenAI `chat.completion`).
+struct ChatBody {
+  std::string id;  ///< "chatcmpl-..."
+  std::string model;
+  std::int64_t created = 0;  ///< unix seconds
+  std::string content;
+  std::string finish_reason;
+  Usage usage;
+};
+std::string encode_chat_completion(const ChatBody& body);
+
+/// One `chat.completion.chunk`: delta {role?, content?}; finish_reason null
+/// until the last chunk, which also carries usage.
+struct ChatChunk {
+  std::string id;
+  std::string model;
+  std::int64_t created = 0;
+  bool role = false;  ///< the first chunk says role "assistant"
+  std::optional<std::string> content;
+  std::optional<std::string> finish_reason;
+  std::optional<Usage> usage;
+};
+std::string encode_chat_chunk(const ChatChunk& chunk);
+
+}  // namespace vg
