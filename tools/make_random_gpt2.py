@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""Writes a small GPT-2 checkpoint with random weights (config.json + model.safetensors).
+"""Writes a small GPT-2 checkpoint with random weights (config.json + model.safetensors or shards).
 
 Every weight, bias and LayerNorm parameter is random (none left at 0 or 1), so a
 forward pass that drops or misplaces one of them shows in the logits. Used by
 the C++ unit tests (tests/unit/model) together with reference_forward.py:
 
     /usr/bin/python3 tools/make_random_gpt2.py --out /tmp/m --seed 1 --layers 2 --heads 4 --embd 64
+    ... --vocab 50257 --prefix transformer. --shards 2   # a GPT-2 vocabulary, sharded
 """
 import argparse
 import json
@@ -15,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tinylm import DTYPES, GPT2, save_safetensors  # noqa: E402
+from tinylm import DTYPES, GPT2, save_checkpoint  # noqa: E402
 
 
 def main():
@@ -29,6 +30,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=257)
     ap.add_argument("--dtype", default="F32", choices=sorted(DTYPES), help="stored dtype")
     ap.add_argument("--prefix", default="", help="tensor name prefix, e.g. 'transformer.'")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="split into this many safetensors files with model.safetensors.index.json")
     ap.add_argument("--attn-bias-buffers", action="store_true",
                     help="also store h.{i}.attn.bias causal-mask buffers, as old HF checkpoints do")
     args = ap.parse_args()
@@ -55,7 +58,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    save_safetensors(os.path.join(args.out, "model.safetensors"), tensors, {"format": "pt"})
+    save_checkpoint(args.out, tensors, shards=args.shards)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Reference forward pass of a GPT-2 model folder (config.json + model.safetensors).
+"""Reference forward pass of a model folder (config.json + model.safetensors or
+its shards), for model_type gpt2 (tools/tinylm.py; tensor names as Hugging Face
+GPT-2, an optional 'transformer.' prefix stripped) and llama (tools/llama.py).
 
-Loads the weights with tools/tinylm.py (tensor names as Hugging Face GPT-2, an
-optional 'transformer.' prefix stripped), runs each prompt through the full
-causal forward pass in float64 and writes the logits of every position.
-The C++ forward pass is checked against it (tests/unit/model).
+Runs each prompt through the full causal forward pass in float64 and writes
+the logits of every position. The C++ forward pass is checked against it
+(tests/unit/model).
 
     /usr/bin/python3 tools/reference_forward.py --model models/tinylm --prompts '[[72,105],[1,2,3]]'
 
@@ -19,21 +20,25 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tinylm import GPT2, load_safetensors  # noqa: E402
+import llama  # noqa: E402
+from tinylm import GPT2, load_checkpoint  # noqa: E402
 
 
 def load_model(folder):
+    """(forward: ids -> logits [T, vocab] float64, config dict)."""
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
+    tensors = load_checkpoint(folder)
+    if cfg.get("model_type") == "llama":
+        return (lambda ids: llama.forward(cfg, tensors, ids)), cfg
     if cfg.get("model_type") != "gpt2":
-        raise SystemExit(f"{folder}: model_type {cfg.get('model_type')!r} is not gpt2")
+        raise SystemExit(f"{folder}: model_type {cfg.get('model_type')!r} is not gpt2 or llama")
     cfg.setdefault("n_positions", cfg.get("n_ctx"))
-    tensors = load_safetensors(os.path.join(folder, "model.safetensors"))
     tensors = {(k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in tensors.items()}
     model = GPT2(cfg).double()
     model.load_tensors(tensors)
     model.eval()
-    return model, cfg
+    return (lambda ids: model(torch.tensor([ids], dtype=torch.int64))[0]), cfg
 
 
 def main():
@@ -49,12 +54,11 @@ def main():
         with open(text[1:]) as f:
             text = f.read()
     prompts = json.loads(text)
-    model, cfg = load_model(args.model)
+    forward, cfg = load_model(args.model)
     results = []
     with torch.no_grad():
         for ids in prompts:
-            logits = model(torch.tensor([ids], dtype=torch.int64))[0]
-            results.append(logits.tolist())
+            results.append(forward(ids).tolist())
     if args.format == "json":
         out = json.dumps({"vocab_size": cfg["vocab_size"], "logits": results})
     else:

@@ -6,6 +6,7 @@ follow Hugging Face GPT-2 checkpoints: Conv1D weights are stored [in, out].
 """
 import json
 import math
+import os
 import struct
 
 import torch
@@ -57,6 +58,44 @@ def load_safetensors(path):
         else:
             t = torch.frombuffer(buf, dtype=dt)
         out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def save_checkpoint(folder, tensors, shards=1, metadata=None):
+    """Writes tensors as Hugging Face does: model.safetensors, or with shards > 1
+    model-0000i-of-0000n.safetensors plus model.safetensors.index.json
+    ({"metadata": {"total_size": bytes}, "weight_map": {name: shard file}})."""
+    os.makedirs(folder, exist_ok=True)
+    metadata = metadata or {"format": "pt"}
+    if shards <= 1:
+        save_safetensors(os.path.join(folder, "model.safetensors"), tensors, metadata)
+        return
+    names = sorted(tensors)
+    weight_map = {}
+    total = 0
+    for i in range(shards):
+        part = names[i::shards]
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_safetensors(os.path.join(folder, fname), {n: tensors[n] for n in part}, metadata)
+        for n in part:
+            weight_map[n] = fname
+            total += tensors[n].numel() * tensors[n].element_size()
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
+
+
+def load_checkpoint(folder):
+    """All tensors of a model folder: model.safetensors, else the shards that
+    model.safetensors.index.json names."""
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.exists(single):
+        return load_safetensors(single)
+    with open(os.path.join(folder, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for fname in sorted(set(weight_map.values())):
+        shard = load_safetensors(os.path.join(folder, fname))
+        out.update({n: t for n, t in shard.items() if weight_map.get(n) == fname})
     return out
 
 

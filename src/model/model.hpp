@@ -18,17 +18,22 @@ namespace vg {
 class Device;
 class Tokenizer;
 
-/// Architecture hyper-parameters, read from config.json (GPT-2 key names).
+/// Architecture hyper-parameters, read from config.json (Hugging Face key
+/// names of the family; see model_config.hpp for which keys each reads).
 struct ModelConfig {
-  std::string family;        ///< config.json model_type, e.g. "gpt2"
+  std::string family;        ///< config.json model_type: "gpt2" or "llama"
   int n_layer = 0;
   int n_head = 0;            ///< query heads
-  int n_kv_head = 0;         ///< key/value heads (== n_head for GPT-2)
-  int n_embd = 0;
+  int n_kv_head = 0;         ///< key/value heads (divides n_head; == n_head for GPT-2)
+  int n_embd = 0;            ///< hidden size
+  int head_dim = 0;          ///< per head; n_embd / n_head unless the config says otherwise (llama)
+  int intermediate_size = 0; ///< MLP width (GPT-2: n_inner or 4 * n_embd)
   int n_positions = 0;       ///< context length in tokens
   int vocab_size = 0;
-  int eos_token_id = -1;
-  double layer_norm_epsilon = 1e-5;
+  int eos_token_id = -1;     ///< the first one when config.json lists several; -1: none
+  double layer_norm_epsilon = 1e-5;  ///< LayerNorm (gpt2) or RMSNorm (llama) epsilon
+  double rope_theta = 10000.0;       ///< rotary embedding base (llama)
+  bool tie_word_embeddings = true;   ///< LM head shares the token embedding (always for gpt2)
   std::string dtype = "float32";  ///< compute and KV cache dtype
 };
 
@@ -56,10 +61,14 @@ struct StepInput {
 class Model {
  public:
   struct Options {
-    std::filesystem::path dir;  ///< folder with config.json + model.safetensors
+    /// Folder with config.json and model.safetensors, or the shards named by
+    /// model.safetensors.index.json.
+    std::filesystem::path dir;
     Device* device = nullptr;   ///< weights are copied onto it through its allocator
-    /// Compute and KV cache dtype: "float32" or "float64"; weights stored in
-    /// any float dtype are converted on load. Logits are float32 either way.
+    /// Compute and KV cache dtype: "float32", "bfloat16" or "float64" (a
+    /// test mode); "float16" is refused on virtual devices (libtorch has no
+    /// CPU kernels for it). Weights stored as F32, F16, BF16 or F64 are
+    /// converted on load. Logits are float32 either way.
     std::string dtype = "float32";
   };
 

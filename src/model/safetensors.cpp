@@ -95,6 +95,22 @@ Result<SafetensorsEntry> parse_entry(const std::filesystem::path& path, std::str
   return e;
 }
 
+/// The u64 little-endian header length in the first 8 bytes of `head`.
+std::uint64_t header_length(std::string_view head) {
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[static_cast<std::size_t>(i)]);
+  return n;
+}
+
+Status check_header_length(const std::filesystem::path& path, std::uint64_t header_len, std::uint64_t file_size) {
+  if (header_len < 2 || header_len > SafetensorsFile::kMaxHeaderBytes || header_len > file_size - 8) {
+    return load_error(path, "header length " + std::to_string(header_len) + " does not fit a file of " +
+                                std::to_string(file_size) + " bytes (max header " +
+                                std::to_string(SafetensorsFile::kMaxHeaderBytes) + ")");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<int> safetensors_dtype_size(std::string_view dtype) {
@@ -112,20 +128,27 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path)
   if (ec) return load_error(path, "cannot read file size: " + ec.message());
   if (file_size < 8) return load_error(path, "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
 
-  std::array<unsigned char, 8> len_bytes{};
-  in.read(reinterpret_cast<char*>(len_bytes.data()), 8);
-  std::uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[static_cast<std::size_t>(i)];
-  if (header_len < 2 || header_len > kMaxHeaderBytes || header_len > file_size - 8) {
-    return load_error(path, "header length " + std::to_string(header_len) + " does not fit a file of " +
-                                std::to_string(file_size) + " bytes (max header " +
-                                std::to_string(kMaxHeaderBytes) + ")");
+  std::string head(8, '\0');
+  in.read(head.data(), 8);
+  const std::uint64_t header_len = header_length(head);
+  if (Status st = check_header_length(path, header_len, file_size); !st) return st.error();
+  head.resize(8 + header_len);
+  if (!in.read(head.data() + 8, static_cast<std::streamsize>(header_len))) return load_error(path, "cannot read header");
+  return parse(path, head, file_size);
+}
+
+Result<SafetensorsFile> SafetensorsFile::parse(const std::filesystem::path& path, std::string_view head,
+                                               std::uint64_t file_size) {
+  if (file_size < 8 || head.size() < 8) {
+    return load_error(path, "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
   }
-  std::string header(header_len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) return load_error(path, "cannot read header");
+  const std::uint64_t header_len = header_length(head);
+  if (Status st = check_header_length(path, header_len, file_size); !st) return st.error();
+  if (head.size() - 8 < header_len) return load_error(path, "cannot read header");
+  const std::string_view header = head.substr(8, header_len);
 
   json::error_code jec;
-  const json::value root = json::parse(header, jec);
+  const json::value root = json::parse(json::string_view(header.data(), header.size()), jec);
   if (jec) return load_error(path, "header is not valid JSON: " + jec.message());
   const json::object* obj = root.if_object();
   if (obj == nullptr) return load_error(path, "header is not a JSON object");

@@ -47,6 +47,13 @@ class SafetensorsFile {
   /// Opens `path` and validates its header and every entry. Errors:
   /// kModelLoad naming the file (and the tensor, when one entry is bad).
   static Result<SafetensorsFile> open(const std::filesystem::path& path);
+  /// Validates a file of `file_size` bytes from its first bytes `head` (the
+  /// 8-byte length and the header; more is ignored), as open() does; `path`
+  /// only names the file in messages and is used by read(). No I/O: the fuzz
+  /// target for the header reader drives it. Errors: as open(), and
+  /// kModelLoad when `head` is shorter than the header it declares.
+  static Result<SafetensorsFile> parse(const std::filesystem::path& path, std::string_view head,
+                                       std::uint64_t file_size);
 
   const std::filesystem::path& path() const { return path_; }
   /// Entries sorted by name.

@@ -1,4 +1,5 @@
-// ByteTokenizer: token id == byte value; id 256 is end-of-text. Any thread.
+// ByteTokenizer (token id == byte value; id 256 is end-of-text) and
+// IdTokenizer. Any thread.
 #include "model/tokenizer.hpp"
 
 namespace vg {
@@ -13,6 +14,16 @@ std::vector<std::int32_t> ByteTokenizer::encode(std::string_view text) const {
 std::string ByteTokenizer::token_bytes(std::int32_t id) const {
   if (id < 0 || id > 255) return {};
   return std::string(1, static_cast<char>(static_cast<unsigned char>(id)));
+}
+
+std::string IdTokenizer::token_bytes(std::int32_t id) const {
+  if (id < 0 || id >= vocab_size_) return {};
+  return " " + std::to_string(id);
+}
+
+std::optional<std::int32_t> IdTokenizer::eos_id() const {
+  if (eos_id_ < 0) return std::nullopt;
+  return eos_id_;
 }
 
 }  // namespace vg

@@ -1,5 +1,6 @@
 // The C++ GPT-2 forward pass against tools/reference_forward.py (PyTorch,
-// float64) on checkpoints written at test time by tools/make_random_gpt2.py,
+// float64) on checkpoints written at test time by tools/make_random_gpt2.py
+// (single file or sharded, with or without the 'transformer.' prefix),
 // and on models/tinylm when it has been trained. Needs /usr/bin/python3 with
 // torch; logits must agree within 1e-4 for every position of every prompt.
 #include <gtest/gtest.h>
@@ -104,6 +105,18 @@ TEST(Gpt2Reference, HalfPrecisionPrefixedCheckpointMatchesPython) {
                                                                  "--prefix transformer. --attn-bias-buffers"),
             0);
   expect_matches_reference(dir.path(), test_prompts(40));
+}
+
+TEST(Gpt2Reference, Gpt2VocabularyShardedPrefixedMatchesPython) {
+  // GPT-2's own vocabulary size, 'transformer.' names, two shards with an index.
+  TempDir dir;
+  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
+                                                                 "' --seed 7 --layers 2 --heads 4 --embd 32 "
+                                                                 "--positions 16 --vocab 50257 "
+                                                                 "--prefix transformer. --shards 2"),
+            0);
+  ASSERT_TRUE(std::filesystem::exists(dir / "model.safetensors.index.json"));
+  expect_matches_reference(dir.path(), {{50256}, {464, 3290, 318, 257, 1000, 50000, 13}});
 }
 
 TEST(Gpt2Reference, TinylmMatchesPython) {

@@ -263,11 +263,11 @@ Error load_error(const RandomGpt2& spec, const std::string& edit_config = "") {
 
 TEST(Gpt2Load, UnknownModelTypeNamesItAndTheSupportedOnes) {
   RandomGpt2 spec;
-  spec.model_type = "llama";
+  spec.model_type = "mamba";
   const Error e = load_error(spec);
   EXPECT_EQ(e.code, ErrorCode::kModelLoad);
-  EXPECT_NE(e.message.find("'llama'"), std::string::npos) << e.message;
-  EXPECT_NE(e.message.find("gpt2"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("model_type 'mamba' is not supported"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("(supported: gpt2, llama)"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("config.json"), std::string::npos) << e.message;
 }
 
@@ -309,12 +309,21 @@ TEST(Gpt2Load, ConfigErrorsNameTheKey) {
   }
 }
 
-TEST(Gpt2Load, OtherVocabularyHasNoTokenizerYet) {
+TEST(Gpt2Load, OtherVocabularyTakesTokenIdsOnly) {
+  // Without a tokenizer vramgate can read, the model is served through token ids.
+  TempDir dir;
   RandomGpt2 spec;
   spec.vocab_size = 300;
-  const Error e = load_error(spec);
-  EXPECT_EQ(e.code, ErrorCode::kModelLoad);
-  EXPECT_NE(e.message.find("no tokenizer"), std::string::npos) << e.message;
+  testing::write_random_gpt2(dir.path(), spec);
+  auto device = make_device();
+  auto r = load(dir.path(), device.get());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const Tokenizer& tok = (*r)->tokenizer();
+  EXPECT_FALSE(tok.encodes_text());
+  EXPECT_EQ(tok.vocab_size(), 300);
+  EXPECT_EQ(tok.eos_id(), std::optional<std::int32_t>(299));
+  EXPECT_EQ(tok.token_bytes(257), " 257");
+  EXPECT_TRUE(ByteTokenizer().encodes_text());
 }
 
 TEST(Gpt2Load, MissingFolderAndNoDevice) {

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -129,6 +130,33 @@ std::vector<std::vector<float>> read_reference_logits(const std::filesystem::pat
     out.push_back(std::move(logits));
   }
   return out;
+}
+
+std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model_dir,
+                                                 const std::vector<std::vector<std::int32_t>>& prompts) {
+  TempDir work;
+  {
+    std::ofstream out(work / "prompts.json");
+    out << "[";
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      out << (i ? ",[" : "[");
+      for (std::size_t j = 0; j < prompts[i].size(); ++j) out << (j ? "," : "") << prompts[i][j];
+      out << "]";
+    }
+    out << "]";
+  }
+  const int status = run_python_tool("reference_forward.py", "--model '" + model_dir.string() + "' --prompts @'" +
+                                                                 (work / "prompts.json").string() +
+                                                                 "' --format text --out '" +
+                                                                 (work / "logits.txt").string() + "'");
+  if (status != 0) return {};
+  return read_reference_logits(work / "logits.txt");
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  float m = a.size() == b.size() ? 0.0f : INFINITY;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
 }
 
 }  // namespace vg::testing

@@ -1,9 +1,11 @@
 // Helpers for the model tests: temporary folders, safetensors files written
-// byte by byte (good and bad), random GPT-2 folders, and the Python tools.
+// byte by byte (good and bad), random GPT-2 folders, and the Python tools
+// (checkpoint generators and the reference forward pass).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,5 +67,13 @@ int run_python_tool(const std::string& script, const std::string& args);
 /// Reads reference_forward.py --format text output: per prompt, the logits of
 /// every position, row-major [positions * vocab].
 std::vector<std::vector<float>> read_reference_logits(const std::filesystem::path& path);
+
+/// Runs reference_forward.py on `model_dir` for `prompts`; per prompt the
+/// logits of every position ([positions * vocab]); empty on failure.
+std::vector<std::vector<float>> reference_logits(const std::filesystem::path& model_dir,
+                                                 const std::vector<std::vector<std::int32_t>>& prompts);
+
+/// Largest |a[i] - b[i]|; infinity when the sizes differ.
+float max_abs_diff(std::span<const float> a, std::span<const float> b);
 
 }  // namespace vg::testing

@@ -1,0 +1,324 @@
+// DecoderModel (see decoder.hpp): caches, step layout, step()/forward_full(),
+// causal attention over the KV cache, and weight loading. Called from the
+// model's engine thread (loading: the start-up thread).
+#include "model/decoder.hpp"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <new>
+#include <unordered_set>
+
+#include "device/device.hpp"
+#include "model/gpt2_attention.hpp"
+
+namespace vg::detail {
+namespace {
+
+std::optional<at::ScalarType> stored_dtype(const std::string& safetensors_dtype) {
+  if (safetensors_dtype == "F32") return at::kFloat;
+  if (safetensors_dtype == "F16") return at::kHalf;
+  if (safetensors_dtype == "BF16") return at::kBFloat16;
+  if (safetensors_dtype == "F64") return at::kDouble;
+  return std::nullopt;
+}
+
+std::string shape_string(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Error current_exception_error(const std::string& op) {
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError& e) {
+    return Error{ErrorCode::kOutOfMemory, op + ": " + e.what_without_backtrace()};
+  } catch (const c10::Error& e) {
+    return Error{ErrorCode::kInternal, op + ": " + e.what_without_backtrace()};
+  } catch (const std::bad_alloc&) {
+    return Error{ErrorCode::kOutOfMemory, op + ": host allocation failed"};
+  } catch (const std::exception& e) {
+    return Error{ErrorCode::kInternal, op + ": " + e.what()};
+  } catch (...) {
+    return Error{ErrorCode::kInternal, op + ": unknown exception"};
+  }
+}
+
+Result<at::ScalarType> compute_dtype(const std::string& name, bool on_cpu, const std::string& where) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float64") return at::kDouble;
+  if (name == "float16" && !on_cpu) return at::kHalf;
+  if (name == "float16") {
+    return Error{ErrorCode::kModelLoad,
+                 where + ": compute dtype 'float16' is for CUDA devices (libtorch has no CPU kernels for it); on a "
+                         "virtual device use float32, or bfloat16 for 2-byte weights and KV cache"};
+  }
+  return Error{ErrorCode::kModelLoad,
+               where + ": compute dtype '" + name + "' is not supported (supported: float32, bfloat16, float64; float16 on CUDA)"};
+}
+
+at::Tensor WeightLoader::get(const std::string& name, std::vector<std::int64_t> shape) {
+  if (!status_.ok()) return {};
+  Result<Checkpoint::Tensor> found = checkpoint_.find(prefix_ + name);
+  if (!found.ok()) {
+    status_ = std::move(found).error();
+    return {};
+  }
+  const SafetensorsEntry& entry = *found->entry;
+  const std::string where = found->file->path().string() + ": tensor '" + entry.name + "': ";
+  if (entry.shape != shape) {
+    status_ = Error{ErrorCode::kModelLoad, where + "shape " + shape_string(entry.shape) + ", expected " +
+                                               shape_string(shape)};
+    return {};
+  }
+  const std::optional<at::ScalarType> stored = stored_dtype(entry.dtype);
+  if (!stored) {
+    status_ = Error{ErrorCode::kModelLoad, where + "dtype " + entry.dtype + ", expected F32, F16, BF16 or F64"};
+    return {};
+  }
+  // Read into host memory (for a virtual device that already is device
+  // memory), then convert to the compute dtype and device; a no-op when both
+  // already match.
+  const at::Tensor host = at::empty(shape, at::TensorOptions().dtype(*stored));
+  Status read = found->file->read(entry, std::span(static_cast<std::byte*>(host.data_ptr()), entry.bytes()));
+  if (!read.ok()) {
+    status_ = read;
+    return {};
+  }
+  at::Tensor t = host.to(at::TensorOptions().dtype(dtype_).device(device_));
+  parameters_ += t.numel();
+  return t;
+}
+
+DecoderCache::DecoderCache(const DecoderModel* owner, at::Tensor storage)
+    : owner_(owner), storage_(std::move(storage)) {
+  for (std::int64_t l = 0; l < storage_.size(0); ++l) {
+    k_.push_back(storage_.select(0, l).select(0, 0));
+    v_.push_back(storage_.select(0, l).select(0, 1));
+  }
+}
+
+DecoderModel::DecoderModel(ModelConfig config, Device* device, at::ScalarType dtype,
+                           std::unique_ptr<Tokenizer> tokenizer)
+    : config_(std::move(config)), device_(device), dtype_(dtype), tokenizer_(std::move(tokenizer)) {}
+
+at::Device DecoderModel::torch_device() const { return at::Device(device_->torch_device()); }
+
+Result<std::unique_ptr<KvCache>> DecoderModel::new_cache(int capacity_tokens) {
+  if (capacity_tokens < 1 || capacity_tokens > config_.n_positions) {
+    return Error{ErrorCode::kInvalidRequest, "KV cache capacity " + std::to_string(capacity_tokens) +
+                                                 " tokens is outside [1, " + std::to_string(config_.n_positions) + "]"};
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    at::Tensor storage = at::empty({config_.n_layer, 2, config_.n_kv_head, capacity_tokens, config_.head_dim},
+                                   at::TensorOptions().dtype(dtype_).device(torch_device()));
+    return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, std::move(storage)));
+  } catch (...) {
+    return current_exception_error("KV cache of " + std::to_string(capacity_tokens) + " tokens on " + device_->name());
+  }
+}
+
+Status DecoderModel::validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const {
+  std::unordered_set<const KvCache*> seen;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const StepInput& in = inputs[i];
+    const std::string which = "step input " + std::to_string(i) + ": ";
+    auto* cache = dynamic_cast<DecoderCache*>(in.cache);
+    if (cache == nullptr || cache->owner() != this) {
+      return Error{ErrorCode::kInvalidRequest, which + "no KV cache of this model"};
+    }
+    if (!seen.insert(cache).second) return Error{ErrorCode::kInvalidRequest, which + "KV cache used twice in one step"};
+    if (in.tokens.empty()) return Error{ErrorCode::kInvalidRequest, which + "no tokens"};
+    if (static_cast<std::int64_t>(cache->length()) + static_cast<std::int64_t>(in.tokens.size()) > cache->capacity()) {
+      return Error{ErrorCode::kInvalidRequest, which + std::to_string(in.tokens.size()) +
+                                                   " tokens overflow the KV cache (" +
+                                                   std::to_string(cache->length()) + " of " +
+                                                   std::to_string(cache->capacity()) + " tokens used)"};
+    }
+    for (std::int32_t id : in.tokens) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return Error{ErrorCode::kInvalidRequest, which + "token id " + std::to_string(id) + " outside [0, " +
+                                                     std::to_string(config_.vocab_size) + ")"};
+      }
+    }
+    caches.push_back(cache);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::vector<float>>> DecoderModel::step(std::span<const StepInput> inputs) {
+  std::vector<DecoderCache*> caches;
+  if (Status s = validate(inputs, caches); !s.ok()) return s.error();
+  if (inputs.empty()) return std::vector<std::vector<float>>();
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    const Plan p = plan(inputs, caches);
+    const at::Tensor last = head(hidden(p).index_select(0, p.last_rows)).contiguous();  // [inputs, vocab]
+    std::vector<std::vector<float>> logits;
+    logits.reserve(inputs.size());
+    const float* row = last.data_ptr<float>();
+    for (std::size_t i = 0; i < inputs.size(); ++i, row += config_.vocab_size) {
+      logits.emplace_back(row, row + config_.vocab_size);
+    }
+    // Lengths move only once the whole step has succeeded: a failed step
+    // leaves all caches as they were (positions past length() are scratch).
+    for (std::size_t i = 0; i < inputs.size(); ++i) caches[i]->advance(static_cast<int>(inputs[i].tokens.size()));
+    return logits;
+  } catch (...) {
+    return current_exception_error("step of " + std::to_string(inputs.size()) + " inputs on " + device_->name());
+  }
+}
+
+Result<std::vector<float>> DecoderModel::forward_full(std::span<const std::int32_t> tokens) {
+  if (tokens.empty() || tokens.size() > static_cast<std::size_t>(config_.n_positions)) {
+    return Error{ErrorCode::kInvalidRequest, "forward_full takes 1.." + std::to_string(config_.n_positions) +
+                                                 " tokens, got " + std::to_string(tokens.size())};
+  }
+  for (std::int32_t id : tokens) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return Error{ErrorCode::kInvalidRequest, "token id " + std::to_string(id) + " outside [0, " +
+                                                   std::to_string(config_.vocab_size) + ")"};
+    }
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    const StepInput input{nullptr, tokens};
+    DecoderCache* const no_cache = nullptr;
+    const at::Tensor logits = head(hidden(plan(std::span(&input, 1), std::span(&no_cache, 1)))).contiguous();
+    const float* p = logits.data_ptr<float>();
+    return std::vector<float>(p, p + logits.numel());
+  } catch (...) {
+    return current_exception_error("forward of " + std::to_string(tokens.size()) + " tokens on " + device_->name());
+  }
+}
+
+Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
+  Plan p;
+  const at::TensorOptions host_long = at::TensorOptions().dtype(at::kLong);
+  const at::TensorOptions device_long = host_long.device(torch_device());
+  std::vector<std::size_t> order;  // input indices in row order: decode first
+  for (int decode_pass = 1; decode_pass >= 0; --decode_pass) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const bool decode = caches[i] != nullptr && inputs[i].tokens.size() == 1;
+      if (decode == static_cast<bool>(decode_pass)) order.push_back(i);
+    }
+  }
+  std::vector<std::int64_t> ids, positions, last_rows(inputs.size());
+  for (std::size_t i : order) {
+    Segment s;
+    s.cache = caches[i];
+    s.pos0 = s.cache != nullptr ? s.cache->length() : 0;
+    s.t = static_cast<std::int64_t>(inputs[i].tokens.size());
+    s.row0 = p.rows;
+    p.rows += s.t;
+    last_rows[i] = p.rows - 1;
+    for (std::int64_t j = 0; j < s.t; ++j) {
+      ids.push_back(inputs[i].tokens[static_cast<std::size_t>(j)]);
+      positions.push_back(s.pos0 + j);
+    }
+    if (s.t > 1) {
+      // mask[j][k]: the query at position pos0 + j must not see key k > pos0 + j.
+      const at::Tensor rows = at::arange(s.pos0, s.pos0 + s.t, device_long).unsqueeze(1);
+      const at::Tensor cols = at::arange(s.pos0 + s.t, device_long).unsqueeze(0);
+      s.mask = cols > rows;
+    } else if (s.cache != nullptr) {
+      ++p.n_decode;
+    }
+    p.segments.push_back(std::move(s));
+  }
+  // One host tensor [ids | positions | last rows], one copy to the device.
+  const auto n = static_cast<std::int64_t>(inputs.size());
+  const at::Tensor host = at::empty({2 * p.rows + n}, host_long);
+  std::int64_t* out = host.data_ptr<std::int64_t>();
+  out = std::copy(ids.begin(), ids.end(), out);
+  out = std::copy(positions.begin(), positions.end(), out);
+  std::copy(last_rows.begin(), last_rows.end(), out);
+  const at::Tensor on_device = host.to(torch_device());
+  p.ids = on_device.narrow(0, 0, p.rows);
+  p.positions = on_device.narrow(0, p.rows, p.rows);
+  p.last_rows = on_device.narrow(0, 2 * p.rows, n);
+  return p;
+}
+
+at::Tensor DecoderModel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                                   const Plan& plan) const {
+  // Decode segments in host memory attend in one call (float32 or float64);
+  // elsewhere every segment attends with tensor ops.
+  const bool host_decode = plan.n_decode > 0 && q.is_cpu() && (dtype_ == at::kFloat || dtype_ == at::kDouble);
+  const auto first = static_cast<std::size_t>(host_decode ? plan.n_decode : 0);
+  std::vector<at::Tensor> y;  // attention output pieces in row order
+  y.reserve(plan.segments.size() - first + 1);
+  if (host_decode) {
+    y.push_back(dtype_ == at::kFloat ? attend_decode<float>(q, k, v, layer, plan)
+                                     : attend_decode<double>(q, k, v, layer, plan));
+  }
+  for (std::size_t i = first; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    const at::Tensor qs = q.narrow(0, s.row0, s.t);
+    const at::Tensor ks = k.narrow(0, s.row0, s.t).transpose(0, 1);  // [n_kv_head, t, head_dim]
+    const at::Tensor vs = v.narrow(0, s.row0, s.t).transpose(0, 1);
+    if (s.cache == nullptr) {
+      y.push_back(attend(qs, ks, vs, s.mask));
+      continue;
+    }
+    s.cache->k(layer).narrow(1, s.pos0, s.t).copy_(ks);
+    s.cache->v(layer).narrow(1, s.pos0, s.t).copy_(vs);
+    y.push_back(attend(qs, s.cache->k(layer).narrow(1, 0, s.pos0 + s.t), s.cache->v(layer).narrow(1, 0, s.pos0 + s.t),
+                       s.mask));
+  }
+  return y.size() == 1 ? y[0] : at::cat(y, 0);  // [rows, n_head * head_dim]
+}
+
+template <typename T>
+at::Tensor DecoderModel::attend_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                                       const Plan& plan) const {
+  const DecodeAttentionShape shape{config_.n_head, config_.n_kv_head, config_.head_dim};
+  const std::int64_t q_dim = shape.n_head * shape.head_dim;
+  const std::int64_t kv_dim = shape.n_kv_head * shape.head_dim;
+  // Decode rows come first; contiguous [n_decode, heads, head_dim] copies.
+  const at::Tensor qd = q.narrow(0, 0, plan.n_decode).contiguous();
+  const at::Tensor kd = k.narrow(0, 0, plan.n_decode).contiguous();
+  const at::Tensor vd = v.narrow(0, 0, plan.n_decode).contiguous();
+  const at::Tensor out = at::empty({plan.n_decode, q_dim}, q.options());
+  const T* q_row = qd.data_ptr<T>();
+  const T* k_row = kd.data_ptr<T>();
+  const T* v_row = vd.data_ptr<T>();
+  T* out_row = out.data_ptr<T>();
+  std::vector<DecodeSequence<T>> sequences;
+  sequences.reserve(static_cast<std::size_t>(plan.n_decode));
+  for (std::int64_t i = 0; i < plan.n_decode; ++i, q_row += q_dim, k_row += kv_dim, v_row += kv_dim, out_row += q_dim) {
+    const Segment& s = plan.segments[static_cast<std::size_t>(i)];
+    sequences.push_back({q_row, k_row, v_row, s.cache->k(layer).data_ptr<T>(), s.cache->v(layer).data_ptr<T>(),
+                         s.cache->capacity(), s.pos0, out_row});
+  }
+  decode_attention<T>(sequences, shape);
+  return out;
+}
+
+at::Tensor DecoderModel::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& mask) const {
+  const std::int64_t t = q.size(0);
+  const std::int64_t kv_heads = k.size(0);
+  const std::int64_t group = config_.n_head / kv_heads;
+  const std::int64_t head_dim = q.size(2);
+  // Query head h reads KV head h / group: q [kv_heads, group, t, head_dim]
+  // against k and v [kv_heads, 1, keys, head_dim].
+  const at::Tensor qg = q.reshape({t, kv_heads, group, head_dim}).permute({1, 2, 0, 3});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  at::Tensor scores = at::matmul(qg, k.unsqueeze(1).transpose(2, 3)).mul_(scale);  // [kv_heads, group, t, keys]
+  if (mask.defined()) scores.masked_fill_(mask, -std::numeric_limits<double>::infinity());
+  const at::Tensor y = at::matmul(at::softmax(scores, -1), v.unsqueeze(1));  // [kv_heads, group, t, head_dim]
+  return y.permute({2, 0, 1, 3}).reshape({t, config_.n_head * head_dim});
+}
+
+}  // namespace vg::detail

@@ -1,0 +1,149 @@
+// Machinery shared by the decoder-only families (gpt2.cpp, llama.cpp): the
+// KV cache, the ragged step layout, step()/forward_full(), causal attention
+// over the cache (host decode_attention for single-token decode), and weight
+// loading from a Checkpoint. An internal header that includes libtorch: only
+// this folder's torch .cpp files include it. A model and its caches belong to
+// one engine thread; every entry point binds the model's device and runs in
+// InferenceMode, and no torch exception leaves these files.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.hpp"
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
+
+namespace vg::detail {
+
+/// Converts the exception being handled into an Error: libtorch OOM (and
+/// std::bad_alloc) -> kOutOfMemory, anything else -> kInternal.
+Error current_exception_error(const std::string& op);
+
+/// "float32" -> kFloat, "bfloat16" -> kBFloat16, "float64" -> kDouble,
+/// "float16" -> kHalf unless `on_cpu` (libtorch has no CPU kernels for it).
+/// Errors: kModelLoad for those and for names it does not know; `where`
+/// starts the message.
+Result<at::ScalarType> compute_dtype(const std::string& name, bool on_cpu, const std::string& where);
+
+/// Reads tensors of a Checkpoint onto a device in the compute dtype. The
+/// first error is kept and later calls return undefined tensors.
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& checkpoint, std::string prefix, at::ScalarType dtype, at::Device device)
+      : checkpoint_(checkpoint), prefix_(std::move(prefix)), dtype_(dtype), device_(device) {}
+  /// Tensor `prefix + name`, which must have `shape` and a float dtype (F32,
+  /// F16, BF16, F64); converted to the compute dtype on the device.
+  at::Tensor get(const std::string& name, std::vector<std::int64_t> shape);
+  const Status& status() const { return status_; }
+  /// Elements of the tensors loaded so far.
+  std::int64_t parameters() const { return parameters_; }
+
+ private:
+  const Checkpoint& checkpoint_;
+  std::string prefix_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  Status status_;
+  std::int64_t parameters_ = 0;
+};
+
+class DecoderModel;
+
+/// K and V of every layer in one allocation [n_layer, 2, n_kv_head,
+/// capacity, head_dim]; k(l) and v(l) are views [n_kv_head, capacity, head_dim].
+class DecoderCache final : public KvCache {
+ public:
+  DecoderCache(const DecoderModel* owner, at::Tensor storage);
+  int length() const override { return length_; }
+  int capacity() const override { return static_cast<int>(storage_.size(3)); }
+  std::int64_t bytes() const override { return storage_.numel() * storage_.element_size(); }
+
+  const DecoderModel* owner() const { return owner_; }
+  const at::Tensor& k(int layer) const { return k_[static_cast<std::size_t>(layer)]; }
+  const at::Tensor& v(int layer) const { return v_[static_cast<std::size_t>(layer)]; }
+  void advance(int tokens) { length_ += tokens; }
+
+ private:
+  const DecoderModel* owner_;
+  at::Tensor storage_;
+  std::vector<at::Tensor> k_, v_;
+  int length_ = 0;
+};
+
+/// One input's new tokens within the concatenated rows of a step.
+struct Segment {
+  DecoderCache* cache = nullptr;  ///< nullptr: attends to its own tokens only (forward_full)
+  std::int64_t pos0 = 0;          ///< position of its first new token (tokens already cached)
+  std::int64_t t = 0;             ///< new tokens
+  std::int64_t row0 = 0;          ///< its first row in the concatenated [rows, ...] tensors
+  at::Tensor mask;                ///< [t, pos0 + t], true where a key lies after the query; undefined when t == 1
+};
+
+/// The ragged layout of one forward pass: every input's new tokens are rows
+/// of one [rows, n_embd] tensor, so norms, projections and MLP run once per
+/// layer for all of them. Decode segments (one token, with a cache) come
+/// first: in host memory they attend in one decode_attention call; the
+/// others attend one by one.
+struct Plan {
+  std::vector<Segment> segments;  ///< in row order
+  std::int64_t rows = 0;
+  std::int64_t n_decode = 0;      ///< leading decode segments
+  at::Tensor ids, positions;      ///< [rows] int64 on the device
+  at::Tensor last_rows;           ///< [inputs] int64: each input's last row, in input order
+};
+
+/// A decoder-only transformer: a family supplies hidden() (embedding and
+/// blocks, calling attention()) and head() (final norm and LM head).
+class DecoderModel : public Model {
+ public:
+  DecoderModel(ModelConfig config, Device* device, at::ScalarType dtype, std::unique_ptr<Tokenizer> tokenizer);
+
+  const ModelConfig& config() const final { return config_; }
+  std::int64_t parameter_count() const final { return parameter_count_; }
+  const Tokenizer& tokenizer() const final { return *tokenizer_; }
+  Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) final;
+  Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) final;
+  Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) final;
+
+ protected:
+  /// Hidden states [rows, n_embd] after the last block, appending every
+  /// segment's K and V to its cache (through attention()).
+  virtual at::Tensor hidden(const Plan& plan) const = 0;
+  /// Final norm and LM head: [T, n_embd] -> [T, vocab] float32 on the host.
+  virtual at::Tensor head(const at::Tensor& x) const = 0;
+
+  /// Causal attention of layer `layer` for all rows of `plan`: q [rows,
+  /// n_head, head_dim], k and v [rows, n_kv_head, head_dim] (positions
+  /// already encoded) -> [rows, n_head * head_dim]. Appends k and v to each
+  /// segment's cache at its positions. Query head h reads KV head
+  /// h / (n_head / n_kv_head).
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                       const Plan& plan) const;
+
+  at::Device torch_device() const;
+
+  ModelConfig config_;
+  Device* device_;
+  at::ScalarType dtype_;  ///< compute and KV cache dtype
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::int64_t parameter_count_ = 0;
+
+ private:
+  Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
+  /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
+  Plan plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
+  /// The decode segments in one decode_attention call: -> [n_decode, n_head * head_dim].
+  template <typename T>
+  at::Tensor attend_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                           const Plan& plan) const;
+  /// One segment: q [t, n_head, head_dim], k and v [n_kv_head, keys,
+  /// head_dim] -> [t, n_head * head_dim].
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) const;
+};
+
+}  // namespace vg::detail
