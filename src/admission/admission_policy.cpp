@@ -2,9 +2,10 @@
 // Pure functions; any thread.
 #include "admission/admission_policy.hpp"
 
-#include <limits>
-
+#include <algorithm>
 #include <charconv>
+#include <limits>
+#include <numeric>
 
 namespace vg {
 namespace {
@@ -45,15 +46,32 @@ std::string to_string(const AdmissionPolicy& policy) {
   return "memory";
 }
 
+Priority effective_priority(const QueuedRequest& r, Duration priority_aging, TimePoint now) {
+  if (priority_aging > Duration::zero() && now - r.enqueued_at >= priority_aging) return kTopPriority;
+  return r.priority;
+}
+
+std::vector<std::size_t> grant_order(std::span<const QueuedRequest> queue, Duration priority_aging, TimePoint now) {
+  std::vector<std::size_t> order(queue.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (priority_aging <= Duration::zero()) return order;
+  std::vector<int> cls(queue.size());
+  for (std::size_t i = 0; i < queue.size(); ++i) {
+    cls[i] = static_cast<int>(effective_priority(queue[i], priority_aging, now));
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cls[a] > cls[b]; });
+  return order;
+}
+
 std::vector<std::size_t> select_grants(const GrantState& state, std::span<const QueuedRequest> queue, TimePoint now) {
   std::vector<std::size_t> out;
+  const std::vector<std::size_t> order = grant_order(queue, state.priority_aging, now);
   switch (state.policy.kind) {
     case AdmissionPolicy::Kind::kNone:
-      for (std::size_t i = 0; i < queue.size(); ++i) out.push_back(i);
-      return out;
+      return order;
     case AdmissionPolicy::Kind::kFixed: {
       const std::int64_t slots = static_cast<std::int64_t>(state.policy.fixed_slots) - state.active_leases;
-      for (std::size_t i = 0; i < queue.size() && static_cast<std::int64_t>(i) < slots; ++i) out.push_back(i);
+      for (std::size_t k = 0; k < order.size() && static_cast<std::int64_t>(k) < slots; ++k) out.push_back(order[k]);
       return out;
     }
     case AdmissionPolicy::Kind::kMemory:
@@ -62,7 +80,7 @@ std::vector<std::size_t> select_grants(const GrantState& state, std::span<const 
   std::int64_t free_bytes = state.free_bytes;
   std::int64_t free_slots = state.max_running > 0 ? state.max_running - state.active_leases
                                                   : std::numeric_limits<std::int64_t>::max();
-  for (std::size_t i = 0; i < queue.size(); ++i) {
+  for (std::size_t i : order) {
     const QueuedRequest& r = queue[i];
     if (free_slots <= 0) break;  // the batch is full: everyone waits, in order
     if (fits(r, free_bytes)) {
@@ -84,7 +102,8 @@ std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span
   if (state.policy.kind != AdmissionPolicy::Kind::kMemory) return std::nullopt;
   std::int64_t free_bytes = state.free_bytes;
   std::optional<TimePoint> closes;
-  for (const QueuedRequest& r : queue) {
+  for (std::size_t i : grant_order(queue, state.priority_aging, now)) {
+    const QueuedRequest& r = queue[i];
     if (fits(r, free_bytes)) {
       free_bytes -= r.cost_bytes;
       continue;
@@ -94,6 +113,23 @@ std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span
     if (!closes || t < *closes) closes = t;
   }
   return closes;
+}
+
+std::optional<TimePoint> priority_aging_due(std::span<const QueuedRequest> queue, Duration priority_aging,
+                                            TimePoint now) {
+  if (priority_aging <= Duration::zero()) return std::nullopt;
+  // Aging changes the order only for a request below the highest class queued.
+  int highest = static_cast<int>(Priority::kLow);
+  for (const QueuedRequest& r : queue) {
+    highest = std::max(highest, static_cast<int>(effective_priority(r, priority_aging, now)));
+  }
+  std::optional<TimePoint> due;
+  for (const QueuedRequest& r : queue) {
+    if (static_cast<int>(effective_priority(r, priority_aging, now)) >= highest) continue;
+    const TimePoint t = r.enqueued_at + priority_aging;
+    if (!due || t < *due) due = t;
+  }
+  return due;
 }
 
 }  // namespace vg

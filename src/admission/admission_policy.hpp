@@ -14,6 +14,7 @@
 #include "admission/lease.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/priority.hpp"
 
 namespace vg {
 
@@ -42,6 +43,7 @@ struct QueuedRequest {
   RequestId id = 0;
   std::int64_t cost_bytes = 0;  ///< request_cost() of the request
   TimePoint enqueued_at{};
+  Priority priority = Priority::kNormal;  ///< its class; see grant_order()
 };
 
 /// The device state a grant decision depends on.
@@ -56,11 +58,24 @@ struct GrantState {
   /// kMemory: sequences that may hold leases at once (the engine's batch
   /// size); 0 = no limit. When reached, nothing is granted.
   std::int64_t max_running = 0;
+  /// A request that has waited this long counts as the top priority class
+  /// (aging), so no class starves. 0 = classes are ignored (plain FIFO).
+  Duration priority_aging{};
 };
 
+/// The class a request competes in at `now`: its own, or the top class once
+/// it has waited `priority_aging` (when that is > 0).
+Priority effective_priority(const QueuedRequest& r, Duration priority_aging, TimePoint now);
+
+/// The order in which the policy considers the queue at `now`: indices into
+/// `queue`, higher effective class first, queue order within a class (a
+/// stable sort, so a request put back at the head stays first in its class).
+/// With priority_aging == 0 this is the queue order.
+std::vector<std::size_t> grant_order(std::span<const QueuedRequest> queue, Duration priority_aging, TimePoint now);
+
 /// Indices into `queue` (FIFO order) of the requests that may start at `now`,
-/// ascending, i.e. in grant order.
-///  - kMemory: scan in order; a request that fits in what is still free is
+/// in grant order. Every policy scans the queue in grant_order().
+///  - kMemory: scan in that order; a request that fits in what is still free is
 ///    granted. A request that does not fit may be passed by later ones only
 ///    while it has waited less than max_bypass; once it is that old the scan
 ///    stops, so nothing passes it and the device drains until it fits.
@@ -71,7 +86,14 @@ std::vector<std::size_t> select_grants(const GrantState& state, std::span<const 
 /// Under kMemory: the earliest time after `now` at which a request that does
 /// not fit stops being passable (its enqueued_at + max_bypass), scanning as
 /// select_grants() does. nullopt when none is open or the policy is not kMemory.
+/// (Class changes by aging are reported by priority_aging_due().)
 std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span<const QueuedRequest> queue,
                                               TimePoint now);
+
+/// The earliest time after `now` at which a queued request below the highest
+/// class queued ages into the top class (enqueued_at + priority_aging), which
+/// changes the grant order; nullopt when none will (or priority_aging is 0).
+std::optional<TimePoint> priority_aging_due(std::span<const QueuedRequest> queue, Duration priority_aging,
+                                            TimePoint now);
 
 }  // namespace vg

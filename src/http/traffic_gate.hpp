@@ -1,0 +1,81 @@
+// TrafficGate: the HTTP side of the traffic policies (README "Traffic
+// policies"). At dispatch it checks the API key (401) and the client's rate
+// (429, before anything is queued) and reads X-Priority and
+// Idempotency-Key; in the completion flow it resolves the request's
+// priority and routes an Idempotency-Key request to its flight (new,
+// attached or replayed; 422 for a reused key). Internal to src/http;
+// Beast-free interface.
+//
+// Thread-safety: every member is thread-safe (the policy objects lock
+// internally); one gate per server, shared by its connections.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/clock.hpp"
+#include "common/error.hpp"
+#include "common/priority.hpp"
+#include "server/service.hpp"
+#include "traffic/idempotency.hpp"
+#include "traffic/rate_limiter.hpp"
+#include "traffic/traffic_options.hpp"
+
+namespace vg {
+namespace metrics {
+class ServerMetrics;
+}
+
+namespace httpd {
+
+/// What the gate learned about one request at dispatch, and what it did.
+struct TrafficTicket {
+  const traffic::ApiKey* key = nullptr;  ///< the caller's key (keys on and authorized)
+  std::optional<Priority> header_priority;  ///< X-Priority
+  std::string idempotency_key;              ///< Idempotency-Key; empty when absent
+  // Set by submit(), for the request log.
+  std::optional<Priority> priority;  ///< the class the request was queued with
+  const char* idempotency = "";      ///< "", "new", "attached" or "replayed"
+};
+
+/// One request as dispatch sees it.
+struct GateRequest {
+  std::string_view path;        ///< matched route
+  bool metered = false;         ///< a work route (POST): rate limited
+  std::string_view authorization;
+  std::string_view remote_address;
+  std::string_view x_priority;
+  std::string_view idempotency_key;
+};
+
+class TrafficGate {
+ public:
+  TrafficGate(const traffic::TrafficOptions& options, metrics::ServerMetrics* metrics);
+
+  /// Auth, rate and header checks. Errors: kUnauthorized (401),
+  /// kRateLimited with retry_after_s (429), kInvalidRequest for a bad
+  /// X-Priority or Idempotency-Key header (400). Fills `ticket` on success.
+  std::optional<Error> admit(const GateRequest& request, TrafficTicket& ticket, TimePoint now);
+
+  /// Resolves `request.priority` (body field, else X-Priority, else the
+  /// key's default; capped by the key) and submits, through the key's flight
+  /// when the ticket has an Idempotency-Key. `route` and `body` identify the
+  /// request for the key (same key, other route or body -> 422).
+  Result<Submission> submit(Service& service, TrafficTicket& ticket, std::string_view route, std::string_view body,
+                            CompletionRequest& request, std::shared_ptr<EventSink> sink);
+
+  bool keys_enabled() const { return options_.api_keys != nullptr; }
+
+ private:
+  std::optional<traffic::RateLimit> limit_for(const traffic::ApiKey* key) const;
+
+  const traffic::TrafficOptions options_;
+  metrics::ServerMetrics* metrics_;
+  traffic::RateLimiter limiter_;
+  std::shared_ptr<traffic::IdempotencyRegistry> idempotency_;
+};
+
+}  // namespace httpd
+}  // namespace vg
