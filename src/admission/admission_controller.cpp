@@ -65,7 +65,7 @@ struct AdmissionController::State final : LeaseLedger {
 
   GrantState grant_state() const VG_REQUIRES(mu) {
     return GrantState{options.policy, effective_budget - reserved, active_leases, options.max_bypass,
-                      options.max_running};
+                      options.max_running, options.priority_aging};
   }
 
   std::vector<QueuedRequest> requests() const VG_REQUIRES(mu) {
@@ -89,6 +89,12 @@ struct AdmissionController::State final : LeaseLedger {
     return s;
   }
 
+  /// 1-based place of queue entry `index` in grant order at `now`.
+  int rank(std::size_t index, TimePoint now) const VG_REQUIRES(mu) {
+    const std::vector<std::size_t> order = grant_order(requests(), options.priority_aging, now);
+    return static_cast<int>(std::find(order.begin(), order.end(), index) - order.begin()) + 1;
+  }
+
   std::optional<std::size_t> find(RequestId id) const VG_REQUIRES(mu) {
     for (std::size_t i = 0; i < queue.size(); ++i) {
       if (queue[i].request.id == id) return i;
@@ -105,6 +111,9 @@ Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const A
   if (o.max_queue < 0) return Error(ErrorCode::kConfig, "max_queue must be >= 0, got " + std::to_string(o.max_queue));
   if (o.queue_timeout <= Duration::zero()) {
     return Error(ErrorCode::kConfig, "queue_timeout must be > 0 s, got " + seconds_text(to_s(o.queue_timeout)));
+  }
+  if (o.priority_aging < Duration::zero()) {
+    return Error(ErrorCode::kConfig, "priority_aging must be >= 0 s, got " + seconds_text(to_s(o.priority_aging)));
   }
   if (o.max_bypass < Duration::zero()) {
     return Error(ErrorCode::kConfig, "max_bypass must be >= 0 s, got " + seconds_text(to_s(o.max_bypass)));
@@ -129,7 +138,7 @@ AdmissionController::~AdmissionController() {
 }
 
 Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
-                                                     std::optional<TimePoint> deadline) {
+                                                     std::optional<TimePoint> deadline, Priority priority) {
   State& s = *state_;
   const AdmissionOptions& o = s.options;
   if (cost_bytes < 0) {
@@ -151,9 +160,9 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
   if (limited) {
     std::vector<QueuedRequest> q = s.requests();
-    q.push_back(QueuedRequest{id, cost_bytes, now});
+    q.push_back(QueuedRequest{id, cost_bytes, now, priority});
     const std::vector<std::size_t> grants = select_grants(s.grant_state(), q, now);
-    const bool starts_now = !grants.empty() && grants.back() == q.size() - 1;
+    const bool starts_now = std::find(grants.begin(), grants.end(), q.size() - 1) != grants.end();
     const std::int64_t waiting = static_cast<std::int64_t>(q.size() - grants.size());
     if (!starts_now && waiting > o.max_queue) {
       ++s.counters.rejected_queue_full;
@@ -167,14 +176,29 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
       return e;
     }
   }
-  Entry entry{QueuedRequest{id, cost_bytes, now}, now + o.queue_timeout, false};
+  Entry entry{QueuedRequest{id, cost_bytes, now, priority}, now + o.queue_timeout, false};
   if (deadline && *deadline < entry.expires_at) {
     entry.expires_at = *deadline;
     entry.by_deadline = true;
   }
   s.queue.push_back(entry);
   ++s.counters.enqueued;
-  return AdmissionTicket{id, static_cast<int>(s.queue.size())};
+  return AdmissionTicket{id, s.rank(s.queue.size() - 1, now)};
+}
+
+Status AdmissionController::requeue_front(RequestId id, std::int64_t cost_bytes, TimePoint enqueued_at,
+                                          TimePoint now, std::optional<TimePoint> deadline, Priority priority) {
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
+  Entry entry{QueuedRequest{id, cost_bytes, enqueued_at, priority}, now + s.options.queue_timeout, false};
+  if (deadline && *deadline < entry.expires_at) {
+    entry.expires_at = *deadline;
+    entry.by_deadline = true;
+  }
+  s.queue.insert(s.queue.begin(), entry);
+  ++s.counters.requeued;
+  return Status::Ok();
 }
 
 bool AdmissionController::cancel(RequestId id) {
@@ -235,18 +259,16 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
     s.reserved += r.cost_bytes;
     ++s.active_leases;
     ++s.counters.admitted;
-    out.push_back(AdmissionGrant{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at});
+    out.push_back(AdmissionGrant{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority});
   }
   s.peak_reserved = std::max(s.peak_reserved, s.reserved);
-  // Remove the granted entries, keeping FIFO order of the rest.
-  std::size_t next = 0;
+  // Remove the granted entries (picked is in grant order, not sorted),
+  // keeping the queue order of the rest.
+  std::vector<bool> granted(s.queue.size(), false);
+  for (std::size_t i : picked) granted[i] = true;
   std::size_t keep = 0;
   for (std::size_t i = 0; i < s.queue.size(); ++i) {
-    if (next < picked.size() && picked[next] == i) {
-      ++next;
-      continue;
-    }
-    s.queue[keep++] = s.queue[i];
+    if (!granted[i]) s.queue[keep++] = s.queue[i];
   }
   s.queue.resize(keep);
   return out;
@@ -258,7 +280,9 @@ std::optional<TimePoint> AdmissionController::next_wakeup(TimePoint now) const {
   std::optional<TimePoint> t;
   for (const Entry& e : s.queue) t = t ? std::min(*t, e.expires_at) : e.expires_at;
   if (t) {
-    if (auto closes = bypass_window_closes(s.grant_state(), s.requests(), now)) t = std::min(*t, *closes);
+    const std::vector<QueuedRequest> q = s.requests();
+    if (auto closes = bypass_window_closes(s.grant_state(), q, now)) t = std::min(*t, *closes);
+    if (auto ages = priority_aging_due(q, s.options.priority_aging, now)) t = std::min(*t, *ages);
   }
   return t;
 }
@@ -287,10 +311,14 @@ std::vector<RequestId> AdmissionController::drop_all() {
 }
 
 std::optional<int> AdmissionController::queue_position(RequestId id) const {
+  return queue_position(id, Clock::now());
+}
+
+std::optional<int> AdmissionController::queue_position(RequestId id, TimePoint now) const {
   MutexLock lock(state_->mu);
   const std::optional<std::size_t> i = state_->find(id);
   if (!i) return std::nullopt;
-  return static_cast<int>(*i) + 1;
+  return state_->rank(*i, now);
 }
 
 double AdmissionController::retry_after_s(std::int64_t work_ahead, TimePoint now) const {
@@ -311,8 +339,9 @@ AdmissionSnapshot AdmissionController::snapshot(TimePoint now) const {
   snap.queue_depth = static_cast<int>(s.queue.size());
   snap.queue.reserve(s.queue.size());
   int position = 0;
-  for (const Entry& e : s.queue) {
-    snap.queue.push_back(QueuedView{e.request.id, ++position, e.request.cost_bytes, now - e.request.enqueued_at});
+  for (std::size_t i : grant_order(s.requests(), s.options.priority_aging, now)) {
+    const QueuedRequest& r = s.queue[i].request;
+    snap.queue.push_back(QueuedView{r.id, ++position, r.cost_bytes, now - r.enqueued_at, r.priority});
   }
   snap.drain_rate_per_s = s.drain.rate_per_s(now);
   snap.counters = s.counters;

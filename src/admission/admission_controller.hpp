@@ -50,6 +50,10 @@ struct AdmissionOptions {
   /// 0 = no limit. Requests beyond it wait in the queue and count against
   /// max_queue.
   int max_running = 0;
+  /// Priority classes: higher classes are granted first; a request that has
+  /// waited this long counts as the top class, so none starves (>= 0; 0 =
+  /// classes ignored, plain FIFO with bypass).
+  Duration priority_aging = std::chrono::seconds(10);
   RetryAfterOptions retry_after;
   DrainRateEstimator::Options drain_rate;
 };
@@ -57,7 +61,7 @@ struct AdmissionOptions {
 /// Accepted into the queue.
 struct AdmissionTicket {
   RequestId id = 0;
-  int position = 0;  ///< 1-based place in the queue on entry (1 = next); X-Queue-Position
+  int position = 0;  ///< 1-based place in the grant order on entry (1 = next); X-Queue-Position
 };
 
 /// A request that may start now; the caller owns the lease from here on.
@@ -65,6 +69,7 @@ struct AdmissionGrant {
   RequestId id = 0;
   Lease lease;
   Duration queue_wait{};  ///< now − enqueue time
+  Priority priority = Priority::kNormal;  ///< the class it asked for (preempt the lowest first)
 };
 
 /// A request removed from the queue by expire(): its `error` is kOverloaded
@@ -84,13 +89,15 @@ struct AdmissionCounters {
   std::int64_t deadline_expired = 0;     ///< expired by the request's own deadline while queued
   std::int64_t cancelled = 0;            ///< removed from the queue by cancel()
   std::int64_t dropped = 0;              ///< removed from the queue by drop_all()
+  std::int64_t requeued = 0;             ///< preempted requests put back by requeue_front()
 };
 
 struct QueuedView {
   RequestId id = 0;
-  int position = 0;  ///< 1-based
+  int position = 0;  ///< 1-based, in grant order
   std::int64_t cost_bytes = 0;
   Duration waited{};
+  Priority priority = Priority::kNormal;
 };
 
 /// Live state for /v1/admission and metrics (a copy; consistent at one instant).
@@ -102,7 +109,7 @@ struct AdmissionSnapshot {
   std::int64_t peak_reserved_bytes = 0;     ///< highest reserved_bytes so far
   int active_leases = 0;
   int queue_depth = 0;
-  std::vector<QueuedView> queue;              ///< FIFO order
+  std::vector<QueuedView> queue;              ///< grant order (higher class first, FIFO within a class)
   std::optional<double> drain_rate_per_s;     ///< nullopt until a completion was recorded
   AdmissionCounters counters;
 };
@@ -128,9 +135,22 @@ class AdmissionController {
   ///    requests already wait (policies memory, fixed);
   ///  - kInvalidRequest for a negative cost, kInternal for a duplicate id.
   /// `deadline` (optional) is the request's total limit: still queued then →
-  /// expire() reports kTimeout. Call grant() afterwards (wake the engine).
+  /// expire() reports kTimeout. `priority` is its class (see grant_order());
+  /// the ticket's position is its place in that order. Call grant()
+  /// afterwards (wake the engine).
   Result<AdmissionTicket> enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
-                                  std::optional<TimePoint> deadline = std::nullopt);
+                                  std::optional<TimePoint> deadline = std::nullopt,
+                                  Priority priority = Priority::kNormal);
+
+  /// Puts a preempted request back at the head of the queue: its lease was
+  /// released to free device memory and it must run again. It skips the
+  /// never-fits and max_queue checks (it was admitted before), keeps
+  /// `enqueued_at` (its first enqueue, so aging lets nothing pass it for long)
+  /// and its class `priority` (first within its class), and gets a fresh
+  /// queue wait limit from `now`. Errors: kInternal for a
+  /// duplicate id.
+  Status requeue_front(RequestId id, std::int64_t cost_bytes, TimePoint enqueued_at, TimePoint now,
+                       std::optional<TimePoint> deadline = std::nullopt, Priority priority = Priority::kNormal);
 
   /// Removes `id` from the queue. True: it was queued and now never will be
   /// granted. False: not queued (already granted — then whoever holds its
@@ -146,8 +166,9 @@ class AdmissionController {
   /// At most `max_grants` (the engine's free batch slots) are granted.
   std::vector<AdmissionGrant> grant(TimePoint now, int max_grants = 1 << 30);
 
-  /// Earliest time after `now` at which expire() will have work or a bypass
-  /// window closes; nullopt when nothing is queued. Sleep until then, or until
+  /// Earliest time after `now` at which expire() will have work, a bypass
+  /// window closes or a request ages into the top class; nullopt when nothing
+  /// is queued. Sleep until then, or until
   /// woken by enqueue or a lease release.
   std::optional<TimePoint> next_wakeup(TimePoint now) const;
 
@@ -163,8 +184,10 @@ class AdmissionController {
   /// Removes every queued request (shutdown) and returns their ids in FIFO order.
   std::vector<RequestId> drop_all();
 
-  /// 1-based queue position of `id`, nullopt when not queued.
+  /// 1-based queue position of `id` in grant order, nullopt when not queued.
   std::optional<int> queue_position(RequestId id) const;
+  /// The same at `now` (the order depends on aging).
+  std::optional<int> queue_position(RequestId id, TimePoint now) const;
 
   /// Retry-After for a refusal with `work_ahead` requests to drain first.
   double retry_after_s(std::int64_t work_ahead, TimePoint now) const;

@@ -16,11 +16,19 @@
 
 namespace vg {
 
-/// A device's memory counters, in bytes.
+/// A device's memory counters, in bytes. `used` is what budgets count: on a
+/// virtual device the bytes charged by its allocator; on CUDA the device's
+/// total minus its free memory (cudaMemGetInfo), i.e. the caching allocator's
+/// reserved segments (allocated or cached: fragmentation shows) plus the CUDA
+/// context and other processes. `allocated` is the bytes live tensors hold
+/// (what the memory profile fits KV cache and workspace sizes from).
 struct DeviceMemory {
-  std::int64_t capacity = 0;  ///< bytes the device has
-  std::int64_t used = 0;      ///< bytes currently allocated through the device allocator
-  std::int64_t peak = 0;      ///< highest `used` since the last reset_peak()
+  std::int64_t capacity = 0;        ///< bytes the device has
+  std::int64_t used = 0;            ///< bytes in use on the device now (see above)
+  std::int64_t peak = 0;            ///< highest `used` since the last reset_peak()
+  std::int64_t allocated = 0;       ///< bytes held by live tensors (virtual: = used)
+  std::int64_t peak_allocated = 0;  ///< highest `allocated` since the last reset_peak()
+  std::int64_t cache_reserved = 0;  ///< bytes the caching allocator holds from the device (virtual: = used)
 };
 
 class Device {
@@ -31,11 +39,19 @@ class Device {
   /// The torch device string tensors are created on: "cpu" or "cuda:N".
   virtual std::string torch_device() const = 0;
   virtual DeviceMemory memory() const = 0;
-  /// Sets peak to the current used bytes.
+  /// Sets peak to the current used bytes (and peak_allocated to allocated).
   virtual void reset_peak() = 0;
   /// Test hook: the next allocation charged to this device fails with
-  /// c10::OutOfMemoryError as if the device were full.
+  /// c10::OutOfMemoryError as if the device were full. On CUDA: cached
+  /// memory is released, the free space inside the caching allocator's
+  /// segments is taken and new segments are refused, so the next allocation
+  /// fails; release_cached_memory() ends it.
   virtual void inject_out_of_memory() = 0;
+  /// Returns memory the device's allocator caches but no tensor uses to the
+  /// device (CUDA: the caching allocator's empty_cache). Called by the engine
+  /// thread after every out-of-memory error; on CUDA it also ends an injected
+  /// one (inject_out_of_memory). The virtual device caches nothing.
+  virtual void release_cached_memory() {}
 };
 
 /// CPU memory with an enforced capacity (bytes).
@@ -81,6 +97,27 @@ class DeviceScope {
 
 /// The device bound to the calling thread, or nullptr.
 Device* current_device();
+
+/// What a --device string names.
+enum class DeviceKind {
+  kAuto,     ///< "auto": cuda:0 when this build has CUDA and a GPU is visible, else virt:0=2GiB
+  kVirtual,  ///< "virt:N=SIZE"
+  kCuda,     ///< "cuda:N"
+};
+
+/// True when this build has the CUDA device (libtorch with CUDA) and the
+/// runtime sees at least one GPU. Any thread.
+bool cuda_available();
+
+/// Creates `cuda:<index>` (CudaDevice, src/device/cuda_device.cpp).
+/// Errors: kConfig when this build has no CUDA support, no GPU is visible, or
+/// `index` is not a visible GPU.
+Result<std::unique_ptr<Device>> create_cuda_device(int index);
+
+/// The device factory: kAuto -> cuda:0 or virt:0=2GiB (see DeviceKind);
+/// kVirtual -> VirtualDevice::create(index, capacity_bytes); kCuda ->
+/// create_cuda_device(index) (capacity comes from the runtime). Main thread.
+Result<std::unique_ptr<Device>> create_device(DeviceKind kind, int index, std::int64_t capacity_bytes);
 
 /// Parses a byte size: "2GiB", "512MiB", "64KiB", "1.5GB", "1000" (bytes).
 /// Errors: kConfig on anything else or a value <= 0.

@@ -115,7 +115,10 @@ VirtualDevice::VirtualDevice(int index, std::int64_t capacity_bytes)
     : name_("virt:" + std::to_string(index)), capacity_(capacity_bytes) {}
 
 DeviceMemory VirtualDevice::memory() const {
-  return {capacity_, used_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
+  const std::int64_t used = used_.load(std::memory_order_relaxed);
+  const std::int64_t peak = peak_.load(std::memory_order_relaxed);
+  // Nothing is cached: every charged byte belongs to a live tensor.
+  return {capacity_, used, peak, used, peak, used};
 }
 
 void VirtualDevice::reset_peak() { peak_.store(used_.load(std::memory_order_relaxed), std::memory_order_relaxed); }

@@ -39,6 +39,8 @@ struct GenerationRequest {
   bool ignore_eos = false;  ///< end-of-text does not end generation
   /// Total deadline (-> 504 timeout); checked while queued and at every step.
   std::optional<TimePoint> deadline;
+  /// Admission class: higher classes are granted first (with aging).
+  Priority priority = Priority::kNormal;
 };
 
 /// Counters and gauges an engine publishes (a snapshot).
@@ -56,6 +58,9 @@ struct EngineStats {
   std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts (policy memory; else the budget)
   std::int64_t oom_budget_cuts = 0;    ///< times the OOM governor cut the effective budget
   std::int64_t oom_budget_raises = 0;  ///< times it raised it back after a quiet period
+  std::int64_t preemptions = 0;   ///< running sequences stopped (KV cache freed) to be recomputed
+  int consecutive_oom_steps = 0;  ///< out-of-memory steps since the last step that succeeded
+  std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked the device not ready
 };
 
 class Engine {
@@ -77,6 +82,16 @@ class Engine {
     /// Test hook: step number (1-based, counted over the engine's life) whose
     /// first device allocation fails with out-of-memory; 0 = never.
     std::int64_t inject_oom_at_step = 0;
+    /// Test hook: how many consecutive steps from inject_oom_at_step fail (>= 1).
+    std::int64_t inject_oom_count = 1;
+    /// OOM recovery (policies memory and fixed): times one request may be
+    /// preempted and recomputed; one more out-of-memory error fails it with
+    /// kOverloaded + Retry-After (>= 0).
+    int max_preemptions = 3;
+    /// Consecutive out-of-memory steps (no step succeeding in between) after
+    /// which the device is marked not ready for oom_governor.quiet_period:
+    /// no grants, new requests refused with kOverloaded (>= 1).
+    int oom_unready_after = 5;
     /// Where the engine thread records its observations (histograms,
     /// generated tokens); null records nothing. Must outlive the engine.
     metrics::ServerMetrics* metrics = nullptr;
@@ -114,6 +129,9 @@ class Engine {
   /// step at `now` (the step delay test hook counts as part of the step);
   /// nullopt while it waits for work. Any thread.
   std::optional<Duration> busy_for(TimePoint now) const;
+  /// False while the device is marked not ready after repeated out-of-memory
+  /// errors; `reason` (optional) then says why. Any thread.
+  bool ready(TimePoint now, std::string* reason = nullptr) const;
   /// Admission state of the engine's device (budget, reserved, queue).
   AdmissionSnapshot admission() const;
   /// Bytes the request would reserve (the admission cost).

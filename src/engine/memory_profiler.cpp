@@ -11,12 +11,13 @@
 namespace vg {
 namespace {
 
-// Device bytes one empty cache of `capacity` tokens adds.
+// Device bytes one empty cache of `capacity` tokens adds. Sizes are fitted
+// from allocated bytes: on CUDA `used` moves in whole allocator segments.
 Result<std::int64_t> cache_bytes(Model& model, Device& device, int capacity) {
-  const std::int64_t before = device.memory().used;
+  const std::int64_t before = device.memory().allocated;
   auto cache = model.new_cache(capacity);
   if (!cache.ok()) return std::move(cache).error();
-  return device.memory().used - before;
+  return device.memory().allocated - before;
 }
 
 // Filler tokens for profile runs: cycle through printable ids.
@@ -30,10 +31,10 @@ std::vector<std::int32_t> filler(int n, int vocab) {
 // allocated before the step, so only activations count).
 Result<std::int64_t> step_peak(Model& model, Device& device, std::span<const StepInput> inputs) {
   device.reset_peak();
-  const std::int64_t base = device.memory().used;
+  const std::int64_t base = device.memory().allocated;
   auto out = model.step(inputs);
   if (!out.ok()) return std::move(out).error();
-  return device.memory().peak - base;
+  return device.memory().peak_allocated - base;
 }
 
 }  // namespace

@@ -152,26 +152,6 @@ def test_s10_partial_bodies_reserve_nothing(make_server):
     check_invariants(server)
 
 
-def test_s5_injected_oom_is_survived(make_server):
-    # A long quiet period: the cut budget is not restored during the test.
-    server = budget_server(make_server, "--test-inject-oom-step", "3", "--oom-quiet-period", "3600")
-    resident = server.admission()["devices"][0]["resident_bytes"]
-    r = server.post("/v1/completions", body_for_tokens(40))
-    assert r.status_code == 503, r.text
-    assert r.json()["error"]["type"] == "overloaded"
-    assert int(r.headers["Retry-After"]) >= 1
-    a = server.admission()
-    assert a["out_of_memory"] == 1
-    # The OOM governor cut the effective budget (default factor 0.5).
-    device = a["devices"][0]
-    assert device["budget_bytes"] == server.budget
-    assert device["effective_budget_bytes"] == server.budget // 2
-    assert a["oom_budget_cuts"] == 1
-    assert a["devices"][0]["used_bytes"] == resident  # memory returns to the resident baseline
-    assert server.post("/v1/completions", body_for_tokens(40)).status_code == 200
-    wait_until(lambda: idle(server))
-
-
 def test_naive_baseline_reports_oom_as_500(make_server):
     server = make_server("--admission", "none", "--test-inject-oom-step", "2")
     r = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 8, "ignore_eos": True})

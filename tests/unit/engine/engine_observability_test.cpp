@@ -60,8 +60,9 @@ class EngineOpsTest : public ::testing::Test {
     ASSERT_TRUE(d.ok());
     device_ = std::move(d).value();
   }
-  std::unique_ptr<Engine> make(metrics::ServerMetrics* m = nullptr) {
+  std::unique_ptr<Engine> make(metrics::ServerMetrics* m = nullptr, int max_preemptions = 3) {
     Engine::Options o;
+    o.max_preemptions = max_preemptions;
     o.max_batch = 4;
     o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, 4};
     o.admission.budget_bytes = 1 << 30;
@@ -129,7 +130,7 @@ TEST_F(EngineOpsTest, FailedEventCarriesTimingsAndDurationIsRecorded) {
   metrics::Registry registry;
   metrics::ServerMetrics m(registry);
   model_.fail_at_step(2);
-  auto engine = make(&m);
+  auto engine = make(&m, /*max_preemptions=*/0);  // the out-of-memory step fails the request
   auto sink = std::make_shared<Sink>();
   ASSERT_TRUE(engine->submit(req(5), sink).ok());
   ASSERT_TRUE(sink->wait_done());

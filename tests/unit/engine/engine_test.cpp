@@ -7,119 +7,15 @@
 #include <mutex>
 
 #include "device/device.hpp"
+#include "engine_test_util.hpp"
 #include "fake_model.hpp"
 
 namespace vg {
 namespace {
 
+using testing::Collector;
+using testing::EngineTest;
 using testing::FakeModel;
-
-// Collects a request's events; lets the test wait for the terminal one.
-class Collector final : public EventSink {
- public:
-  void push(EngineEvent e) override {
-    std::lock_guard lk(mu_);
-    if (is_terminal(e)) ++terminals_;
-    events_.push_back(std::move(e));
-    cv_.notify_all();
-  }
-  bool wait_done() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(20), [&] { return terminals_ > 0; });
-  }
-  bool wait_started() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(20), [&] {
-      for (auto& e : events_) {
-        if (std::holds_alternative<StartedEvent>(e)) return true;
-      }
-      return terminals_ > 0;
-    });
-  }
-  std::string text() {
-    std::lock_guard lk(mu_);
-    std::string t;
-    for (auto& e : events_) {
-      if (auto* te = std::get_if<TextEvent>(&e)) t += te->text;
-    }
-    return t;
-  }
-  std::vector<EngineEvent> events() {
-    std::lock_guard lk(mu_);
-    return events_;
-  }
-  /// Waits until the engine reported the request waiting in its queue.
-  bool wait_queued() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(20), [&] {
-      return std::any_of(events_.begin(), events_.end(),
-                         [](const EngineEvent& e) { return std::holds_alternative<QueuedEvent>(e); });
-    });
-  }
-  bool started() {
-    std::lock_guard lk(mu_);
-    return std::any_of(events_.begin(), events_.end(),
-                       [](const EngineEvent& e) { return std::holds_alternative<StartedEvent>(e); });
-  }
-  int terminals() {
-    std::lock_guard lk(mu_);
-    return terminals_;
-  }
-  std::optional<FinishedEvent> finished() {
-    std::lock_guard lk(mu_);
-    if (events_.empty()) return std::nullopt;
-    if (auto* f = std::get_if<FinishedEvent>(&events_.back())) return *f;
-    return std::nullopt;
-  }
-  std::optional<Error> failed() {
-    std::lock_guard lk(mu_);
-    if (events_.empty()) return std::nullopt;
-    if (auto* f = std::get_if<FailedEvent>(&events_.back())) return f->error;
-    return std::nullopt;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<EngineEvent> events_;
-  int terminals_ = 0;
-};
-
-class EngineTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto d = VirtualDevice::create(0, 1 << 30);
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(d).value();
-  }
-  // Defaults: fixed:max_batch admission, 100 bytes of cost per token.
-  static Engine::Options options(int max_batch = 8, int max_queue = 64) {
-    Engine::Options o;
-    o.max_batch = max_batch;
-    o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, max_batch};
-    o.admission.budget_bytes = 1 << 30;
-    o.admission.max_queue = max_queue;
-    o.profile.kv_bytes_per_token = 100;
-    o.profile.safety_factor = 1.0;
-    return o;
-  }
-  std::unique_ptr<Engine> make(Engine::Options o = options()) {
-    auto e = Engine::create(o, model_, *device_);
-    EXPECT_TRUE(e.ok());
-    return std::move(e).value();
-  }
-  static GenerationRequest req(int max_tokens, std::string prompt = "a") {
-    GenerationRequest r;
-    r.id = "t";
-    for (char c : prompt) r.prompt.push_back(static_cast<unsigned char>(c));
-    r.max_tokens = max_tokens;
-    r.sampling.temperature = 0;
-    return r;
-  }
-
-  FakeModel model_;
-  std::unique_ptr<VirtualDevice> device_;
-};
 
 TEST_F(EngineTest, GreedyGenerationFollowsTheModelAndStopsAtMaxTokens) {
   auto engine = make();
@@ -270,9 +166,11 @@ TEST_F(EngineTest, DeadlinePassedWhileQueuedNeverRuns) {
   EXPECT_EQ(model_.step_tokens(), 2);
 }
 
-TEST_F(EngineTest, StepOutOfMemoryUnderAdmissionIsA503AndTheEngineGoesOn) {
+TEST_F(EngineTest, StepOutOfMemoryWithoutPreemptionsLeftIsA503AndTheEngineGoesOn) {
   model_.fail_at_step(2);
-  auto engine = make();
+  auto o = options();
+  o.max_preemptions = 0;
+  auto engine = make(o);
   auto a = std::make_shared<Collector>();
   ASSERT_TRUE(engine->submit(req(5), a).ok());
   ASSERT_TRUE(a->wait_done());
@@ -280,6 +178,7 @@ TEST_F(EngineTest, StepOutOfMemoryUnderAdmissionIsA503AndTheEngineGoesOn) {
   EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
   EXPECT_GE(a->failed()->retry_after_s.value_or(0), 1.0);
   EXPECT_EQ(engine->stats().out_of_memory, 1);
+  EXPECT_EQ(engine->stats().preemptions, 0);
   // No OOM governor outside policy memory: the budget stays whole.
   EXPECT_EQ(engine->stats().oom_budget_cuts, 0);
   EXPECT_EQ(engine->admission().effective_budget_bytes, engine->admission().budget_bytes);
@@ -400,14 +299,16 @@ class EngineOomGovernorTest : public EngineTest {
     o.oom_governor.increase_step = 1.0;  // one quiet period restores the whole budget
     return o;
   }
-  // Runs a small request into the injected OOM; returns once it failed.
+  // Runs a small request into the injected OOM; it is preempted, recomputed
+  // and completes. Returns once it finished.
   void run_into_oom(Engine& engine) {
     model_.fail_at_step(1);
     auto a = std::make_shared<Collector>();
     ASSERT_TRUE(engine.submit(req(4), a).ok());
     ASSERT_TRUE(a->wait_done());
-    ASSERT_TRUE(a->failed());
-    EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
+    ASSERT_TRUE(a->finished());
+    EXPECT_EQ(a->text(), "ello");
+    EXPECT_EQ(engine.stats().preemptions, 1);
   }
 };
 

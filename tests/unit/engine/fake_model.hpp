@@ -60,7 +60,10 @@ class FakeModel final : public Model {
       cv_.notify_all();
       cv_.wait(lk, [&] { return !blocked_; });
       in_step_ = false;
-      if (fail_at_step_ && *fail_at_step_ == steps_) fail = Error(ErrorCode::kOutOfMemory, "injected");
+      if (fail_at_step_ && steps_ >= *fail_at_step_ && steps_ < *fail_at_step_ + fail_count_) {
+        fail = Error(ErrorCode::kOutOfMemory, "injected");
+      }
+      for (const StepInput& in : inputs) inputs_log_.push_back(static_cast<int>(in.tokens.size()));
     }
     if (fail) return *fail;
     std::vector<std::vector<float>> out;
@@ -99,9 +102,17 @@ class FakeModel final : public Model {
     std::unique_lock lk(mu_);
     return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_step_; });
   }
-  void fail_at_step(int n) {
+  /// Steps n .. n+count-1 (1-based, counted from the first step) fail with
+  /// out-of-memory, leaving every cache as it was.
+  void fail_at_step(int n, int count = 1) {
     std::lock_guard lk(mu_);
     fail_at_step_ = n;
+    fail_count_ = count;
+  }
+  /// Token counts of every step input so far (prefill chunks > 1), in order.
+  std::vector<int> inputs_log() {
+    std::lock_guard lk(mu_);
+    return inputs_log_;
   }
   void eos_at_length(int n) { eos_at_ = n; }
   int steps() {
@@ -134,6 +145,8 @@ class FakeModel final : public Model {
   int max_inputs_ = 0;
   int max_tokens_ = 0;
   std::optional<int> fail_at_step_;
+  int fail_count_ = 1;
+  std::vector<int> inputs_log_;
   std::optional<int> eos_at_;
 };
 

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""The two checks of scripts/gpu-check, run against a built vramgate binary on
+one device (cuda:0 on a GPU machine; any virt:N=SIZE works too, which is how
+the checks themselves are tried on a machine without a GPU). Standard library
+only: the GPU machine's Python may have nothing but torch.
+
+  load        serve with a budget that holds about FIT requests, drive CLIENTS
+              concurrent completions, and check: every request 200, no
+              out-of-memory error, leases (reserved bytes) never above the
+              budget, and reserved 0 / running 0 once all are done.
+  inject-oom  serve with --test-inject-oom-step, drive concurrent completions
+              through the failing step, and check: the process survives, the
+              out-of-memory error was counted, every request completes (the
+              affected ones are preempted and recomputed), allocated bytes
+              return to the pre-load baseline, the next request succeeds.
+
+Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
+1 when a check fails. Numbers come from the server's own /v1/models and
+/v1/admission, never from constants.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+MiB = 1 << 20
+
+
+class Server:
+    """A `vramgate serve` process on a free port, ready when constructed."""
+
+    def __init__(self, binary, args, env=None, start_timeout=240):
+        self.proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ, **(env or {})))
+        self.log = []
+        self.port = None
+        seen = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.log.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    seen.set()
+            seen.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not seen.wait(start_timeout) or self.port is None:
+            self.stop()
+            raise RuntimeError("server did not start:\n" + self.tail())
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while self.request("GET", "/ready")[0] != 200:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError("server never became ready:\n" + self.tail())
+            time.sleep(0.05)  # polling a state with a deadline, not synchronisation by sleep
+
+    def request(self, method, path, body=None, timeout=120):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            try:
+                return e.code, json.loads(e.read() or b"null")
+            except ValueError:
+                return e.code, None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            return 0, {"error": {"type": "connection", "message": str(e)}}
+
+    def admission(self):
+        status, body = self.request("GET", "/v1/admission", timeout=30)
+        if status != 200:
+            raise RuntimeError(f"/v1/admission answered {status}: {body}")
+        return body
+
+    def tail(self, n=40):
+        return "".join(self.log[-n:])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def cost_of(profile, tokens):
+    """The server's cost formula (src/admission/memory_profile.hpp), in integers."""
+    raw = tokens * profile["kv_bytes_per_token"] + profile["sequence_overhead_bytes"]
+    millionths = round(profile["safety_factor"] * 1_000_000)
+    return (raw * millionths + 999_999) // 1_000_000
+
+
+def completion(prompt_tokens, max_tokens):
+    # Byte-level models: one character is one token.
+    return {"prompt": "".join(chr(97 + i % 26) for i in range(prompt_tokens)), "max_tokens": max_tokens,
+            "ignore_eos": True, "temperature": 0}
+
+
+def drive(server, bodies, clients):
+    """Sends `bodies` from `clients` threads; returns the statuses in order."""
+    statuses = [None] * len(bodies)
+    lock = threading.Lock()
+    nxt = [0]
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(bodies):
+                return
+            statuses[i] = server.request("POST", "/v1/completions", bodies[i], timeout=300)[0]
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statuses
+
+
+class Sampler:
+    """Samples /v1/admission while load runs: highest leases, device use and
+    running sequences seen (observations, not synchronisation)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.max = {"reserved_bytes": 0, "used_bytes": 0, "running": 0}
+        self.samples = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                a = self.server.admission()
+            except RuntimeError:
+                self.done.wait(0.05)
+                continue
+            d = a["devices"][0]
+            self.samples += 1
+            self.max["reserved_bytes"] = max(self.max["reserved_bytes"], d["reserved_bytes"])
+            self.max["used_bytes"] = max(self.max["used_bytes"], d["used_bytes"])
+            self.max["running"] = max(self.max["running"], a["running"])
+            self.done.wait(0.05)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+
+
+def wait_idle(server, deadline_s=60):
+    deadline = time.monotonic() + deadline_s
+    while True:
+        a = server.admission()
+        if a["running"] == 0 and a["queue_depth"] == 0 and a["devices"][0]["reserved_bytes"] == 0:
+            return a
+        if time.monotonic() > deadline:
+            return a
+        time.sleep(0.05)  # polling a state with a deadline
+
+
+def gb(n):
+    return f"{n / MiB:.1f} MiB"
+
+
+def check_load(args):
+    common = ["--device", args.device, "--model-dir", args.model_dir, "--threads", str(args.threads),
+              "--max-batch", "16", "--max-queue", "512", "--queue-timeout", "240"]
+    # Probe: the model's measured profile and the device's capacity.
+    probe = Server(args.binary, common)
+    try:
+        profile = probe.request("GET", "/v1/models")[1]["data"][0]
+        capacity = probe.admission()["devices"][0]["capacity_bytes"]
+    finally:
+        probe.stop()
+    tokens = args.prompt_tokens + args.max_tokens
+    cost = cost_of(profile, tokens)
+    target = args.fit * cost
+    util = (profile["resident_bytes"] + profile["workspace_bytes"] + target) / capacity
+    util = min(1.0, math.ceil(util * 1e6) / 1e6)
+    env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
+    t0 = time.monotonic()
+    server = Server(args.binary, [*common, "--memory-utilization", f"{util:.6f}"], env=env)
+    try:
+        budget = server.admission()["devices"][0]["budget_bytes"]
+        sampler = Sampler(server)
+        statuses = drive(server, [completion(args.prompt_tokens, args.max_tokens)] * args.requests, args.clients)
+        sampler.stop()
+        final = wait_idle(server)
+        alive = server.proc.poll() is None
+    finally:
+        server.stop()
+    d = final["devices"][0]
+    ok200 = statuses.count(200)
+    problems = []
+    if ok200 != len(statuses):
+        problems.append(f"statuses {sorted(set(statuses), key=str)}")
+    if final["out_of_memory"] != 0:
+        problems.append(f"{final['out_of_memory']} out-of-memory errors")
+    if d["peak_reserved_bytes"] > budget or sampler.max["reserved_bytes"] > budget:
+        problems.append("reserved above budget")
+    if final["running"] or final["queue_depth"] or d["reserved_bytes"]:
+        problems.append("not idle after the load")
+    if not alive:
+        problems.append("process exited")
+    verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
+    print(f"gpu-check load: {verdict}: {ok200}/{len(statuses)} completed on {d['name']}, "
+          f"{final['out_of_memory']} OOM, peak reserved {gb(d['peak_reserved_bytes'])} <= budget {gb(budget)} "
+          f"(~{args.fit} requests of {gb(cost)}), at most {sampler.max['running']} running, "
+          f"device used peak {gb(d['peak_bytes'])} of {gb(capacity)} x {util:.4f} = {gb(capacity * util)}, "
+          f"{args.alloc_conf or 'default allocator settings'}, {time.monotonic() - t0:.1f} s", flush=True)
+    if problems:
+        print(server.tail(), file=sys.stderr)
+    return not problems
+
+
+def check_inject_oom(args):
+    t0 = time.monotonic()
+    server = Server(args.binary, ["--device", args.device, "--model-dir", args.model_dir, "--threads",
+                                  str(args.threads), "--max-batch", "8", "--memory-utilization", "0.5",
+                                  "--test-inject-oom-step", str(args.inject_step), "--log-level", "info"])
+    try:
+        before = server.admission()
+        base = before["devices"][0]
+        statuses = drive(server, [completion(args.prompt_tokens, args.max_tokens)] * 8, 8)
+        final = wait_idle(server)
+        follow_up = server.request("POST", "/v1/completions", completion(args.prompt_tokens, args.max_tokens))[0]
+        health = server.request("GET", "/health")[0]
+        alive = server.proc.poll() is None
+        log = "".join(server.log)
+    finally:
+        server.stop()
+    d = final["devices"][0]
+    allocated_base = base.get("allocated_bytes", base["used_bytes"])
+    allocated_after = d.get("allocated_bytes", d["used_bytes"])
+    problems = []
+    if not alive or health != 200:
+        problems.append(f"process alive {alive}, /health {health}")
+    if final["out_of_memory"] < 1:
+        problems.append("no out-of-memory error was counted")
+    if statuses.count(200) != len(statuses):
+        problems.append(f"statuses {sorted(set(statuses), key=str)}")
+    if final["running"] or final["queue_depth"] or d["reserved_bytes"]:
+        problems.append("not idle after the requests")
+    if allocated_after > allocated_base + 16 * MiB:
+        problems.append(f"allocated {allocated_after} B after, {allocated_base} B before")
+    if follow_up != 200:
+        problems.append(f"follow-up request answered {follow_up}")
+    source = "CUDA caching allocator" if "CUDA out of memory" in log else "device allocator"
+    verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
+    print(f"gpu-check inject-oom: {verdict}: step {args.inject_step} failed with out-of-memory from the "
+          f"{source} ({final['out_of_memory']} counted), {statuses.count(200)}/{len(statuses)} completed, "
+          f"{final.get('preemptions', 0)} preempted, allocated {gb(allocated_after)} after vs "
+          f"{gb(allocated_base)} before, used {gb(d['used_bytes'])}, follow-up {follow_up}, "
+          f"{time.monotonic() - t0:.1f} s", flush=True)
+    if problems:
+        print(server.tail(), file=sys.stderr)
+    return not problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", required=True, help="the vramgate executable")
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--checks", default="load,inject-oom", help="comma-separated: load, inject-oom")
+    ap.add_argument("--prompt-tokens", type=int, default=192)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=32, help="load: completions sent")
+    ap.add_argument("--clients", type=int, default=16, help="load: concurrent clients")
+    ap.add_argument("--fit", type=int, default=6, help="load: requests the budget holds at once")
+    ap.add_argument("--alloc-conf", default="", help="load: PYTORCH_CUDA_ALLOC_CONF for the server")
+    ap.add_argument("--inject-step", type=int, default=4)
+    args = ap.parse_args()
+    checks = {"load": check_load, "inject-oom": check_inject_oom}
+    ok = True
+    for name in args.checks.split(","):
+        try:
+            ok = checks[name](args) and ok
+        except Exception as e:  # a check that cannot run is a failed check, with its reason
+            print(f"gpu-check {name}: FAIL ({type(e).__name__}: {str(e).strip()[-2000:]})", flush=True)
+            ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+// Internals of Engine, shared by its source files: engine.cpp (the public,
+// any-thread API), engine_loop.cpp (the engine thread's loop: admit, step,
+// emit, retire) and engine_recovery.cpp (out-of-memory recovery: preemption
+// with recompute, and the readiness breaker). Not a public header.
+//
+// Ownership: `Shared` (queued requests, wake flag, counters, readiness) is
+// guarded by its mutex; the AdmissionController has its own lock; `running`,
+// every Sequence (with its KV cache and lease) and Request::resume belong to
+// the engine thread alone. Leases are never released while `Shared::mu` is
+// held: a release wakes the engine through the same mutex.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/oom_budget.hpp"
+#include "engine/text_stream.hpp"
+#include "model/model.hpp"
+#include "model/sampler.hpp"
+
+namespace vg {
+namespace engine_detail {
+
+struct Shared;
+
+/// What a sequence has produced so far. It outlives a preemption: the
+/// engine moves it into the Request while the request waits to be recomputed,
+/// so sampling, held-back text and counts continue where they stopped and no
+/// streamed token is sent twice.
+struct Progress {
+  Sampler sampler;
+  TextStream text;
+  std::vector<std::int32_t> generated;  ///< every token generated so far, in order
+  int unsent_tokens = 0;                ///< generated but not yet announced in a TextEvent
+  TimePoint started;                    ///< first start (lease granted)
+  TimePoint prefill_done;               ///< end of the first prefill; {} before
+  TimePoint last_token;
+  double queue_ms = 0;                  ///< wait before the first start
+
+  Progress(const SamplingParams& sampling, std::vector<std::string> stop, TimePoint now, double queued_ms)
+      : sampler(sampling), text(std::move(stop)), started(now), queue_ms(queued_ms) {}
+};
+
+/// A request between submit and its terminal event. Shared by the submitter
+/// (through RequestHandle) and the engine.
+struct Request final : RequestHandle {
+  GenerationRequest gen;
+  RequestId admission_id = 0;
+  std::int64_t cost = 0;
+  std::shared_ptr<EventSink> sink;
+  TimePoint enqueued;
+  std::atomic<bool> cancelled{false};
+  std::weak_ptr<Shared> shared;
+  int reported_position = 0;        ///< engine thread only: last QueuedEvent sent
+  int preemptions = 0;              ///< engine thread only
+  std::optional<Progress> resume;   ///< engine thread only: set while requeued after preemption
+
+  const std::string& id() const override { return gen.id; }
+  void cancel() override;
+  int prompt_tokens() const { return static_cast<int>(gen.prompt.size()); }
+};
+
+struct Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool wake = false;       // guarded by mu: something to do (submit, cancel, release)
+  bool draining = false;   // guarded by mu
+  bool stopping = false;   // guarded by mu
+  /// Guarded by mu: while now < unready_until the device is not ready
+  /// (repeated out-of-memory errors); new requests are refused.
+  TimePoint unready_until{};
+  // Requests queued in admission, by admission id. Guarded by mu.
+  std::unordered_map<RequestId, std::shared_ptr<Request>> queued;
+  EngineStats stats;       // guarded by mu
+  std::condition_variable idle_cv;
+
+  void notify() {
+    std::lock_guard lk(mu);
+    wake = true;
+    cv.notify_all();
+  }
+};
+
+/// A running sequence: engine thread only.
+struct Sequence {
+  std::shared_ptr<Request> req;
+  Lease lease;
+  std::unique_ptr<KvCache> cache;
+  Progress p;
+  /// Tokens to prefill: the prompt, plus the tokens generated before a
+  /// preemption when the sequence is recomputed.
+  std::vector<std::int32_t> context;
+  int prefilled = 0;             // context tokens already in the cache
+  std::int32_t next_token = -1;  // fed to the next decode step
+  bool done = false;
+  TimePoint admitted;            // this start (preemption takes the youngest first)
+
+  Sequence(std::shared_ptr<Request> r, Lease l, Progress progress, TimePoint now)
+      : req(std::move(r)), lease(std::move(l)), p(std::move(progress)), admitted(now) {
+    context = req->gen.prompt;
+    context.insert(context.end(), p.generated.begin(), p.generated.end());
+  }
+  bool prefilling() const { return prefilled < static_cast<int>(context.size()); }
+  int generated() const { return static_cast<int>(p.generated.size()); }
+  /// Queue, prefill and decode time up to `now` (decode 0 until prefilled).
+  Timings timings(TimePoint now) const {
+    const bool decoding = p.prefill_done != TimePoint{};
+    return {p.queue_ms, ms_between(p.started, decoding ? p.prefill_done : now),
+            decoding ? ms_between(p.prefill_done, now) : 0.0};
+  }
+};
+
+/// The terminal event of a request that is not running (queued, or
+/// requeued after a preemption: then its usage counts what it generated).
+inline FailedEvent failed(const Request& r, Error e) {
+  const int generated = r.resume ? static_cast<int>(r.resume->generated.size()) : 0;
+  return FailedEvent{std::move(e), {r.prompt_tokens(), generated}};
+}
+
+inline double seconds_between(TimePoint from, TimePoint to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+constexpr std::int64_t kIdle = std::numeric_limits<std::int64_t>::min();
+
+}  // namespace engine_detail
+
+struct Engine::Impl {
+  using Request = engine_detail::Request;
+  using Sequence = engine_detail::Sequence;
+  using Shared = engine_detail::Shared;
+
+  Options options;
+  Model& model;
+  Device& device;
+  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  std::unique_ptr<AdmissionController> admission;
+  std::optional<OomBudget> oom_budget;  // engine thread only, after create()
+  std::atomic<RequestId> next_id{1};
+  std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
+  std::int64_t steps_run = 0;                       // engine thread only
+  int consecutive_oom_steps = 0;                    // engine thread only; reset by a step that succeeds
+  // Watchdog heartbeat: start of the step in progress (Clock ticks), or kIdle.
+  std::atomic<std::int64_t> step_started{engine_detail::kIdle};
+  std::thread thread;
+
+  Impl(const Options& o, Model& m, Device& d) : options(o), model(m), device(d) {}
+
+  // engine_loop.cpp
+  void run();
+  bool wait_for_work();
+  void admit(TimePoint now);
+  void report_queue_positions(TimePoint now);
+  void start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now);
+  void run_step();
+  void on_token(Sequence& s, std::int32_t token, TimePoint now);
+  void finish(Sequence& s, const char* reason);
+  void fail(Sequence& s, Error error);
+  void sweep_running(TimePoint now);
+  void retire_done();
+  void publish();
+  void cancel_everything();
+  void observe_end(const Request& r, TimePoint now);
+  void log_memory(const Request& r, const char* stage) const;
+  int max_running() const {
+    return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : options.max_batch;
+  }
+  bool recovers() const { return options.admission.policy.kind != AdmissionPolicy::Kind::kNone; }
+
+  // engine_recovery.cpp
+  /// An out-of-memory error at `now` (a failed step, or `victim`'s KV cache
+  /// allocation): cut the budget, release cached memory, preempt.
+  void recover_from_oom(TimePoint now, const Error& error, Sequence* victim = nullptr);
+  void preempt(Sequence& s, TimePoint now);
+  /// A step succeeded: the out-of-memory streak ends.
+  void on_step_ok();
+  /// Whether grants are paused because the device is marked not ready.
+  bool paused(TimePoint now) const;
+};
+
+}  // namespace vg

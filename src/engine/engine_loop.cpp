@@ -1,0 +1,384 @@
+// The engine thread: take admitted work -> prefill -> decode step over all
+// running sequences -> emit -> retire, until shut down. See engine_impl.hpp
+// for who owns what.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "device/device.hpp"
+#include "engine/engine_impl.hpp"
+#include "metrics/server_metrics.hpp"
+#include "model/tokenizer.hpp"
+
+namespace vg {
+
+using engine_detail::failed;
+using engine_detail::kIdle;
+using engine_detail::seconds_between;
+
+
+void Engine::Impl::run() {
+  DeviceScope scope(&device);
+  while (wait_for_work()) {
+    step_started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    oom_budget->on_tick(Clock::now());
+    admit(Clock::now());
+    sweep_running(Clock::now());
+    retire_done();
+    if (!running.empty()) run_step();
+    retire_done();
+    publish();
+    if (options.step_delay_ms > 0 && !running.empty()) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options.step_delay_ms));
+    }
+    step_started.store(kIdle, std::memory_order_relaxed);
+  }
+  cancel_everything();
+  publish();
+}
+
+// Sleeps until there is something to do: running sequences, a wake-up
+// (submit, cancel, lease release), the admission controller's next timer or
+// the OOM governor's next raise. False when the engine is stopping.
+bool Engine::Impl::wait_for_work() {
+  auto next = admission->next_wakeup(Clock::now());
+  if (auto raise = oom_budget->next_change(); raise && (!next || *raise < *next)) next = raise;
+  std::unique_lock lk(shared->mu);
+  if (const TimePoint until = shared->unready_until; until > Clock::now() && (!next || until < *next)) next = until;
+  auto ready = [&] { return shared->stopping || shared->wake || !running.empty(); };
+  if (!ready()) {
+    shared->idle_cv.notify_all();
+    if (next) {
+      shared->cv.wait_until(lk, *next, ready);
+    } else {
+      shared->cv.wait(lk, ready);
+    }
+  }
+  shared->wake = false;
+  return !shared->stopping;
+}
+
+// Drops cancelled queued requests, expires those past their limits, then
+// starts what admission grants.
+void Engine::Impl::admit(TimePoint now) {
+  std::vector<std::shared_ptr<Request>> cancelled;
+  {
+    std::lock_guard lk(shared->mu);
+    for (auto& [id, r] : shared->queued) {
+      if (r->cancelled.load()) cancelled.push_back(r);
+    }
+  }
+  std::vector<std::pair<std::shared_ptr<Request>, Error>> dropped;
+  for (auto& r : cancelled) {
+    if (admission->cancel(r->admission_id)) {
+      dropped.emplace_back(r, Error(ErrorCode::kCancelled, "client closed the connection while queued"));
+    }
+  }
+  for (AdmissionExpiry& e : admission->expire(now)) {
+    std::lock_guard lk(shared->mu);
+    auto it = shared->queued.find(e.id);
+    if (it != shared->queued.end()) dropped.emplace_back(it->second, std::move(e.error));
+  }
+  const int free_slots = paused(now) ? 0 : std::max(0, max_running() - static_cast<int>(running.size()));
+  std::vector<AdmissionGrant> grants;
+  if (free_slots > 0) grants = admission->grant(now, free_slots);
+  std::vector<std::pair<std::shared_ptr<Request>, AdmissionGrant>> started;
+  {
+    std::lock_guard lk(shared->mu);
+    for (auto& [r, e] : dropped) {
+      shared->queued.erase(r->admission_id);
+      if (e.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
+      else ++shared->stats.failed;
+    }
+    for (AdmissionGrant& g : grants) {
+      auto it = shared->queued.find(g.id);
+      if (it == shared->queued.end()) continue;  // cannot happen: registered before enqueue
+      started.emplace_back(it->second, std::move(g));
+      shared->queued.erase(it);
+    }
+    shared->stats.running = static_cast<int>(running.size() + started.size());
+  }
+  for (auto& [r, e] : dropped) {
+    if (e.code == ErrorCode::kCancelled) {
+      spdlog::info("request {} cancelled while queued: client closed", r->gen.id);
+    } else {
+      spdlog::info("request {} left the queue: {}", r->gen.id, e.message);
+    }
+    observe_end(*r, now);
+    FailedEvent ev = failed(*r, std::move(e));
+    ev.timings.queue_ms = ms_between(r->enqueued, now);
+    r->sink->push(std::move(ev));
+  }
+  for (auto& [r, g] : started) start_sequence(std::move(r), std::move(g.lease), now);
+  report_queue_positions(now);
+}
+
+// Tells each waiting request its queue position when it changed (SSE
+// clients see it as progress while they wait).
+void Engine::Impl::report_queue_positions(TimePoint now) {
+  {
+    // Runs after every step: skip the admission snapshot when nobody waits.
+    std::lock_guard lk(shared->mu);
+    if (shared->queued.empty()) return;
+  }
+  const AdmissionSnapshot snap = admission->snapshot(now);
+  std::vector<std::pair<std::shared_ptr<Request>, int>> moved;
+  {
+    std::lock_guard lk(shared->mu);
+    for (const QueuedView& q : snap.queue) {
+      auto it = shared->queued.find(q.id);
+      if (it != shared->queued.end() && it->second->reported_position != q.position) {
+        it->second->reported_position = q.position;
+        moved.emplace_back(it->second, q.position);
+      }
+    }
+  }
+  for (auto& [r, pos] : moved) r->sink->push(QueuedEvent{pos});
+}
+
+void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now) {
+  // A preempted request resumes with what it had produced; a new one starts.
+  const bool resumed = req->resume.has_value();
+  engine_detail::Progress progress =
+      resumed ? std::move(*req->resume)
+              : engine_detail::Progress(req->gen.sampling, req->gen.stop, now, ms_between(req->enqueued, now));
+  req->resume.reset();
+  auto seq = std::make_unique<Sequence>(std::move(req), std::move(lease), std::move(progress), now);
+  Sequence& s = *seq;
+  running.push_back(std::move(seq));
+  if (!resumed) {
+    if (options.metrics) options.metrics->queue_wait_seconds.observe(s.p.queue_ms / 1000.0);
+    s.req->sink->push(StartedEvent{s.p.queue_ms});
+  }
+  if (s.req->cancelled.load()) {
+    fail(s, Error(ErrorCode::kCancelled, "client closed the connection"));
+    return;
+  }
+  // The whole KV cache (prompt + max_tokens) is allocated now, inside the
+  // lease, so that growth never fails mid-generation.
+  auto cache = model.new_cache(s.req->prompt_tokens() + s.req->gen.max_tokens);
+  if (!cache.ok()) {
+    if (cache.error().code == ErrorCode::kOutOfMemory && recovers()) {
+      recover_from_oom(now, cache.error(), &s);
+    } else {
+      fail(s, std::move(cache).error());
+    }
+    return;
+  }
+  s.cache = std::move(cache).value();
+  log_memory(*s.req, "admit");
+}
+
+// One step: a decode token for every decoding sequence, then prefill chunks
+// of prefilling sequences (oldest first) within max_batch_tokens.
+void Engine::Impl::run_step() {
+  std::vector<StepInput> inputs;
+  std::vector<Sequence*> owners;
+  std::vector<std::int32_t> decode_tokens;
+  decode_tokens.reserve(running.size());
+  int budget = options.max_batch_tokens;
+  for (auto& s : running) {
+    if (s->done || s->prefilling()) continue;
+    decode_tokens.push_back(s->next_token);
+  }
+  std::size_t k = 0;
+  for (auto& s : running) {
+    if (s->done || s->prefilling()) continue;
+    inputs.push_back(StepInput{s->cache.get(), std::span<const std::int32_t>(&decode_tokens[k++], 1)});
+    owners.push_back(s.get());
+    --budget;
+  }
+  for (auto& s : running) {
+    if (s->done || !s->prefilling() || budget <= 0) continue;
+    const int n = std::min(budget, static_cast<int>(s->context.size()) - s->prefilled);
+    inputs.push_back(StepInput{s->cache.get(), std::span<const std::int32_t>(s->context).subspan(
+                                                   static_cast<std::size_t>(s->prefilled), static_cast<std::size_t>(n))});
+    owners.push_back(s.get());
+    budget -= n;
+  }
+  if (inputs.empty()) return;
+  ++steps_run;
+  if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
+  if (options.inject_oom_at_step > 0 && steps_run >= options.inject_oom_at_step &&
+      steps_run < options.inject_oom_at_step + options.inject_oom_count) {
+    device.inject_out_of_memory();
+  }
+  auto logits = model.step(inputs);
+  const bool oom = !logits.ok() && logits.error().code == ErrorCode::kOutOfMemory;
+  {
+    std::lock_guard lk(shared->mu);
+    ++shared->stats.steps;
+    if (oom) ++shared->stats.out_of_memory;
+  }
+  if (oom) {
+    spdlog::warn("out of memory in step {} ({} sequences): {}", steps_run, owners.size(), logits.error().message);
+    if (recovers()) {
+      // The step left every cache as it was: preempt some sequences, and the
+      // others run again in the next step.
+      recover_from_oom(Clock::now(), logits.error());
+      return;
+    }
+    oom_budget->on_oom(Clock::now());  // no-op outside policy memory
+    device.release_cached_memory();
+  }
+  if (!logits.ok()) {
+    const Error e = logits.error();
+    for (Sequence* s : owners) fail(*s, e);
+    return;
+  }
+  on_step_ok();
+  const TimePoint now = Clock::now();
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    Sequence& s = *owners[i];
+    if (s.prefilling()) {
+      s.prefilled += static_cast<int>(inputs[i].tokens.size());
+      if (s.prefilling()) continue;  // more chunks to go; these logits are not needed
+      if (s.p.prefill_done == TimePoint{}) s.p.prefill_done = now;
+    }
+    on_token(s, s.p.sampler.sample(logits.value()[i]), now);
+  }
+}
+
+void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {
+  s.p.generated.push_back(token);
+  ++s.p.unsent_tokens;
+  const int generated = s.generated();
+  if (options.metrics) {
+    options.metrics->generated_tokens_total.inc();
+    if (generated == 1) {
+      options.metrics->time_to_first_token_seconds.observe(seconds_between(s.req->enqueued, now));
+    } else {
+      options.metrics->inter_token_latency_seconds.observe(seconds_between(s.p.last_token, now));
+    }
+  }
+  s.p.last_token = now;
+  if (generated == 1) log_memory(*s.req, "first token");
+  const Tokenizer& tok = model.tokenizer();
+  if (tok.is_eos(token) && !s.req->gen.ignore_eos) {
+    finish(s, "stop");
+    return;
+  }
+  std::string text = s.p.text.push(tok.token_bytes(token));
+  // The first token is always announced, even when its bytes are held back
+  // (part of a character or of a stop string): streams show time to first
+  // token as it is.
+  if (!text.empty() || generated == 1) {
+    s.req->sink->push(TextEvent{std::move(text), s.p.unsent_tokens});
+    s.p.unsent_tokens = 0;
+  }
+  if (s.p.text.stopped()) {
+    finish(s, "stop");
+  } else if (generated >= s.req->gen.max_tokens) {
+    finish(s, "length");
+  } else {
+    s.next_token = token;
+  }
+}
+
+void Engine::Impl::finish(Sequence& s, const char* reason) {
+  std::string tail = s.p.text.finish();
+  if (!tail.empty() || s.p.unsent_tokens > 0) s.req->sink->push(TextEvent{std::move(tail), s.p.unsent_tokens});
+  const TimePoint now = Clock::now();
+  FinishedEvent ev;
+  ev.finish_reason = reason;
+  ev.usage = {s.req->prompt_tokens(), s.generated()};
+  ev.timings = s.timings(now);
+  s.done = true;
+  s.cache.reset();
+  s.lease.release();
+  admission->record_completion(now);
+  {
+    std::lock_guard lk(shared->mu);
+    ++shared->stats.completed;
+    shared->stats.generated_tokens += s.generated();
+  }
+  observe_end(*s.req, now);
+  log_memory(*s.req, "finish");
+  s.req->sink->push(std::move(ev));
+}
+
+void Engine::Impl::fail(Sequence& s, Error error) {
+  if (s.done) return;
+  const TimePoint now = Clock::now();
+  s.done = true;
+  s.cache.reset();
+  s.lease.release();
+  {
+    std::lock_guard lk(shared->mu);
+    if (error.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
+    else ++shared->stats.failed;
+    shared->stats.generated_tokens += s.generated();
+  }
+  if (error.code == ErrorCode::kCancelled) {
+    spdlog::info("request {} stopped after {} tokens: client closed", s.req->gen.id, s.generated());
+  } else {
+    spdlog::warn("request {} failed: {}", s.req->gen.id, error.message);
+  }
+  observe_end(*s.req, now);
+  log_memory(*s.req, "finish");
+  FailedEvent ev{std::move(error), {s.req->prompt_tokens(), s.generated()}};
+  ev.timings = s.timings(now);
+  s.req->sink->push(std::move(ev));
+}
+
+void Engine::Impl::sweep_running(TimePoint now) {
+  for (auto& s : running) {
+    if (s->done) continue;
+    if (s->req->cancelled.load()) {
+      fail(*s, Error(ErrorCode::kCancelled, "client closed the connection"));
+    } else if (s->req->gen.deadline && now >= *s->req->gen.deadline) {
+      fail(*s, Error(ErrorCode::kTimeout, "request deadline passed after " + std::to_string(s->generated()) +
+                                              " generated tokens"));
+    }
+  }
+}
+
+void Engine::Impl::retire_done() {
+  std::erase_if(running, [](const std::unique_ptr<Sequence>& s) { return s->done; });
+}
+
+void Engine::Impl::publish() {
+  std::int64_t kv = 0;
+  for (auto& s : running) {
+    if (s->cache) kv += s->cache->bytes();
+  }
+  std::lock_guard lk(shared->mu);
+  shared->stats.running = static_cast<int>(running.size());
+  shared->stats.kv_cache_bytes = kv;
+  oom_budget->publish(shared->stats);
+  if (shared->stats.running == 0 && shared->queued.empty()) shared->idle_cv.notify_all();
+}
+
+// Shutdown: what is left gets 503 "shutting down".
+void Engine::Impl::cancel_everything() {
+  Error bye(ErrorCode::kOverloaded, "server is shutting down");
+  bye.retry_after_s = 1.0;
+  for (auto& s : running) fail(*s, bye);
+  running.clear();
+  admission->drop_all();
+  std::unordered_map<RequestId, std::shared_ptr<Request>> left;
+  {
+    std::lock_guard lk(shared->mu);
+    left.swap(shared->queued);
+  }
+  const TimePoint now = Clock::now();
+  for (auto& [id, r] : left) {
+    observe_end(*r, now);
+    r->sink->push(failed(*r, bye));
+  }
+}
+
+void Engine::Impl::observe_end(const Request& r, TimePoint now) {
+  if (options.metrics) options.metrics->request_duration_seconds.observe(seconds_between(r.enqueued, now));
+}
+
+// Debug: device memory at a request's milestones (enter, admit, first token, finish).
+void Engine::Impl::log_memory(const Request& r, const char* stage) const {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  const DeviceMemory mem = device.memory();
+  const AdmissionSnapshot snap = admission->snapshot(Clock::now());
+  spdlog::debug("request {} {}: {} used {} bytes, reserved {} bytes (request cost {} bytes)", r.gen.id, stage,
+                device.name(), mem.used, snap.reserved_bytes, r.cost);
+}
+
+}  // namespace vg

@@ -1,0 +1,124 @@
+// Out-of-memory recovery on the engine thread (policies memory and fixed;
+// under none an out-of-memory error fails the step's requests, as a naive
+// server would). On an out-of-memory error:
+//   1. the OOM governor cuts the effective budget (policy memory);
+//   2. the device returns its cached memory (CUDA's caching allocator);
+//   3. running sequences, lowest priority class first and youngest first
+//      within a class, are preempted until the leases left
+//      fit the effective budget (at least one): their KV caches and leases
+//      are freed and they go back to the head of the queue, to be recomputed
+//      from prompt + generated tokens, so their clients see only latency;
+//      a sequence preempted max_preemptions times already gets 503 instead;
+//   4. oom_unready_after out-of-memory steps in a row mark the device not
+//      ready for one quiet period (no grants, new requests refused), a
+//      breaker against serving errors forever. After it, work is granted
+//      again; one more failed step opens it again, one good step closes it.
+// The failed step itself leaves no trace: the model returns an Error (a
+// message), its tensors are freed when the step unwinds, and every cache is
+// as it was before the step.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "device/device.hpp"
+#include "engine/engine_impl.hpp"
+
+namespace vg {
+
+void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence* victim) {
+  oom_budget->on_oom(now);
+  device.release_cached_memory();
+  ++consecutive_oom_steps;
+  const bool trip = consecutive_oom_steps >= options.oom_unready_after;
+  {
+    std::lock_guard lk(shared->mu);
+    shared->stats.consecutive_oom_steps = consecutive_oom_steps;
+    if (trip) {
+      shared->unready_until = now + options.oom_governor.quiet_period;
+      ++shared->stats.not_ready_trips;
+    }
+    oom_budget->publish(shared->stats);
+  }
+  if (trip) {
+    spdlog::error("{}: {} out-of-memory steps in a row; not ready for {:.1f} s", device.name(),
+                  consecutive_oom_steps, std::chrono::duration<double>(options.oom_governor.quiet_period).count());
+  }
+
+  // Victims: `victim` first (its cache allocation failed), then the lowest
+  // priority class, youngest first, until what is left fits the effective
+  // budget.
+  std::vector<Sequence*> order;
+  for (auto& s : running) {
+    if (!s->done && s.get() != victim) order.push_back(s.get());
+  }
+  std::sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
+    if (a->req->gen.priority != b->req->gen.priority) return a->req->gen.priority < b->req->gen.priority;
+    return a->admitted > b->admitted;
+  });
+  if (victim) order.insert(order.begin(), victim);
+  std::int64_t held = 0;
+  for (const Sequence* s : order) held += s->req->cost;
+  const std::int64_t fits = admission->snapshot(now).effective_budget_bytes;
+  const bool by_bytes = options.admission.policy.kind == AdmissionPolicy::Kind::kMemory;
+  std::size_t n = 0;
+  while (n < order.size() && (n == 0 || (by_bytes && held > fits))) held -= order[n++]->req->cost;
+
+  for (std::size_t i = 0; i < n; ++i) {
+    Sequence& s = *order[i];
+    if (s.req->preemptions >= options.max_preemptions) {
+      Error busy(ErrorCode::kOverloaded, "device memory ran short during generation (" + error.message +
+                                             "); preempted " + std::to_string(s.req->preemptions) +
+                                             " times already; retry");
+      busy.retry_after_s = admission->retry_after_s(1, now);
+      fail(s, std::move(busy));
+    } else {
+      preempt(s, now);
+    }
+  }
+}
+
+// Frees the sequence's KV cache and lease and puts its request back at the
+// head of the queue with what it produced so far.
+void Engine::Impl::preempt(Sequence& s, TimePoint now) {
+  std::shared_ptr<Request> req = s.req;
+  ++req->preemptions;
+  s.done = true;
+  s.cache.reset();
+  s.lease.release();
+  req->resume.emplace(std::move(s.p));
+  {
+    std::lock_guard lk(shared->mu);
+    shared->queued.emplace(req->admission_id, req);
+    ++shared->stats.preemptions;
+    shared->wake = true;  // grant it again as soon as it fits
+  }
+  Status st =
+      admission->requeue_front(req->admission_id, req->cost, req->enqueued, now, req->gen.deadline, req->gen.priority);
+  if (!st.ok()) {  // cannot happen: a running request is not queued
+    {
+      std::lock_guard lk(shared->mu);
+      shared->queued.erase(req->admission_id);
+      ++shared->stats.failed;
+    }
+    req->sink->push(engine_detail::failed(*req, st.error()));
+    return;
+  }
+  req->reported_position = 0;
+  spdlog::warn("request {} preempted after {} generated tokens (preemption {} of at most {}); requeued at the "
+               "head to be recomputed",
+               req->gen.id, req->resume->generated.size(), req->preemptions, options.max_preemptions);
+}
+
+void Engine::Impl::on_step_ok() {
+  if (consecutive_oom_steps == 0) return;
+  consecutive_oom_steps = 0;
+  std::lock_guard lk(shared->mu);
+  shared->stats.consecutive_oom_steps = 0;
+}
+
+bool Engine::Impl::paused(TimePoint now) const {
+  std::lock_guard lk(shared->mu);
+  return now < shared->unready_until;
+}
+
+}  // namespace vg

@@ -1,0 +1,168 @@
+// Out-of-memory recovery in the engine: preemption with recompute, the
+// preemption limit, and the readiness breaker. The FakeModel's next token
+// depends only on the cache length, so a recomputed sequence continues
+// exactly where it stopped if (and only if) its context was rebuilt right.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine/engine.hpp"
+#include "engine_test_util.hpp"
+
+namespace vg {
+namespace {
+
+using testing::Collector;
+using testing::EngineTest;
+
+// Script "hello world. ", prompt "a" at position 0: greedy text continues
+// the script from index 1.
+std::string expected_text(int n) {
+  const std::string script = "hello world. ";
+  std::string out;
+  for (int i = 1; i <= n; ++i) out += script[static_cast<std::size_t>(i) % script.size()];
+  return out;
+}
+
+int count_started(Collector& c) {
+  auto ev = c.events();
+  return static_cast<int>(std::count_if(ev.begin(), ev.end(),
+                                        [](const EngineEvent& e) { return std::holds_alternative<StartedEvent>(e); }));
+}
+
+int tokens_announced(Collector& c) {
+  int n = 0;
+  for (auto& e : c.events()) {
+    if (auto* t = std::get_if<TextEvent>(&e)) n += t->tokens;
+  }
+  return n;
+}
+
+TEST_F(EngineTest, APreemptedRequestIsRecomputedAndItsTextIsSentOnce) {
+  model_.fail_at_step(4);  // prefill, two decode steps, then out-of-memory
+  auto engine = make();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_EQ(a->text(), expected_text(12));
+  EXPECT_EQ(a->finished()->usage.completion_tokens, 12);
+  EXPECT_EQ(tokens_announced(*a), 12);
+  EXPECT_EQ(count_started(*a), 1);
+  EXPECT_EQ(a->terminals(), 1);
+  EXPECT_EQ(engine->stats().preemptions, 1);
+  EXPECT_EQ(engine->stats().out_of_memory, 1);
+  EXPECT_EQ(engine->stats().failed, 0);
+  // Recompute: one prefill of prompt + the 3 tokens generated before the OOM.
+  const std::vector<int> inputs = model_.inputs_log();
+  EXPECT_NE(std::find(inputs.begin(), inputs.end(), 1 + 3), inputs.end());
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(EngineTest, ARequestPreemptedMoreThanTheLimitGetsA503) {
+  model_.fail_at_step(2, 3);
+  auto o = options();
+  o.max_preemptions = 2;
+  o.oom_unready_after = 100;
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
+  EXPECT_GE(a->failed()->retry_after_s.value_or(0), 1.0);
+  EXPECT_EQ(engine->stats().preemptions, 2);
+  EXPECT_EQ(engine->stats().out_of_memory, 3);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+  // The next request runs.
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), b).ok());
+  ASSERT_TRUE(b->wait_done());
+  EXPECT_EQ(b->text(), expected_text(5));
+}
+
+// Policy memory, budget 100 tokens: two requests of 31 tokens each run; the
+// OOM halves the effective budget to 50 tokens, so the younger one is
+// preempted and waits until the older one finishes.
+TEST_F(EngineTest, TheYoungestSequenceIsPreemptedAndWaitsWhileTheOlderOneFinishes) {
+  auto o = options();
+  o.admission.policy = AdmissionPolicy{};  // memory
+  o.admission.budget_bytes = 100 * 100;
+  o.oom_governor.quiet_period = std::chrono::hours(1);
+  auto engine = make(o);
+  model_.block();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());  // step 1: a's prefill, held
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), b).ok());
+  model_.fail_at_step(3);  // step 2: a decodes, b prefills; step 3 fails
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(a->finished());
+  ASSERT_TRUE(b->finished());
+  EXPECT_EQ(a->text(), expected_text(30));
+  EXPECT_EQ(b->text(), expected_text(30));
+  EXPECT_EQ(engine->stats().preemptions, 1);
+  // b went back to the queue (position 1) after it had started; a never did.
+  auto b_events = b->events();
+  auto started = std::find_if(b_events.begin(), b_events.end(),
+                              [](const EngineEvent& e) { return std::holds_alternative<StartedEvent>(e); });
+  ASSERT_NE(started, b_events.end());
+  EXPECT_TRUE(std::any_of(started, b_events.end(),
+                          [](const EngineEvent& e) { return std::holds_alternative<QueuedEvent>(e); }));
+  for (auto& e : a->events()) EXPECT_FALSE(std::holds_alternative<QueuedEvent>(e));
+  EXPECT_EQ(count_started(*b), 1);
+  EXPECT_EQ(engine->admission().effective_budget_bytes, 50 * 100);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(EngineTest, RepeatedOutOfMemoryMarksTheDeviceNotReadyAndRefusesNewWork) {
+  model_.fail_at_step(2, 1000);
+  auto o = options();
+  o.max_preemptions = 100;
+  o.oom_unready_after = 3;
+  o.oom_governor.quiet_period = std::chrono::hours(1);
+  auto engine = make(o);
+  ASSERT_TRUE(engine->ready(Clock::now()));
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  // Requeued after the third out-of-memory step, with grants paused, a waits.
+  ASSERT_TRUE(a->wait_queued());
+  std::string reason;
+  EXPECT_FALSE(engine->ready(Clock::now(), &reason));
+  EXPECT_NE(reason.find("out-of-memory"), std::string::npos) << reason;
+  EXPECT_EQ(engine->stats().consecutive_oom_steps, 3);
+  EXPECT_EQ(engine->stats().out_of_memory, 3);
+  EXPECT_EQ(a->terminals(), 0);
+  auto b = std::make_shared<Collector>();
+  auto refused = engine->submit(req(5), b);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kOverloaded);
+  EXPECT_GT(refused.error().retry_after_s.value_or(0), 60.0);
+  engine->shutdown();
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(EngineTest, AfterTheQuietPeriodTheDeviceServesAgainAndOneGoodStepClosesTheBreaker) {
+  model_.fail_at_step(2, 3);
+  auto o = options();
+  o.max_preemptions = 100;
+  o.oom_unready_after = 3;
+  o.oom_governor.quiet_period = std::chrono::milliseconds(20);
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_EQ(a->text(), expected_text(12));
+  EXPECT_EQ(engine->stats().preemptions, 3);
+  EXPECT_EQ(engine->stats().consecutive_oom_steps, 0);
+  EXPECT_EQ(engine->stats().not_ready_trips, 1);
+  EXPECT_TRUE(engine->ready(Clock::now()));
+}
+
+}  // namespace
+}  // namespace vg
