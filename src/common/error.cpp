@@ -11,6 +11,8 @@ int http_status(ErrorCode code) {
     case ErrorCode::kMethodNotAllowed: return 405;
     case ErrorCode::kRequestTimeout: return 408;
     case ErrorCode::kBodyTooLarge: return 413;
+    case ErrorCode::kUriTooLong: return 414;
+    case ErrorCode::kHeaderTooLarge: return 431;
     case ErrorCode::kExceedsDeviceMemory: return 413;
     case ErrorCode::kIdempotencyKeyReused: return 422;
     case ErrorCode::kRateLimited: return 429;
@@ -34,6 +36,8 @@ const char* error_type(ErrorCode code) {
     case ErrorCode::kMethodNotAllowed: return "method_not_allowed";
     case ErrorCode::kRequestTimeout: return "request_timeout";
     case ErrorCode::kBodyTooLarge: return "body_too_large";
+    case ErrorCode::kUriTooLong: return "uri_too_long";
+    case ErrorCode::kHeaderTooLarge: return "header_too_large";
     case ErrorCode::kExceedsDeviceMemory: return "exceeds_device_memory";
     case ErrorCode::kIdempotencyKeyReused: return "idempotency_key_reused";
     case ErrorCode::kRateLimited: return "rate_limited";

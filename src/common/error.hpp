@@ -21,6 +21,8 @@ enum class ErrorCode {
   kMethodNotAllowed,     ///< 405 wrong method on a known route
   kRequestTimeout,       ///< 408 request not received in time
   kBodyTooLarge,         ///< 413 HTTP body over the limit
+  kUriTooLong,           ///< 414 request target over the limit
+  kHeaderTooLarge,       ///< 431 request header section over the limit
   kExceedsDeviceMemory,  ///< 413 request can never fit, even on an empty device
   kIdempotencyKeyReused, ///< 422 same Idempotency-Key, different body
   kRateLimited,          ///< 429 over the client's rate

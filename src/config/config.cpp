@@ -10,6 +10,7 @@
 #include "admission/admission_policy.hpp"
 #include "config/config_fields.hpp"
 #include "device/device.hpp"
+#include "tokenizer/chat_template.hpp"
 
 namespace vg {
 namespace {
@@ -19,24 +20,39 @@ std::optional<ConfigProblem> bad(const char* key, std::string what) { return Con
 }  // namespace
 
 Result<DeviceSpec> parse_device_spec(const std::string& spec) {
+  const auto all_digits = [](const std::string& s) {
+    return !s.empty() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+  };
+  if (spec == "auto") return DeviceSpec{DeviceKind::kAuto, 0, 0};
+  if (spec.rfind("cuda:", 0) == 0) {
+    const std::string index = spec.substr(5);
+    if (!all_digits(index)) {
+      return Error(ErrorCode::kConfig, "bad device index '" + index + "' in '" + spec + "', expected cuda:N");
+    }
+    return DeviceSpec{DeviceKind::kCuda, std::stoi(index), 0};
+  }
   const auto eq = spec.find('=');
   if (spec.rfind("virt:", 0) != 0 || eq == std::string::npos) {
-    return Error(ErrorCode::kConfig, "expected virt:N=SIZE, e.g. virt:0=2GiB, got '" + spec + "'");
+    return Error(ErrorCode::kConfig,
+                 "expected virt:N=SIZE (e.g. virt:0=2GiB), cuda:N (e.g. cuda:0) or auto, got '" + spec + "'");
   }
   const std::string index = spec.substr(5, eq - 5);
-  if (index.empty() || index.size() > 4 ||
-      !std::all_of(index.begin(), index.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return Error(ErrorCode::kConfig, "bad device index '" + index + "' in '" + spec + "'");
-  }
+  if (!all_digits(index)) return Error(ErrorCode::kConfig, "bad device index '" + index + "' in '" + spec + "'");
   auto bytes = parse_bytes(spec.substr(eq + 1));
   if (!bytes.ok()) return Error(ErrorCode::kConfig, bytes.error().message + " in '" + spec + "'");
-  return DeviceSpec{std::stoi(index), *bytes};
+  return DeviceSpec{DeviceKind::kVirtual, std::stoi(index), *bytes};
 }
 
 std::optional<ConfigProblem> ServeConfig::check() const {
   if (model_dir.empty()) return bad("model_dir", "must not be empty");
   if (auto d = parse_device_spec(device); !d.ok()) return bad("device", d.error().message);
   if (threads < 0) return bad("threads", "must be >= 0");
+  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16" && dtype != "float64") {
+    return bad("dtype", "must be float32, bfloat16, float16 or float64");
+  }
+  if (!chat_template.empty() && !parse_chat_format(chat_template)) {
+    return bad("chat_template", "must be chatml, llama-2, llama-3 or zephyr (or empty: the model's own)");
+  }
   if (port < 0 || port > 65535) return bad("port", "must be in 0..65535");
   if (io_threads < 1 || io_threads > 64) return bad("io_threads", "must be in 1..64");
   if (max_body_bytes < 1024) return bad("max_body_bytes", "must be >= 1024");
@@ -66,7 +82,14 @@ std::optional<ConfigProblem> ServeConfig::check() const {
     return bad("log_level", "unknown level '" + log_level + "'");
   }
   if (watchdog_timeout_s <= 0) return bad("watchdog_timeout", "must be > 0");
+  if (!(rate_limit >= 0 && rate_limit <= 1e6)) return bad("rate_limit", "must be in [0, 1000000]");
+  if (!(rate_burst >= 0 && rate_burst <= 1e6)) return bad("rate_burst", "must be in [0, 1000000]");
+  if (!(priority_aging_s >= 0 && priority_aging_s <= 86400)) return bad("priority_aging", "must be in [0, 86400]");
+  if (!(idempotency_ttl_s >= 0 && idempotency_ttl_s <= 86400)) return bad("idempotency_ttl", "must be in [0, 86400]");
   if (test_inject_oom_step < 0) return bad("test_inject_oom_step", "must be >= 0");
+  if (test_inject_oom_count < 1) return bad("test_inject_oom_count", "must be >= 1");
+  if (max_preemptions < 0) return bad("max_preemptions", "must be >= 0");
+  if (oom_unready_after < 1) return bad("oom_unready_after", "must be >= 1");
   if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");
   return std::nullopt;
 }

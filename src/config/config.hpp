@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "device/device.hpp"
 
 namespace vg {
 
@@ -22,8 +23,12 @@ struct ConfigProblem {
 struct ServeConfig {
   // -- models and devices
   std::string model_dir = "models/tinylm";  ///< a model folder (config.json + model.safetensors)
-  std::string device = "virt:0=2GiB";       ///< virt:N=SIZE (CPU memory with an enforced capacity)
+  std::string device = "auto";  ///< virt:N=SIZE (CPU memory with a capacity), cuda:N, auto (cuda:0 if any, else virt:0=2GiB)
   int threads = 0;                          ///< compute threads for tensor ops; 0 = all cores
+  std::string dtype = "float32";            ///< compute and KV cache dtype: float32, bfloat16, float16 (CUDA), float64
+  /// Chat format of /v1/chat/completions: chatml, llama-2, llama-3, zephyr;
+  /// empty: recognised from the model's tokenizer_config.json chat_template.
+  std::string chat_template;
 
   // -- HTTP
   std::string host = "127.0.0.1";
@@ -45,6 +50,9 @@ struct ServeConfig {
   double oom_budget_floor = 0.25;    ///< lowest effective budget, fraction of the budget in [0, 1]
   double oom_quiet_period_s = 10;    ///< time without an OOM before each raise (s), [0.001, 86400]
   double oom_increase_step = 0.1;    ///< raise per quiet period, fraction of the budget in (0, 1]
+  // OOM recovery (policies memory and fixed).
+  int max_preemptions = 3;           ///< times one request may be preempted and recomputed before 503, >= 0
+  int oom_unready_after = 5;         ///< consecutive failed steps (OOM) that mark the device not ready, >= 1
 
   // -- scheduling
   int max_batch = 8;                 ///< sequences that run together on a device
@@ -54,6 +62,14 @@ struct ServeConfig {
   double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less
   double shutdown_grace_s = 10;      ///< on SIGTERM: how long in-flight work may drain (s)
 
+  // -- traffic policies (README "Traffic policies")
+  std::string api_keys;              ///< file of API keys, one a line; empty = no keys, no 401
+  bool metrics_auth = false;         ///< GET /metrics needs a key too (when api_keys is set)
+  double rate_limit = 0;             ///< requests/s per API key or client address; 0 = off
+  double rate_burst = 0;             ///< bucket size (requests); 0 = max(1, rate_limit)
+  double priority_aging_s = 10;      ///< a request waiting this long counts as high priority (s); 0 = FIFO
+  double idempotency_ttl_s = 300;    ///< how long a finished Idempotency-Key result is replayed (s); 0 = in flight only
+
   // -- operability
   std::string log_level = "info";    ///< trace, debug, info, warn, error, off
   bool log_request_text = false;     ///< request log lines include prompt and output text (opt-in)
@@ -62,6 +78,8 @@ struct ServeConfig {
   // -- test hooks
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
   std::int64_t test_inject_oom_step = 0;  ///< engine step (1-based) that fails with out-of-memory; 0 = never
+  std::int64_t test_inject_oom_count = 1; ///< consecutive steps from test_inject_oom_step that fail, >= 1
+  bool test_trim_heap = false;       ///< GET /v1/admission first calls malloc_trim(0), so RSS is comparable (soak)
 
   /// Checks ranges and formats; the first field that breaks a rule, or none.
   std::optional<ConfigProblem> check() const;
@@ -69,13 +87,16 @@ struct ServeConfig {
   Status validate() const;
 };
 
-/// A parsed `virt:N=SIZE` device string.
+/// A parsed device string: `virt:N=SIZE`, `cuda:N` or `auto`.
 struct DeviceSpec {
+  DeviceKind kind = DeviceKind::kVirtual;
   int index = 0;               ///< N
-  std::int64_t capacity = 0;   ///< SIZE in bytes
+  std::int64_t capacity = 0;   ///< SIZE in bytes (virt only; cuda's comes from the runtime)
 };
 
-/// Parses "virt:0=2GiB". Errors: kConfig saying what is wrong (no flag name).
+/// Parses "virt:0=2GiB", "cuda:0" or "auto". Whether the build has CUDA is
+/// not checked here (create_device says so at start-up). Errors: kConfig
+/// saying what is wrong (no flag name).
 Result<DeviceSpec> parse_device_spec(const std::string& spec);
 
 }  // namespace vg

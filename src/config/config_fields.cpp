@@ -10,11 +10,23 @@ namespace {
 using C = ServeConfig;
 
 const ConfigField kFields[] = {
-    {"model_dir", "model", "Model folder: config.json + model.safetensors (GPT-2 layout)", &C::model_dir},
+    {"model_dir", "model",
+     "Model folder: config.json (model_type gpt2 or llama) + model.safetensors or its shards "
+     "(model.safetensors.index.json)",
+     &C::model_dir},
     {"device", "model",
-     "Device to serve on: virt:N=SIZE is CPU memory with an enforced capacity (SIZE like 2GiB, 512MiB)",
+     "Device to serve on: virt:N=SIZE is CPU memory with an enforced capacity (SIZE like 2GiB, 512MiB), "
+     "cuda:N a GPU (builds against a CUDA libtorch), auto is cuda:0 when there is one, else virt:0=2GiB",
      &C::device},
     {"threads", "model", "Compute threads for tensor ops (0 = all cores)", &C::threads},
+    {"dtype", "model",
+     "Compute and KV cache dtype: float32, bfloat16, float16 (CUDA only) or float64 (a test mode); weights "
+     "stored as F32, F16 or BF16 are converted on load",
+     &C::dtype},
+    {"chat_template", "model",
+     "Chat format of /v1/chat/completions: chatml, llama-2, llama-3 or zephyr; empty: recognised from the "
+     "model's tokenizer_config.json chat_template (a request's chat_template field wins over both)",
+     &C::chat_template},
 
     {"host", "http", "Address to listen on", &C::host},
     {"port", "http", "TCP port to listen on (0 = any free port, printed at start)", &C::port},
@@ -44,6 +56,14 @@ const ConfigField kFields[] = {
      &C::oom_quiet_period_s},
     {"oom_increase_step", "memory", "OOM governor: raise per quiet period, as a fraction of the budget",
      &C::oom_increase_step},
+    {"max_preemptions", "memory",
+     "OOM recovery (memory, fixed): times one request may be preempted (KV cache freed, recomputed later) "
+     "before it gets 503",
+     &C::max_preemptions},
+    {"oom_unready_after", "memory",
+     "OOM recovery: consecutive out-of-memory steps that mark the device not ready (/ready 503) for one "
+     "oom_quiet_period",
+     &C::oom_unready_after},
 
     {"max_bypass", "scheduling", "Seconds a waiting request that does not fit may be passed by later ones that do",
      &C::max_bypass_s},
@@ -61,6 +81,23 @@ const ConfigField kFields[] = {
     {"shutdown_grace", "scheduling", "On SIGINT/SIGTERM: seconds in-flight work may finish before it is cancelled",
      &C::shutdown_grace_s},
 
+    {"api_keys", "traffic",
+     "File of API keys, one a line (\"KEY [rate=R] [burst=B] [priority=low|normal|high]\", # comments); when "
+     "set, requests need Authorization: Bearer KEY (else 401); /health and /ready stay open",
+     &C::api_keys},
+    {"metrics_auth", "traffic", "With api_keys: GET /metrics needs a key too", &C::metrics_auth},
+    {"rate_limit", "traffic",
+     "Completion requests per second per API key (or client address without keys); more -> 429; 0 = off",
+     &C::rate_limit},
+    {"rate_burst", "traffic", "Token bucket size for rate_limit (requests); 0 = max(1, rate_limit)",
+     &C::rate_burst},
+    {"priority_aging", "traffic",
+     "Seconds after which a queued request counts as high priority, so low ones cannot starve (0 = FIFO)",
+     &C::priority_aging_s},
+    {"idempotency_ttl", "traffic",
+     "Seconds a finished request's result is replayed to a retry with the same Idempotency-Key",
+     &C::idempotency_ttl_s},
+
     {"log_level", "operability", "trace, debug, info, warn, error or off", &C::log_level},
     {"log_request_text", "operability",
      "Include prompt and output text in the per-request log lines (off: counts only)", &C::log_request_text},
@@ -70,6 +107,12 @@ const ConfigField kFields[] = {
     {"test_step_delay_ms", "test", "Test hook: sleep this many ms after every engine step", &C::test_step_delay_ms},
     {"test_inject_oom_step", "test", "Test hook: the engine step with this number (from 1) fails with out-of-memory",
      &C::test_inject_oom_step},
+    {"test_inject_oom_count", "test", "Test hook: this many consecutive steps from test_inject_oom_step fail",
+     &C::test_inject_oom_count},
+    {"test_trim_heap", "test",
+     "Test hook: GET /v1/admission first returns free heap memory to the OS (malloc_trim), so that RSS "
+     "measurements compare live memory (tools/soak.py)",
+     &C::test_trim_heap},
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
-// The completion flow of a Connection (POST /v1/completions and /infer):
+// The completion flow of a Connection (POST /v1/completions, /infer and
+// /v1/chat/completions, whose bodies are in http/chat_codec):
 // decode, submit, then relay engine events as one JSON body or as SSE. Every
 // rejection happens before any status line, so stream=true and stream=false
 // get the same status and body. While it waits for events the session also
@@ -9,11 +10,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
 #include "http/connection.hpp"
+#include "http/chat_codec.hpp"
 #include "http/event_queue.hpp"
 #include "http/json_codec.hpp"
 #include "http/request_log.hpp"
@@ -66,8 +69,11 @@ struct Outcome {
 
 }  // namespace
 
-net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::string& body, bool infer) {
-  Result<CompletionRequest> decoded = infer ? decode_infer_request(body) : decode_completion_request(body);
+net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::string& body, CompletionApi api) {
+  const bool infer = api == CompletionApi::kInfer;
+  const bool chat = api == CompletionApi::kChat;
+  Result<CompletionRequest> decoded =
+      infer ? decode_infer_request(body) : chat ? decode_chat_request(body) : decode_completion_request(body);
   if (!decoded) co_return co_await send(ex, error_reply(decoded.error()));
   CompletionRequest request = std::move(*decoded);
   request.request_id = ex.request_id;
@@ -78,6 +84,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   log.model = request.model;
   log.route = std::string(ex.route);
   log.stream = request.stream;
+  if (ex.traffic.key) log.key_id = ex.traffic.key->id;
   if (log_text) log.prompt = request.prompt;
   const auto log_end = [&](const char* outcome, std::string reason, int status) {
     log.outcome = outcome;
@@ -103,7 +110,9 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     log_rejected(bye);
     co_return co_await send(ex, error_reply(bye));
   }
-  Result<Submission> submitted = state_->service().submit(request, queue);
+  Result<Submission> submitted = state_->traffic().submit(state_->service(), ex.traffic, ex.route, body, request, queue);
+  if (ex.traffic.priority) log.priority = to_string(*ex.traffic.priority);
+  log.idempotency = ex.traffic.idempotency;
   if (!submitted) {
     log_rejected(submitted.error());
     co_return co_await send(ex, error_reply(submitted.error()));
@@ -114,7 +123,8 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   log.prompt_tokens = sub.prompt_tokens;
   log.reserved_bytes = sub.cost_bytes;
 
-  const std::string id = "cmpl-" + sub.handle->id();
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + sub.handle->id();
+  bool role_sent = false;  // chat: the first chunk carries role "assistant"
   const std::string model = sub.model.empty() ? request.model : sub.model;
   const std::int64_t created = unix_now();
   const bool stream = request.stream;
@@ -141,7 +151,10 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
       } else if (auto* t = std::get_if<TextEvent>(&event)) {
         if (!stream || log_text) out.text += t->text;
         if (stream) {
-          sse += sse_data(encode_completion_chunk({id, model, created, std::move(t->text), std::nullopt, std::nullopt}));
+          sse += sse_data(chat ? encode_chat_chunk({id, model, created, !std::exchange(role_sent, true),
+                                                    std::move(t->text), std::nullopt, std::nullopt})
+                               : encode_completion_chunk({id, model, created, std::move(t->text), std::nullopt,
+                                                          std::nullopt}));
         }
       } else if (auto* f = std::get_if<FinishedEvent>(&event)) {
         out.finished = std::move(*f);
@@ -214,7 +227,8 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   log_end("completed", fin.finish_reason, 200);
   if (stream) {
     const std::string last =
-        encode_completion_chunk({id, model, created, std::string(), fin.finish_reason, fin.usage});
+        chat ? encode_chat_chunk({id, model, created, !role_sent, std::nullopt, fin.finish_reason, fin.usage})
+             : encode_completion_chunk({id, model, created, std::string(), fin.finish_reason, fin.usage});
     if (!co_await write_stream(ex, sse_data(last) + sse_data("[DONE]"))) co_return false;
     co_return co_await end_stream(ex);
   }
@@ -223,7 +237,8 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     reply.body = encode_infer_response(
         {std::move(out.text), ms_between(ex.start, Clock::now()), queue_ms, fin.finish_reason, fin.usage});
   } else {
-    reply.body = encode_completion({id, model, created, std::move(out.text), fin.finish_reason, fin.usage});
+    reply.body = chat ? encode_chat_completion({id, model, created, std::move(out.text), fin.finish_reason, fin.usage})
+                      : encode_completion({id, model, created, std::move(out.text), fin.finish_reason, fin.usage});
   }
   reply.headers.emplace_back("X-Queue-Position", std::to_string(sub.queue_position));
   reply.headers.emplace_back("X-Queue-Wait-Ms", std::to_string(std::llround(queue_ms)));

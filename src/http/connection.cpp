@@ -3,6 +3,7 @@
 // completion.cpp. Everything here runs on the connection's strand.
 #include "http/connection.hpp"
 
+#include <malloc.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -16,16 +17,16 @@
 
 #include "http/json_codec.hpp"
 #include "http/metrics_route.hpp"
+#include "http/request_parse.hpp"
 
 namespace vg::httpd {
 namespace {
 
-constexpr std::uint32_t kHeaderLimit = 16 * 1024;
 constexpr std::size_t kMaxRequestIdLength = 128;
 constexpr std::size_t kReadChunk = 4096;
 constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
-enum class RouteKind { kCompletions, kInfer, kHealth, kReady, kModels, kAdmission, kMetrics };
+enum class RouteKind { kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kAdmission, kMetrics };
 
 struct Route {
   std::string_view path;
@@ -35,6 +36,7 @@ struct Route {
 
 constexpr Route kRoutes[] = {
     {"/v1/completions", bhttp::verb::post, RouteKind::kCompletions},
+    {"/v1/chat/completions", bhttp::verb::post, RouteKind::kChatCompletions},
     {"/infer", bhttp::verb::post, RouteKind::kInfer},
     {"/health", bhttp::verb::get, RouteKind::kHealth},
     {"/ready", bhttp::verb::get, RouteKind::kReady},
@@ -63,6 +65,15 @@ std::string request_id_for(const Request& request) {
   return id.empty() ? generate_request_id() : id;
 }
 
+HeadLimits head_limits(const HttpServer::Options& opt) {
+  HeadLimits limits;
+  limits.header_bytes = opt.header_limit_bytes;
+  limits.target_bytes = opt.target_limit_bytes;
+  limits.body_bytes = opt.body_limit_bytes;
+  limits.read_timeout_s = opt.read_timeout_s;
+  return limits;
+}
+
 std::string shorten(std::string_view s, std::size_t max) {
   return s.size() <= max ? std::string(s) : std::string(s.substr(0, max)) + "...";
 }
@@ -82,11 +93,11 @@ Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* rec
       break;
     }
     case RouteKind::kReady:
-      if (service.ready()) {
+      if (const std::string why = service.not_ready_reason(); why.empty()) {
         reply.body = encode_status("ready");
       } else {
         reply.status = 503;
-        reply.body = encode_status("not_ready", "models loading or server draining");
+        reply.body = encode_status("not_ready", why);
       }
       break;
     case RouteKind::kModels:
@@ -104,6 +115,7 @@ Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* rec
       }
       break;
     case RouteKind::kCompletions:
+    case RouteKind::kChatCompletions:
     case RouteKind::kInfer:
       reply = error_reply(Error(ErrorCode::kInternal, "completion routed as a simple route"));
       break;
@@ -179,21 +191,29 @@ net::awaitable<void> Connection::serve_loop() {
   const HttpServer::Options& opt = state_->options();
   while (!closing_) {
     if (buffer_.size() == 0) {
-      // Wait for the first byte of the next request: a silent client is idle, not late.
-      arm(first_request_ ? opt.read_timeout_s : opt.idle_timeout_s);
+      // Wait for the first byte of the next request: a connection that has
+      // sent nothing (new, or between keep-alive requests) is idle, not late.
+      // From the first byte on, the request must arrive within read_timeout.
+      arm(opt.idle_timeout_s);
       auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kReadChunk), kAwait);
       disarm();
       if (ec) co_return;
       buffer_.commit(n);
     }
-    first_request_ = false;
 
-    bhttp::request_parser<bhttp::string_body> parser;
-    parser.body_limit(opt.body_limit_bytes);
-    parser.header_limit(kHeaderLimit);
+    const HeadLimits limits = head_limits(opt);
+    RequestParser parser;
+    configure_parser(parser, limits);
     arm(opt.read_timeout_s);  // one deadline for headers and body together
     beast::error_code ec;
     std::tie(ec, std::ignore) = co_await bhttp::async_read_header(socket_, buffer_, parser, kAwait);
+    if (!ec) {
+      if (Status st = check_head(parser.get(), limits); !st) {
+        disarm();
+        co_await reply_error_and_close(st.error());
+        co_return;
+      }
+    }
     if (!ec && !parser.is_done()) {
       if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -205,7 +225,7 @@ net::awaitable<void> Connection::serve_loop() {
     disarm();
     if (ec) {
       if (timed_out) ec = beast::error::timeout;
-      co_await reply_read_error(ec);
+      co_await reply_read_error(ec, std::string(parser.get().target()));
       co_return;
     }
     Request request = parser.release();
@@ -213,24 +233,17 @@ net::awaitable<void> Connection::serve_loop() {
   }
 }
 
-net::awaitable<void> Connection::reply_read_error(beast::error_code ec) {
-  const HttpServer::Options& opt = state_->options();
-  Error error;
-  if (ec == beast::error::timeout) {
-    error = Error(ErrorCode::kRequestTimeout,
-                  fmt::format("request not received within {:g} s", opt.read_timeout_s));
-  } else if (ec == bhttp::error::body_limit) {
-    error = Error(ErrorCode::kBodyTooLarge,
-                  "request body exceeds the limit of " + std::to_string(opt.body_limit_bytes) + " bytes");
-  } else if (ec == bhttp::error::header_limit) {
-    error = Error(ErrorCode::kInvalidRequest,
-                  "request header exceeds the limit of " + std::to_string(kHeaderLimit) + " bytes");
-  } else if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == net::error::eof ||
-             ec == net::error::connection_reset || ec == net::error::operation_aborted || closing_) {
-    co_return;  // the client went away (or we are closing): nobody to answer
-  } else {
-    error = Error(ErrorCode::kInvalidRequest, "malformed HTTP request: " + ec.message());
-  }
+net::awaitable<void> Connection::reply_read_error(beast::error_code ec, std::string target) {
+  if (closing_) co_return;  // the server is closing this connection: nobody to answer
+  const auto held = buffer_.data();
+  std::optional<Error> error =
+      read_error(ec, std::string_view(static_cast<const char*>(held.data()), held.size()), target,
+                 head_limits(state_->options()));
+  if (!error) co_return;  // the client went away: nobody to answer
+  co_await reply_error_and_close(*std::move(error));
+}
+
+net::awaitable<void> Connection::reply_error_and_close(Error error) {
   spdlog::info("http: {} ({}), closing the connection", error.message, error_type(error.code));
   Exchange ex;
   ex.request_id = generate_request_id();
@@ -315,12 +328,18 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
     co_return co_await send(ex, std::move(reply));
   }
   ex.route = match->path;
+  if (std::optional<Reply> denied = check_traffic(ex, request, match->verb == bhttp::verb::post)) {
+    co_return co_await send(ex, std::move(*denied));
+  }
   switch (match->kind) {
     case RouteKind::kCompletions:
-      co_return co_await serve_completion(ex, request.body(), false);
+      co_return co_await serve_completion(ex, request.body(), CompletionApi::kCompletions);
+    case RouteKind::kChatCompletions:
+      co_return co_await serve_completion(ex, request.body(), CompletionApi::kChat);
     case RouteKind::kInfer:
-      co_return co_await serve_completion(ex, request.body(), true);
+      co_return co_await serve_completion(ex, request.body(), CompletionApi::kInfer);
     default:
+      if (match->kind == RouteKind::kAdmission && state_->options().trim_heap_on_admission) malloc_trim(0);
       co_return co_await send(ex, simple_route(match->kind, state_->service(), state_->options().metrics));
   }
 }

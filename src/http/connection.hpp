@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 
 #include "common/clock.hpp"
 #include "http/server_state.hpp"
+#include "http/traffic_gate.hpp"
 
 // GCC 12 reports a false -Wmismatched-new-delete at the end of every
 // asio::awaitable coroutine when built with sanitizers (a known GCC false
@@ -59,7 +61,11 @@ struct Exchange {
   bool response_started = false;  ///< status line sent: errors must go in-band
   bool chunked = false;           ///< streaming with chunked transfer encoding
   bool head = false;              ///< HEAD on a GET route: headers only
+  TrafficTicket traffic;          ///< API key, X-Priority, Idempotency-Key (traffic_gate.hpp)
 };
+
+/// The API a completion request came through (decoding and response shape).
+enum class CompletionApi { kCompletions, kInfer, kChat };
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -80,13 +86,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   net::awaitable<void> serve_loop();
   net::awaitable<bool> serve(Request& request);
   net::awaitable<bool> dispatch(Exchange& ex, Request& request);
-  net::awaitable<void> reply_read_error(beast::error_code ec);
+  /// Answers a failed read (see read_error()); `target`: the parser's target so far.
+  net::awaitable<void> reply_read_error(beast::error_code ec, std::string target);
+  /// Answers `error` with Connection: close, then lingers (see linger()).
+  net::awaitable<void> reply_error_and_close(Error error);
   net::awaitable<bool> send(Exchange& ex, Reply reply);
+  /// connection_traffic.cpp: API key, rate limit and traffic headers; the
+  /// refusal (401/429/400) to send, or nullopt to go on. Fills ex.traffic.
+  std::optional<Reply> check_traffic(Exchange& ex, const Request& request, bool metered);
   void count_response(const Exchange& ex, int status);
   net::awaitable<void> linger();
 
   // completion.cpp
-  net::awaitable<bool> serve_completion(Exchange& ex, const std::string& body, bool infer);
+  net::awaitable<bool> serve_completion(Exchange& ex, const std::string& body, CompletionApi api);
   net::awaitable<bool> begin_stream(Exchange& ex, int queue_position);
   net::awaitable<bool> write_stream(Exchange& ex, std::string data);
   net::awaitable<bool> end_stream(Exchange& ex);
@@ -108,7 +120,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   net::steady_timer doorbell_;
   bool rung_ = false;
   bool closing_ = false;
-  bool first_request_ = true;
   bool linger_ = false;
 };
 

@@ -14,6 +14,7 @@
 
 #include "common/error.hpp"
 #include "server/service.hpp"
+#include "traffic/traffic_options.hpp"
 
 namespace vg {
 namespace metrics {
@@ -27,6 +28,8 @@ class HttpServer {
     std::uint16_t port = 8000;             ///< 0: pick a free port (see port())
     int io_threads = 2;                    ///< threads running the io_context
     std::size_t body_limit_bytes = 1 << 20;///< larger bodies -> 413 body_too_large
+    std::uint32_t header_limit_bytes = 16 * 1024;  ///< request line + headers; larger -> 431 header_too_large
+    std::size_t target_limit_bytes = 8 * 1024;     ///< request target (URL); longer -> 414 uri_too_long
     double read_timeout_s = 30;            ///< headers+body must arrive within this -> 408
     double idle_timeout_s = 60;            ///< keep-alive connection idle limit
     int max_connections = 1024;            ///< further connections are closed at once
@@ -35,6 +38,11 @@ class HttpServer {
     metrics::ServerMetrics* metrics = nullptr;
     /// Request log lines include the prompt and the generated text.
     bool log_request_text = false;
+    /// Test hook: GET /v1/admission first calls malloc_trim(0) (glibc), so
+    /// that RSS read right after it counts live memory (tools/soak.py).
+    bool trim_heap_on_admission = false;
+    /// API keys, rate limits, Idempotency-Key replay (README "Traffic policies").
+    traffic::TrafficOptions traffic;
   };
 
   /// Binds and listens (errors: kConfig naming host:port), starts the I/O threads.

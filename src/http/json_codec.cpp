@@ -175,6 +175,13 @@ Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out)
     }
     out.timeout_s = *t;
   }
+  if (const json::value* v = field(o, "priority")) {
+    std::optional<Priority> p;
+    if (v->is_string()) p = parse_priority(std::string_view(v->get_string()));
+    if (auto n = as_integer(*v, 0, 2)) p = static_cast<Priority>(*n);
+    if (!p) return invalid("priority must be \"low\", \"normal\", \"high\" or 0..2 (got " + shown(*v) + ")");
+    out.priority = *p;
+  }
   if (const json::value* v = field(o, "n")) {
     if (as_integer(*v, 1, 1) != 1) return invalid("n must be 1: one choice per request (got " + shown(*v) + ")");
   }
@@ -319,8 +326,11 @@ std::string encode_admission(const AdmissionState& state) {
     o["peak_reserved_bytes"] = d.peak_reserved_bytes;
     o["used_bytes"] = d.used_bytes;
     o["peak_bytes"] = d.peak_bytes;
+    o["allocated_bytes"] = d.allocated_bytes;
+    o["cache_reserved_bytes"] = d.cache_reserved_bytes;
     o["resident_bytes"] = d.resident_bytes;
     o["workspace_bytes"] = d.workspace_bytes;
+    o["ready"] = d.ready;
     devices.push_back(std::move(o));
   }
   json::object o;
@@ -338,6 +348,8 @@ std::string encode_admission(const AdmissionState& state) {
   o["failed"] = state.failed;
   o["out_of_memory"] = state.out_of_memory;
   o["oom_budget_cuts"] = state.oom_budget_cuts;
+  o["preemptions"] = state.preemptions;
+  o["not_ready_trips"] = state.not_ready_trips;
   return json::serialize(o);
 }
 

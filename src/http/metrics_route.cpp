@@ -14,6 +14,8 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
                           {"peak_reserved", d.peak_reserved_bytes},
                           {"used", d.used_bytes},
                           {"peak", d.peak_bytes},
+                          {"allocated", d.allocated_bytes},
+                          {"cache_reserved", d.cache_reserved_bytes},
                           {"resident", d.resident_bytes},
                           {"workspace", d.workspace_bytes}}});
   }

@@ -66,6 +66,9 @@ std::string encode_request_log(const RequestLogLine& l) {
   w.millis("duration_ms", l.duration_ms);
   w.field("outcome", l.outcome);
   w.field("reason", l.reason);
+  if (!l.key_id.empty()) w.field("key_id", l.key_id);
+  if (!l.priority.empty()) w.field("priority", l.priority);
+  if (!l.idempotency.empty()) w.field("idempotency", l.idempotency);
   if (l.prompt) {
     if (const auto* text = std::get_if<std::string>(&*l.prompt)) {
       w.field("prompt", *text);

@@ -25,6 +25,10 @@ struct RequestLogLine {
   double duration_ms = 0;  ///< from the request's arrival to its end
   std::string outcome;     ///< completed, failed or cancelled
   std::string reason;      ///< finish_reason, or the error type
+  // Traffic policies; each written only when set.
+  std::string key_id;       ///< the API key's id (8 hex characters of its SHA-256), never the key
+  std::string priority;     ///< the class it was queued with: low, normal, high
+  std::string idempotency;  ///< with an Idempotency-Key: new, attached or replayed
   /// Only with --log-request-text.
   std::optional<std::variant<std::string, std::vector<std::int32_t>>> prompt;
   std::optional<std::string> output;

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "http/http_server.hpp"
+#include "http/traffic_gate.hpp"
 
 namespace vg::httpd {
 
@@ -23,10 +24,13 @@ class EventQueue;
 
 class ServerState {
  public:
-  ServerState(Service& service, const HttpServer::Options& options) : service_(service), options_(options) {}
+  ServerState(Service& service, const HttpServer::Options& options)
+      : service_(service), options_(options), traffic_(options.traffic, options.metrics) {}
 
   Service& service() const { return service_; }
   const HttpServer::Options& options() const { return options_; }
+  /// API keys, rate limits, priorities and Idempotency-Keys of this server.
+  TrafficGate& traffic() { return traffic_; }
 
   /// Requests being answered right now.
   std::atomic<int> active_requests{0};
@@ -55,6 +59,7 @@ class ServerState {
  private:
   Service& service_;
   const HttpServer::Options options_;
+  TrafficGate traffic_;
 
   std::mutex mu_;
   std::condition_variable no_connections_;

@@ -31,6 +31,12 @@ ServerMetrics::ServerMetrics(Registry& r)
                              {1, 2, 4, 8, 16, 32, 64, 128, 256})
                      .with({})),
       generated_tokens_total(r.counter("vramgate_generated_tokens_total", "Tokens generated.").with({})),
+      unauthorized_total(r.counter("vramgate_unauthorized_total",
+                                   "Requests refused with 401: no API key, or one that is not valid.")
+                             .with({})),
+      rate_limited_total(r.counter("vramgate_rate_limited_total",
+                                   "Requests refused with 429: over their API key's or client address's rate.")
+                             .with({})),
       registry_(r),
       http_requests_total_(r.counter("vramgate_http_requests_total", "HTTP requests answered, by route and status.",
                                      {"route", "status"})),
@@ -53,7 +59,18 @@ ServerMetrics::ServerMetrics(Registry& r)
                                .with({})),
       preemptions_total_(r.counter("vramgate_preemptions_total",
                                    "Running sequences stopped and re-queued to free device memory.")
-                             .with({})) {}
+                             .with({})),
+      idempotent_replays_total_(r.counter("vramgate_idempotent_replays_total",
+                                          "Requests answered from another request's work by their Idempotency-Key: "
+                                          "attached (it was running) or replayed (it had completed).",
+                                          {"kind"})) {
+  idempotent_replays_total_.with({"attached"});
+  idempotent_replays_total_.with({"replayed"});
+}
+
+void ServerMetrics::count_idempotent_replay(std::string_view kind) {
+  idempotent_replays_total_.with({std::string(kind)}).inc();
+}
 
 void ServerMetrics::count_http_request(std::string_view route, int status) {
   http_requests_total_.with({std::string(route), std::to_string(status)}).inc();

@@ -64,6 +64,13 @@ class ServerMetrics {
   Histogram& batch_size;
   Counter& generated_tokens_total;
 
+  // -- recorded by the HTTP layer's traffic policies
+  Counter& unauthorized_total;  ///< vramgate_unauthorized_total: 401s
+  Counter& rate_limited_total;  ///< vramgate_rate_limited_total: 429s
+  /// vramgate_idempotent_replays_total{kind}: "attached" (joined a running
+  /// request) or "replayed" (got a finished one's result).
+  void count_idempotent_replay(std::string_view kind);
+
   /// Copies state gauges and mirrored counters from `sample`.
   void fill_state(const StateSample& sample);
   /// fill_state() then the exposition text.
@@ -81,6 +88,7 @@ class ServerMetrics {
   GaugeFamily& device_bytes_;
   Counter& out_of_memory_total_;
   Counter& preemptions_total_;
+  CounterFamily& idempotent_replays_total_;
 };
 
 }  // namespace vg::metrics

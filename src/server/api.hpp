@@ -9,9 +9,19 @@
 #include <variant>
 #include <vector>
 
+#include "common/priority.hpp"
 #include "model/sampler.hpp"
+#include "tokenizer/chat_template.hpp"
 
 namespace vg {
+
+/// The chat part of a POST /v1/chat/completions request.
+struct ChatPrompt {
+  std::vector<ChatMessage> messages;
+  /// Request field `chat_template`: a format name or a Jinja template to
+  /// recognise; empty: the server's --chat-template, else the model's own.
+  std::string chat_template;
+};
 
 /// A completion request (OpenAI /v1/completions or the short /infer form),
 /// already type-checked and range-checked by the decoder.
@@ -28,6 +38,12 @@ struct CompletionRequest {
   bool ignore_eos = false;
   /// Total deadline override in seconds (vramgate extension `timeout`).
   std::optional<double> timeout_s;
+  /// A chat request: the service renders `chat` with the model's chat
+  /// template into the prompt (`prompt` is unused).
+  std::optional<ChatPrompt> chat;
+  /// Admission class (vramgate extension `priority`: "low", "normal", "high"
+  /// or 0..2); the HTTP layer resolves it with X-Priority and the API key's cap.
+  std::optional<Priority> priority;
 };
 
 /// What /v1/models shows for one model.
@@ -54,11 +70,14 @@ struct DeviceState {
   std::int64_t budget_bytes = 0;    ///< what admission may hand to requests
   std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts
   std::int64_t reserved_bytes = 0;  ///< held by leases now
-  std::int64_t used_bytes = 0;      ///< allocated on the device now
-  std::int64_t peak_bytes = 0;      ///< highest allocated since start
+  std::int64_t used_bytes = 0;      ///< in use on the device now (CUDA: total - free, so cached segments count)
+  std::int64_t peak_bytes = 0;      ///< highest used since start
+  std::int64_t allocated_bytes = 0; ///< held by live tensors now (virtual: = used_bytes)
+  std::int64_t cache_reserved_bytes = 0;  ///< held by the caching allocator, allocated or cached (virtual: = used)
   std::int64_t resident_bytes = 0;  ///< weights and buffers of the models on it
   std::int64_t workspace_bytes = 0; ///< activations of the largest step, set aside once
   std::int64_t peak_reserved_bytes = 0;  ///< highest reserved_bytes since start
+  bool ready = true;  ///< false while marked not ready after repeated out-of-memory errors
 };
 
 /// What GET /v1/admission shows.
@@ -80,7 +99,8 @@ struct AdmissionState {
   std::int64_t failed = 0;
   std::int64_t out_of_memory = 0;
   std::int64_t oom_budget_cuts = 0;  ///< times the OOM governor cut the effective budget
-  std::int64_t preemptions = 0;  ///< running sequences stopped to free memory (none yet)
+  std::int64_t preemptions = 0;  ///< running sequences stopped to free memory, to be recomputed
+  std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked a device not ready
 };
 
 }  // namespace vg

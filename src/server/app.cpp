@@ -37,6 +37,18 @@ int run_server(const ServeConfig& config) {
   set_compute_threads(config.threads);
   spdlog::info("vramgate starting: {}", torch_runtime_description());
 
+  // The API key file is checked before the model loads, so a mistake fails fast.
+  std::shared_ptr<const traffic::ApiKeyTable> api_keys;
+  if (!config.api_keys.empty()) {
+    auto keys = traffic::ApiKeyTable::load(config.api_keys);
+    if (!keys.ok()) {
+      spdlog::error("start-up failed: --api-keys: {}", keys.error().message);
+      return 2;
+    }
+    spdlog::info("traffic: {} API keys loaded; other requests get 401", keys->size());
+    api_keys = std::make_shared<const traffic::ApiKeyTable>(std::move(keys).value());
+  }
+
   // Outlives the service and the HTTP server, which record into it.
   metrics::Registry registry;
   metrics::ServerMetrics metrics(registry);
@@ -56,6 +68,12 @@ int run_server(const ServeConfig& config) {
   ho.max_connections = config.max_connections;
   ho.metrics = &metrics;
   ho.log_request_text = config.log_request_text;
+  ho.trim_heap_on_admission = config.test_trim_heap;
+  ho.traffic.api_keys = api_keys;
+  ho.traffic.metrics_auth = config.metrics_auth;
+  ho.traffic.rate_limit = config.rate_limit;
+  ho.traffic.rate_burst = config.rate_burst;
+  ho.traffic.idempotency_ttl = seconds(config.idempotency_ttl_s);
   auto http = HttpServer::create(ho, **service);
   if (!http.ok()) {
     spdlog::error("start-up failed: {}", http.error().message);

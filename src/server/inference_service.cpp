@@ -5,6 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 #include "server/model_setup.hpp"
+#include "tokenizer/chat_template.hpp"
 
 namespace vg {
 
@@ -22,6 +24,10 @@ struct InferenceService::Entry {
   ModelInfo info;
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
+  /// Chat format of /v1/chat/completions (--chat-template, else the model's
+  /// tokenizer_config.json) and the BOS/EOS texts its templates write.
+  std::optional<ChatFormat> chat_format;
+  ChatTokens chat_tokens;
 };
 
 InferenceService::InferenceService(const ServeConfig& config) : config_(config) {}
@@ -36,6 +42,17 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   svc->device_ = std::move(setup->device);
   auto entry = std::make_unique<Entry>();
   entry->model = std::move(setup->model);
+  Result<ChatTemplateFile> chat_file = read_chat_template(config.model_dir);
+  if (!chat_file.ok()) return std::move(chat_file).error();
+  entry->chat_tokens = chat_file->tokens;
+  entry->chat_format = config.chat_template.empty() ? detect_chat_format(chat_file->jinja)
+                                                    : parse_chat_format(config.chat_template);
+  if (entry->chat_format) {
+    spdlog::info("chat format: {}", chat_format_name(*entry->chat_format));
+  } else {
+    spdlog::info("chat format: none known (/v1/chat/completions needs a request chat_template){}",
+                 chat_file->jinja.empty() ? "" : "; the model's chat_template is not one of chatml, llama-2, llama-3, zephyr");
+  }
   const MemoryProfile& profile = setup->profile;
   const std::int64_t budget = setup->budget_bytes;
   const std::int64_t reserve = setup->reserve_bytes;
@@ -79,6 +96,8 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.admission.max_queue = config.max_queue;
   eo.admission.queue_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.queue_timeout_s));
   eo.admission.max_bypass = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.max_bypass_s));
+  eo.admission.priority_aging =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.priority_aging_s));
   eo.profile = profile;
   eo.max_batch = config.max_batch;
   eo.max_batch_tokens = config.max_batch_tokens;
@@ -89,6 +108,9 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   eo.oom_governor.increase_step = config.oom_increase_step;
   eo.step_delay_ms = config.test_step_delay_ms;
   eo.inject_oom_at_step = config.test_inject_oom_step;
+  eo.inject_oom_count = config.test_inject_oom_count;
+  eo.max_preemptions = config.max_preemptions;
+  eo.oom_unready_after = config.oom_unready_after;
   eo.metrics = metrics;
   auto engine = Engine::create(eo, *entry->model, *svc->device_);
   if (!engine.ok()) return std::move(engine).error();
@@ -120,8 +142,28 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   const Tokenizer& tok = entry->model->tokenizer();
 
   GenerationRequest gen;
-  if (const auto* text = std::get_if<std::string>(&request.prompt)) {
+  std::vector<std::string> stop = request.stop;
+  std::string chat_prompt;
+  if (request.chat) {
+    Result<RenderedChat> chat = render_chat_request(request.chat->messages, request.chat->chat_template,
+                                                    entry->chat_format, entry->chat_tokens, entry->info.id);
+    if (!chat.ok()) return std::move(chat).error();
+    chat_prompt = std::move(chat->prompt);
+    // The end-of-turn text stops generation where the vocabulary has no such
+    // special token (then the template is plain text); a special token ends it
+    // through the tokenizer's end ids.
+    if (std::find(stop.begin(), stop.end(), chat->stop) == stop.end()) stop.push_back(chat->stop);
+  }
+  if (const auto* text = request.chat ? &chat_prompt : std::get_if<std::string>(&request.prompt)) {
+    if (!tok.encodes_text()) {
+      return Error(ErrorCode::kInvalidRequest, "model '" + entry->info.id +
+                                                   "' has no tokenizer vramgate can read: send prompt as a list of "
+                                                   "token ids");
+    }
     gen.prompt = tok.encode(*text);
+    // A chat template writes its own BOS text; a plain text prompt gets the BOS
+    // the tokenizer asks for (LLaMA), as Hugging Face's encode does.
+    if (!request.chat && tok.adds_bos() && tok.bos_id()) gen.prompt.insert(gen.prompt.begin(), *tok.bos_id());
   } else {
     gen.prompt = std::get<std::vector<std::int32_t>>(request.prompt);
     for (std::int32_t id : gen.prompt) {
@@ -147,8 +189,9 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   gen.id = request.request_id.empty() ? "req-" + std::to_string(next_id_.fetch_add(1)) : request.request_id;
   gen.max_tokens = request.max_tokens;
   gen.sampling = request.sampling;
-  gen.stop = request.stop;
+  gen.stop = std::move(stop);
   gen.ignore_eos = request.ignore_eos;
+  gen.priority = request.priority.value_or(Priority::kNormal);
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
@@ -185,7 +228,18 @@ bool InferenceService::healthy_at(TimePoint now, std::string* reason) const {
   return true;
 }
 
-bool InferenceService::ready() const { return !draining_.load() && !entries_.empty(); }
+bool InferenceService::ready() const { return not_ready_reason().empty(); }
+
+std::string InferenceService::not_ready_reason() const {
+  if (entries_.empty()) return "models loading";
+  if (draining_.load()) return "server draining";
+  const TimePoint now = Clock::now();
+  std::string reason;
+  for (auto& e : entries_) {
+    if (!e->engine->ready(now, &reason)) return reason;
+  }
+  return {};
+}
 
 AdmissionState InferenceService::admission_state() const {
   AdmissionState st;
@@ -197,6 +251,8 @@ AdmissionState InferenceService::admission_state() const {
   ds.capacity_bytes = mem.capacity;
   ds.used_bytes = mem.used;
   ds.peak_bytes = mem.peak;
+  ds.allocated_bytes = mem.allocated;
+  ds.cache_reserved_bytes = mem.cache_reserved;
   for (auto& e : entries_) {
     const EngineStats es = e->engine->stats();
     const AdmissionSnapshot as = e->engine->admission();
@@ -213,6 +269,9 @@ AdmissionState InferenceService::admission_state() const {
     st.failed += es.failed;
     st.out_of_memory += es.out_of_memory;
     st.oom_budget_cuts += es.oom_budget_cuts;
+    st.preemptions += es.preemptions;
+    st.not_ready_trips += es.not_ready_trips;
+    ds.ready = ds.ready && e->engine->ready(Clock::now());
     ds.budget_bytes += as.budget_bytes;
     ds.effective_budget_bytes += as.effective_budget_bytes;
     ds.reserved_bytes += as.reserved_bytes;

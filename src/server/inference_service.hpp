@@ -34,6 +34,7 @@ class InferenceService final : public Service {
   std::vector<ModelInfo> models() const override;
   bool healthy(std::string* reason) const override;
   bool ready() const override;
+  std::string not_ready_reason() const override;
   AdmissionState admission_state() const override;
 
   /// Liveness at `now`: false (with `reason`) when an engine has been in one

@@ -16,12 +16,12 @@ Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   ProfiledModel out;
   auto spec = parse_device_spec(config.device);
   if (!spec.ok()) return Error(ErrorCode::kConfig, "--device: " + spec.error().message);
-  auto device = VirtualDevice::create(spec->index, spec->capacity);
+  auto device = create_device(spec->kind, spec->index, spec->capacity);
   if (!device.ok()) return std::move(device).error();
   out.device = std::move(device).value();
   {
     DeviceScope scope(out.device.get());
-    auto model = Model::load(Model::Options{config.model_dir, out.device.get()});
+    auto model = Model::load(Model::Options{config.model_dir, out.device.get(), config.dtype});
     if (!model.ok()) return std::move(model).error();
     out.model = std::move(model).value();
     auto profile = measure_memory_profile(*out.model, *out.device,

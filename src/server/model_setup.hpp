@@ -16,11 +16,11 @@
 namespace vg {
 
 class Model;
-class VirtualDevice;
+class Device;
 
 /// A model loaded and profiled on its own device.
 struct ProfiledModel {
-  std::unique_ptr<VirtualDevice> device;
+  std::unique_ptr<Device> device;
   std::unique_ptr<Model> model;  ///< destroy before `device` (its weights live there)
   std::string id;                ///< the model folder's name, as /v1/models shows it
   MemoryProfile profile;

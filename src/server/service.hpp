@@ -35,6 +35,8 @@ class Service {
   virtual bool healthy(std::string* reason) const = 0;
   /// Readiness: models loaded and not draining.
   virtual bool ready() const = 0;
+  /// Why ready() is false (for the /ready body); empty when ready.
+  virtual std::string not_ready_reason() const { return ready() ? std::string() : "models loading or server draining"; }
   /// Live admission state for GET /v1/admission.
   virtual AdmissionState admission_state() const = 0;
 };

@@ -16,8 +16,9 @@ MODEL_DIR = os.environ.get("VRAMGATE_MODEL_DIR", "models/tinylm")
 
 
 class Server:
-    def __init__(self, *extra_args):
-        self.args = [BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--threads", "1", *extra_args]
+    def __init__(self, *extra_args, model_dir=None):
+        self.args = [BIN, "serve", "--model-dir", model_dir or MODEL_DIR, "--port", "0", "--threads", "1",
+                     *extra_args]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.log = []
         self.port = None
@@ -94,8 +95,8 @@ def server():
 def make_server():
     started = []
 
-    def make(*args):
-        s = Server(*args)
+    def make(*args, **kw):
+        s = Server(*args, **kw)
         started.append(s)
         return s
 
