@@ -33,7 +33,7 @@ class Folder : public ::testing::Test {
 std::string metaspace_json() {
   std::string vocab = R"("<unk>": 0, "<s>": 1, "</s>": 2)";
   for (int b = 0; b < 256; ++b) {
-    char name[16];
+    char name[32];
     std::snprintf(name, sizeof name, "\"<0x%02X>\": %d", b, 3 + b);
     vocab += std::string(", ") + name;
   }
