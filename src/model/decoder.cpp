@@ -126,6 +126,22 @@ Result<std::unique_ptr<KvCache>> DecoderModel::new_cache(int capacity_tokens) {
   }
 }
 
+Status DecoderModel::read_weights(const Checkpoint& checkpoint, std::string prefix,
+                                  const std::function<void(WeightLoader&)>& read) {
+  WeightLoader w(checkpoint, std::move(prefix), dtype_, torch_device());
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    read(w);
+  } catch (...) {
+    Error e = current_exception_error(checkpoint.path().string() + ": loading weights onto " + device_->name());
+    e.code = ErrorCode::kModelLoad;
+    return e;
+  }
+  parameter_count_ = w.parameters();
+  return w.status();
+}
+
 Status DecoderModel::validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const {
   std::unordered_set<const KvCache*> seen;
   for (std::size_t i = 0; i < inputs.size(); ++i) {

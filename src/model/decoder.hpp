@@ -9,11 +9,13 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "device/device.hpp"
 #include "model/checkpoint.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
@@ -127,6 +129,15 @@ class DecoderModel : public Model {
 
   at::Device torch_device() const;
 
+  /// Reads the weights: `read` takes every tensor it needs from a
+  /// WeightLoader over `checkpoint` (names after `prefix`), on the device, in
+  /// the compute dtype, in inference mode; then parameter_count() counts them.
+  /// Errors: the loader's first error (missing tensor, wrong shape or dtype),
+  /// or kModelLoad naming the checkpoint and the device for a libtorch error
+  /// or out-of-memory while reading.
+  Status read_weights(const Checkpoint& checkpoint, std::string prefix,
+                      const std::function<void(WeightLoader&)>& read);
+
   ModelConfig config_;
   Device* device_;
   at::ScalarType dtype_;  ///< compute and KV cache dtype
@@ -145,5 +156,20 @@ class DecoderModel : public Model {
   /// head_dim] -> [t, n_head * head_dim].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) const;
 };
+
+/// Creates the model of family M (a DecoderModel constructed as
+/// M(config, device, dtype, tokenizer), with `Status load_weights(const
+/// Checkpoint&)`) in the compute dtype of config.dtype and loads its weights.
+/// Errors: as compute_dtype() and M::load_weights().
+template <class M>
+Result<std::unique_ptr<Model>> load_decoder(const ModelConfig& config, const Checkpoint& checkpoint, Device* device,
+                                            std::unique_ptr<Tokenizer> tokenizer) {
+  Result<at::ScalarType> dtype =
+      compute_dtype(config.dtype, device->torch_device() == "cpu", checkpoint.path().parent_path().string());
+  if (!dtype.ok()) return std::move(dtype).error();
+  auto model = std::make_unique<M>(config, device, *dtype, std::move(tokenizer));
+  if (Status s = model->load_weights(checkpoint); !s.ok()) return s.error();
+  return std::unique_ptr<Model>(std::move(model));
+}
 
 }  // namespace vg::detail

@@ -3,7 +3,6 @@
 // embeddings, pre-LayerNorm blocks, causal self-attention over the KV cache
 // (decoder.cpp), gelu_new MLP, LM head tied to the token embedding. A
 // Gpt2Model and its caches belong to one engine thread.
-#include <c10/core/InferenceMode.h>
 
 #include "device/device.hpp"
 #include "model/decoder.hpp"
@@ -44,10 +43,7 @@ Status Gpt2Model::load_weights(const Checkpoint& checkpoint) {
   const std::int64_t d = config_.n_embd;
   const std::int64_t kv_dim = static_cast<std::int64_t>(config_.n_kv_head) * config_.head_dim;
   const std::int64_t inner = config_.intermediate_size;
-  detail::WeightLoader w(checkpoint, prefix, dtype_, torch_device());
-  DeviceScope scope(device_);
-  c10::InferenceMode inference;
-  try {
+  return read_weights(checkpoint, prefix, [&](detail::WeightLoader& w) {
     wte_ = w.get("wte.weight", {config_.vocab_size, d});
     wpe_ = w.get("wpe.weight", {config_.n_positions, d});
     for (int i = 0; i < config_.n_layer; ++i) {
@@ -69,13 +65,7 @@ Status Gpt2Model::load_weights(const Checkpoint& checkpoint) {
     }
     ln_f_w_ = w.get("ln_f.weight", {d});
     ln_f_b_ = w.get("ln_f.bias", {d});
-  } catch (...) {
-    Error e = detail::current_exception_error(checkpoint.path().string() + ": loading weights onto " + device_->name());
-    e.code = ErrorCode::kModelLoad;
-    return e;
-  }
-  parameter_count_ = w.parameters();
-  return w.status();
+  });
 }
 
 at::Tensor Gpt2Model::hidden(const Plan& plan) const {
@@ -114,12 +104,7 @@ at::Tensor Gpt2Model::head(const at::Tensor& x) const {
 
 Result<std::unique_ptr<Model>> load_gpt2(const ModelConfig& config, const Checkpoint& checkpoint, Device* device,
                                          std::unique_ptr<Tokenizer> tokenizer) {
-  Result<at::ScalarType> dtype = detail::compute_dtype(config.dtype, device->torch_device() == "cpu",
-                                                       checkpoint.path().parent_path().string());
-  if (!dtype.ok()) return std::move(dtype).error();
-  auto model = std::make_unique<Gpt2Model>(config, device, *dtype, std::move(tokenizer));
-  if (Status s = model->load_weights(checkpoint); !s.ok()) return s.error();
-  return std::unique_ptr<Model>(std::move(model));
+  return detail::load_decoder<Gpt2Model>(config, checkpoint, device, std::move(tokenizer));
 }
 
 }  // namespace vg

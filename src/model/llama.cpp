@@ -6,7 +6,6 @@
 // embedding. Q, K and V (and gate and up) are fused into one matrix each at
 // load time, so a layer runs two matrix products before attention and two
 // after. A LlamaModel and its caches belong to one engine thread.
-#include <c10/core/InferenceMode.h>
 
 #include <cmath>
 
@@ -51,10 +50,7 @@ Status LlamaModel::load_weights(const Checkpoint& checkpoint) {
   const std::int64_t q_dim = config_.n_head * hd;
   const std::int64_t kv_dim = config_.n_kv_head * hd;
   const std::int64_t inner = config_.intermediate_size;
-  detail::WeightLoader w(checkpoint, "", dtype_, torch_device());
-  DeviceScope scope(device_);
-  c10::InferenceMode inference;
-  try {
+  return read_weights(checkpoint, "", [&](detail::WeightLoader& w) {
     embed_ = w.get("model.embed_tokens.weight", {config_.vocab_size, d});
     for (int i = 0; i < config_.n_layer; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -82,13 +78,7 @@ Status LlamaModel::load_weights(const Checkpoint& checkpoint) {
                         at::arange(0, hd, 2, at::TensorOptions().dtype(at::kDouble).device(torch_device())) /
                             static_cast<double>(hd))
                     .reciprocal();
-  } catch (...) {
-    Error e = detail::current_exception_error(checkpoint.path().string() + ": loading weights onto " + device_->name());
-    e.code = ErrorCode::kModelLoad;
-    return e;
-  }
-  parameter_count_ = w.parameters();
-  return w.status();
+  });
 }
 
 at::Tensor LlamaModel::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -149,12 +139,7 @@ at::Tensor LlamaModel::head(const at::Tensor& x) const {
 
 Result<std::unique_ptr<Model>> load_llama(const ModelConfig& config, const Checkpoint& checkpoint, Device* device,
                                           std::unique_ptr<Tokenizer> tokenizer) {
-  Result<at::ScalarType> dtype = detail::compute_dtype(config.dtype, device->torch_device() == "cpu",
-                                                       checkpoint.path().parent_path().string());
-  if (!dtype.ok()) return std::move(dtype).error();
-  auto model = std::make_unique<LlamaModel>(config, device, *dtype, std::move(tokenizer));
-  if (Status s = model->load_weights(checkpoint); !s.ok()) return s.error();
-  return std::unique_ptr<Model>(std::move(model));
+  return detail::load_decoder<LlamaModel>(config, checkpoint, device, std::move(tokenizer));
 }
 
 }  // namespace vg
