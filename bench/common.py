@@ -1,42 +1,19 @@
 """Shared by the benchmark scripts: start a vramgate server on a free port,
 stream one completion and time it."""
 import json
-import re
-import subprocess
-import threading
+import os
+import sys
 import time
 
 import requests
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from server_process import ServerProcess  # noqa: E402
 
-class Server:
+
+class Server(ServerProcess):
     def __init__(self, binary, *args):
-        self.proc = subprocess.Popen([binary, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        self.port = None
-        seen = threading.Event()
-
-        def pump():
-            for line in self.proc.stdout:
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    seen.set()
-            seen.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not seen.wait(120) or self.port is None:
-            raise RuntimeError("server did not start")
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while requests.get(self.url + "/ready", timeout=10).status_code != 200:
-            if time.monotonic() > deadline:
-                raise RuntimeError("server not ready")
-            time.sleep(0.05)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(60)
+        super().__init__([binary, "serve", "--port", "0", *args])
 
 
 def stream_completion(url, body, timeout=300):

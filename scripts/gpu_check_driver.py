@@ -22,49 +22,24 @@ import argparse
 import json
 import math
 import os
-import re
-import signal
-import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from server_process import ServerProcess  # noqa: E402
+
 MiB = 1 << 20
 
 
-class Server:
+class Server(ServerProcess):
     """A `vramgate serve` process on a free port, ready when constructed."""
 
     def __init__(self, binary, args, env=None, start_timeout=240):
-        self.proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=dict(os.environ, **(env or {})))
-        self.log = []
-        self.port = None
-        seen = threading.Event()
-
-        def pump():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    seen.set()
-            seen.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not seen.wait(start_timeout) or self.port is None:
-            self.stop()
-            raise RuntimeError("server did not start:\n" + self.tail())
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while self.request("GET", "/ready")[0] != 200:
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError("server never became ready:\n" + self.tail())
-            time.sleep(0.05)  # polling a state with a deadline, not synchronisation by sleep
+        super().__init__([binary, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+                         env=dict(os.environ, **(env or {})), start_timeout=start_timeout)
 
     def request(self, method, path, body=None, timeout=120):
         data = json.dumps(body).encode() if body is not None else None
@@ -87,17 +62,6 @@ class Server:
             raise RuntimeError(f"/v1/admission answered {status}: {body}")
         return body
 
-    def tail(self, n=40):
-        return "".join(self.log[-n:])
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def cost_of(profile, tokens):
@@ -229,7 +193,7 @@ def check_load(args):
           f"device used peak {gb(d['peak_bytes'])} of {gb(capacity)} x {util:.4f} = {gb(capacity * util)}, "
           f"{args.alloc_conf or 'default allocator settings'}, {time.monotonic() - t0:.1f} s", flush=True)
     if problems:
-        print(server.tail(), file=sys.stderr)
+        print(server.tail(40), file=sys.stderr)
     return not problems
 
 
@@ -273,7 +237,7 @@ def check_inject_oom(args):
           f"{gb(allocated_base)} before, used {gb(d['used_bytes'])}, follow-up {follow_up}, "
           f"{time.monotonic() - t0:.1f} s", flush=True)
     if problems:
-        print(server.tail(), file=sys.stderr)
+        print(server.tail(40), file=sys.stderr)
     return not problems
 
 

@@ -29,7 +29,6 @@ import os
 import random
 import re
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -37,38 +36,23 @@ from collections import Counter
 
 import requests
 
+from server_process import ServerProcess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_BODY = 65536
 READ_TIMEOUT_S = 2
 IDLE_TIMEOUT_S = 3
 
 
-class Server:
+class Server(ServerProcess):
     def __init__(self, binary, model_dir, extra):
-        args = [binary, "serve", "--model-dir", model_dir, "--port", "0", "--threads", "1",
-                "--max-body-bytes", str(MAX_BODY), "--read-timeout", str(READ_TIMEOUT_S),
-                "--idle-timeout", str(IDLE_TIMEOUT_S),
-                "--test-trim-heap", *extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.log_tail = []
-        seen = threading.Event()
-        self.port = None
-
-        def pump():
-            for line in self.proc.stdout:
-                self.log_tail = (self.log_tail + [line])[-200:]
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    seen.set()
-            seen.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not seen.wait(300) or self.port is None:
-            self.proc.kill()
-            sys.exit("server did not start:\n" + "".join(self.log_tail))
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_until(lambda: requests.get(self.url + "/ready", timeout=10).status_code == 200, 300, "/ready")
+        try:
+            super().__init__([binary, "serve", "--model-dir", model_dir, "--port", "0", "--threads", "1",
+                              "--max-body-bytes", str(MAX_BODY), "--read-timeout", str(READ_TIMEOUT_S),
+                              "--idle-timeout", str(IDLE_TIMEOUT_S), "--test-trim-heap", *extra],
+                             start_timeout=300, ready_timeout=300, keep_lines=200)
+        except RuntimeError as e:
+            sys.exit(str(e))
 
     def admission(self):
         return requests.get(self.url + "/v1/admission", timeout=30).json()
@@ -83,14 +67,6 @@ class Server:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
 
 
 def wait_until(cond, timeout, what):
@@ -308,7 +284,7 @@ def main():
             f.write(text + "\n")
     if failures:
         print("soak: FAILED: " + "; ".join(failures), file=sys.stderr)
-        print("".join(server.log_tail[-40:]), file=sys.stderr)
+        print(server.tail(40), file=sys.stderr)
     return 0 if not failures else 1
 
 

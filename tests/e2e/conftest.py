@@ -2,44 +2,23 @@
 /ready, and stop it with SIGTERM. Tests wait on conditions the server reports,
 never on sleeps."""
 import os
-import re
-import signal
-import subprocess
-import threading
+import sys
 import time
 
 import pytest
 import requests
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from server_process import ServerProcess  # noqa: E402
+
 BIN = os.environ.get("VRAMGATE_BIN", "build/release/vramgate")
 MODEL_DIR = os.environ.get("VRAMGATE_MODEL_DIR", "models/tinylm")
 
 
-class Server:
+class Server(ServerProcess):
     def __init__(self, *extra_args, model_dir=None):
-        self.args = [BIN, "serve", "--model-dir", model_dir or MODEL_DIR, "--port", "0", "--threads", "1",
-                     *extra_args]
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.log = []
-        self.port = None
-        port_seen = threading.Event()
-
-        def pump():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    port_seen.set()
-            port_seen.set()
-
-        self.reader = threading.Thread(target=pump, daemon=True)
-        self.reader.start()
-        if not port_seen.wait(120) or self.port is None:
-            self.proc.kill()
-            raise RuntimeError("server did not start:\n" + "".join(self.log))
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_until(lambda: self.get("/ready").status_code == 200, what="/ready")
+        super().__init__([BIN, "serve", "--model-dir", model_dir or MODEL_DIR, "--port", "0", "--threads", "1",
+                          *extra_args])
 
     def get(self, path, **kw):
         return requests.get(self.url + path, timeout=kw.pop("timeout", 60), **kw)
@@ -52,22 +31,6 @@ class Server:
 
     def logs(self):
         return "".join(self.log)
-
-    def send_signal_once(self, sig=signal.SIGTERM):
-        """Sends `sig` once; stop() then only waits for the exit."""
-        self.signalled = True
-        self.proc.send_signal(sig)
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.proc.poll() is None and not getattr(self, "signalled", False):
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(5)
-        return self.proc.returncode
 
 
 def wait_until(cond, timeout=60.0, what="condition"):
