@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "device/device.hpp"
@@ -15,6 +14,7 @@
 namespace vg {
 namespace {
 
+using testing::max_abs_diff;
 using testing::TempDir;
 
 constexpr std::int64_t kGiB = 1LL << 30;
@@ -28,12 +28,6 @@ std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, co
   auto m = Model::load({dir, device, dtype});
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m).value() : nullptr;
-}
-
-float max_abs_diff(std::span<const float> a, std::span<const float> b) {
-  float m = a.size() == b.size() ? 0.0f : INFINITY;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
 }
 
 std::int32_t argmax(const std::vector<float>& logits) {

@@ -15,6 +15,7 @@
 namespace vg {
 namespace {
 
+using testing::max_abs_diff;
 using testing::RandomGpt2;
 using testing::TempDir;
 
@@ -26,13 +27,6 @@ std::unique_ptr<VirtualDevice> make_device(std::int64_t capacity = kGiB) {
 
 Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Device* device) {
   return Model::load({dir, device});
-}
-
-float max_abs_diff(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
 }
 
 std::vector<std::int32_t> prompt(int n, int salt = 0) {

@@ -19,6 +19,7 @@
 namespace vg {
 namespace {
 
+using testing::expect_sequential_match;
 using testing::max_abs_diff;
 using testing::TempDir;
 
@@ -45,33 +46,6 @@ Checked load(const std::filesystem::path& dir, const std::string& dtype = "float
   EXPECT_TRUE(m.ok()) << m.error().message;
   if (m.ok()) c.model = std::move(m).value();
   return c;
-}
-
-/// forward_full, then prefill of half of each prompt and decode of the rest
-/// one token at a time, against the reference logits of every position.
-void expect_sequential_match(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
-                             const std::vector<std::vector<float>>& reference, float tolerance) {
-  const auto v = static_cast<std::size_t>(model.config().vocab_size);
-  for (std::size_t p = 0; p < prompts.size(); ++p) {
-    const auto& ids = prompts[p];
-    ASSERT_EQ(reference[p].size(), ids.size() * v) << "prompt " << p;
-    auto full = model.forward_full(ids);
-    ASSERT_TRUE(full.ok()) << full.error().message;
-    EXPECT_LE(max_abs_diff(*full, reference[p]), tolerance) << "forward_full, prompt " << p;
-
-    auto cache = std::move(model.new_cache(static_cast<int>(ids.size()))).value();
-    const std::size_t prefill = std::max<std::size_t>(1, ids.size() / 2);
-    for (std::size_t start = 0; start < ids.size();) {
-      const std::size_t n = start == 0 ? prefill : 1;
-      const StepInput input{cache.get(), std::span(ids).subspan(start, n)};
-      auto step = model.step(std::span(&input, 1));
-      ASSERT_TRUE(step.ok()) << step.error().message;
-      start += n;
-      ASSERT_LE(max_abs_diff(step->at(0), std::span(reference[p]).subspan((start - 1) * v, v)), tolerance)
-          << "step ending at position " << start - 1 << ", prompt " << p;
-    }
-    EXPECT_EQ(cache->length(), static_cast<int>(ids.size()));
-  }
 }
 
 /// All prompts in one batch: prompt i joins at step i % 2 with a prefill of

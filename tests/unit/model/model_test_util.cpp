@@ -1,6 +1,8 @@
 // Helpers for the model tests (see model_test_util.hpp).
 #include "model_test_util.hpp"
 
+#include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +16,8 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+
+#include "model/model.hpp"
 
 namespace vg::testing {
 
@@ -157,6 +161,33 @@ float max_abs_diff(std::span<const float> a, std::span<const float> b) {
   float m = a.size() == b.size() ? 0.0f : INFINITY;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
   return m;
+}
+
+/// forward_full, then prefill of half of each prompt and decode of the rest
+/// one token at a time, against the reference logits of every position.
+void expect_sequential_match(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::vector<float>>& reference, float tolerance) {
+  const auto v = static_cast<std::size_t>(model.config().vocab_size);
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const auto& ids = prompts[p];
+    ASSERT_EQ(reference[p].size(), ids.size() * v) << "prompt " << p;
+    auto full = model.forward_full(ids);
+    ASSERT_TRUE(full.ok()) << full.error().message;
+    EXPECT_LE(max_abs_diff(*full, reference[p]), tolerance) << "forward_full, prompt " << p;
+
+    auto cache = std::move(model.new_cache(static_cast<int>(ids.size()))).value();
+    const std::size_t prefill = std::max<std::size_t>(1, ids.size() / 2);
+    for (std::size_t start = 0; start < ids.size();) {
+      const std::size_t n = start == 0 ? prefill : 1;
+      const StepInput input{cache.get(), std::span(ids).subspan(start, n)};
+      auto step = model.step(std::span(&input, 1));
+      ASSERT_TRUE(step.ok()) << step.error().message;
+      start += n;
+      ASSERT_LE(max_abs_diff(step->at(0), std::span(reference[p]).subspan((start - 1) * v, v)), tolerance)
+          << "step ending at position " << start - 1 << ", prompt " << p;
+    }
+    EXPECT_EQ(cache->length(), static_cast<int>(ids.size()));
+  }
 }
 
 }  // namespace vg::testing

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace vg {
+class Model;
+}
+
 namespace vg::testing {
 
 /// A fresh folder under the system temp dir, removed with its contents.
@@ -75,5 +79,11 @@ std::vector<std::vector<float>> reference_logits(const std::filesystem::path& mo
 
 /// Largest |a[i] - b[i]|; infinity when the sizes differ.
 float max_abs_diff(std::span<const float> a, std::span<const float> b);
+
+/// GoogleTest checks of `model` against `reference` (reference_logits() of
+/// `prompts`) within `tolerance`: forward_full, then prefill of half of each
+/// prompt and decode of the rest one token at a time, every position.
+void expect_sequential_match(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::vector<float>>& reference, float tolerance);
 
 }  // namespace vg::testing
