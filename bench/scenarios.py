@@ -18,42 +18,24 @@ writes bench/reports/<name>.md (tables and the targets), <name>.json
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 import tomllib
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
 import report  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from server_process import ServerProcess  # noqa: E402
 
-class Server:
+
+class Server(ServerProcess):
     """A vramgate server on a free port, logging to a file."""
 
     def __init__(self, binary, args, log_path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([binary, "serve", "--port", str(self.port), *args], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 120
-        while not self._ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"server did not become ready; see {log_path}")
-            time.sleep(0.05)
-
-    def _ready(self):
-        try:
-            with urllib.request.urlopen(self.url + "/ready", timeout=5) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        super().__init__([binary, "serve", "--port", "0", *args], ready_timeout=120, keep_lines=200,
+                         log_path=log_path)
 
     def cpu_seconds(self):
         """User + system CPU time of the server process so far (Linux /proc)."""
@@ -63,16 +45,6 @@ class Server:
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def server_args(cfg, policy):

@@ -19,19 +19,24 @@ class ServerProcess:
     include `--port 0`. Raises RuntimeError, with the end of the log, when the
     server does not print its port within `start_timeout` seconds or does not
     turn ready within `ready_timeout` seconds after that. `keep_lines`
-    bounds the log kept in memory (None: all of it)."""
+    bounds the log kept in memory (None: all of it); `log_path`, when given,
+    also receives every log line as it comes."""
 
-    def __init__(self, argv, env=None, start_timeout=120, ready_timeout=60, keep_lines=None):
+    def __init__(self, argv, env=None, start_timeout=120, ready_timeout=60, keep_lines=None, log_path=None):
         self.args = list(argv)
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=env)
         self.log = []
         self.port = None
         self.signalled = False
+        log_file = open(log_path, "w") if log_path else None
         port_seen = threading.Event()
 
         def pump():
             for line in self.proc.stdout:
+                if log_file:
+                    log_file.write(line)
+                    log_file.flush()
                 self.log.append(line)
                 if keep_lines is not None and len(self.log) > keep_lines:
                     del self.log[0]
@@ -40,6 +45,8 @@ class ServerProcess:
                     self.port = int(m.group(1))
                     port_seen.set()
             port_seen.set()
+            if log_file:
+                log_file.close()
 
         self.reader = threading.Thread(target=pump, daemon=True)
         self.reader.start()
