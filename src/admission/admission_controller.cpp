@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "admission/memory_profile.hpp"
@@ -35,37 +36,67 @@ struct Entry {
 struct AdmissionController::State final : LeaseLedger {
   using Callback = std::function<void()>;
 
+  struct DeviceState {
+    AdmissionTopology::Device config;
+    std::int64_t effective_budget = 0;
+    std::int64_t reserved = 0;
+    std::int64_t peak_reserved = 0;
+    int active_leases = 0;
+  };
+  struct EngineState {
+    AdmissionTopology::Engine config;
+    int active_leases = 0;
+    bool available = true;
+  };
+
   const AdmissionOptions options;
 
   mutable Mutex mu;
-  std::int64_t effective_budget VG_GUARDED_BY(mu);
-  std::int64_t reserved VG_GUARDED_BY(mu) = 0;
-  std::int64_t peak_reserved VG_GUARDED_BY(mu) = 0;
-  int active_leases VG_GUARDED_BY(mu) = 0;
+  std::vector<DeviceState> devices VG_GUARDED_BY(mu);
+  std::vector<EngineState> engines VG_GUARDED_BY(mu);
+  std::unordered_map<RequestId, int> holders VG_GUARDED_BY(mu);  // granted lease -> its engine
   std::vector<Entry> queue VG_GUARDED_BY(mu);  // FIFO
   DrainRateEstimator drain VG_GUARDED_BY(mu);
   AdmissionCounters counters VG_GUARDED_BY(mu);
   std::shared_ptr<const Callback> on_release VG_GUARDED_BY(mu);
 
-  State(const AdmissionOptions& o, Callback cb)
-      : options(o), effective_budget(o.budget_bytes), drain(o.drain_rate),
-        on_release(cb ? std::make_shared<const Callback>(std::move(cb)) : nullptr) {}
+  State(const AdmissionOptions& o, const AdmissionTopology& topology, Callback cb)
+      : options(o), drain(o.drain_rate),
+        on_release(cb ? std::make_shared<const Callback>(std::move(cb)) : nullptr) {
+    MutexLock lock(mu);
+    for (const auto& d : topology.devices) devices.push_back(DeviceState{d, d.budget_bytes});
+    for (const auto& e : topology.engines) engines.push_back(EngineState{e});
+  }
 
-  void return_lease(RequestId /*id*/, std::int64_t bytes) noexcept override {
+  void return_lease(RequestId id, std::int64_t bytes) noexcept override {
     std::shared_ptr<const Callback> wake;
     {
       MutexLock lock(mu);
-      reserved -= bytes;
-      --active_leases;
+      int e = 0;
+      if (auto it = holders.find(id); it != holders.end()) {
+        e = it->second;
+        holders.erase(it);
+      }
+      EngineState& engine = engines[static_cast<std::size_t>(e)];
+      DeviceState& device = devices[static_cast<std::size_t>(engine.config.device)];
+      device.reserved -= bytes;
+      --device.active_leases;
+      --engine.active_leases;
       ++counters.released;
       wake = on_release;
     }
     if (wake) (*wake)();
   }
 
-  GrantState grant_state() const VG_REQUIRES(mu) {
-    return GrantState{options.policy, effective_budget - reserved, active_leases, options.max_bypass,
-                      options.max_running, options.priority_aging};
+  std::vector<GrantAssignment> assign(std::span<const QueuedRequest> q, TimePoint now,
+                                      std::optional<TimePoint>* bypass_closes = nullptr) const VG_REQUIRES(mu) {
+    std::vector<DeviceGrantState> dev;
+    for (const DeviceState& d : devices) dev.push_back(DeviceGrantState{d.effective_budget - d.reserved, d.active_leases});
+    std::vector<EngineGrantState> eng;
+    for (const EngineState& e : engines) {
+      eng.push_back(EngineGrantState{e.config.device, e.config.model, e.config.max_running, e.active_leases, e.available});
+    }
+    return assign_grants(options.policy, options.max_bypass, options.priority_aging, dev, eng, q, now, bypass_closes);
   }
 
   std::vector<QueuedRequest> requests() const VG_REQUIRES(mu) {
@@ -75,17 +106,30 @@ struct AdmissionController::State final : LeaseLedger {
     return out;
   }
 
-  std::int64_t waiting(std::span<const QueuedRequest> q, TimePoint now) const VG_REQUIRES(mu) {
-    return static_cast<std::int64_t>(q.size() - select_grants(grant_state(), q, now).size());
-  }
-
   double retry_after(std::int64_t work_ahead, TimePoint now) const VG_REQUIRES(mu) {
     return retry_after_seconds(work_ahead, drain.rate_per_s(now), options.retry_after);
   }
 
+  /// The largest configured budget among the devices that serve `model`;
+  /// nullopt when no engine serves it.
+  std::optional<std::int64_t> largest_budget(int model) const VG_REQUIRES(mu) {
+    std::optional<std::int64_t> out;
+    for (const EngineState& e : engines) {
+      if (e.config.model != model) continue;
+      const std::int64_t b = devices[static_cast<std::size_t>(e.config.device)].config.budget_bytes;
+      if (!out || b > *out) out = b;
+    }
+    return out;
+  }
+
   std::string reserved_text() const VG_REQUIRES(mu) {
-    std::string s = format_bytes(reserved) + " of " + format_bytes(effective_budget) + " reserved";
-    if (effective_budget != options.budget_bytes) s += " (budget cut from " + format_bytes(options.budget_bytes) + ")";
+    std::string s;
+    for (const DeviceState& d : devices) {
+      if (!s.empty()) s += "; ";
+      s += format_bytes(d.reserved) + " of " + format_bytes(d.effective_budget) + " reserved";
+      if (devices.size() > 1) s += " on " + d.config.name;
+      if (d.effective_budget != d.config.budget_bytes) s += " (budget cut from " + format_bytes(d.config.budget_bytes) + ")";
+    }
     return s;
   }
 
@@ -101,12 +145,42 @@ struct AdmissionController::State final : LeaseLedger {
     }
     return std::nullopt;
   }
+
+  Entry make_entry(const QueuedRequest& r, TimePoint now, std::optional<TimePoint> deadline) const {
+    Entry entry{r, now + options.queue_timeout, false};
+    if (deadline && *deadline < entry.expires_at) {
+      entry.expires_at = *deadline;
+      entry.by_deadline = true;
+    }
+    return entry;
+  }
 };
 
 Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const AdmissionOptions& o,
                                                                           std::function<void()> on_release) {
-  if (o.budget_bytes < 0) {
-    return Error(ErrorCode::kConfig, "admission budget must be >= 0 bytes, got " + std::to_string(o.budget_bytes));
+  AdmissionTopology topology;
+  topology.devices.push_back(AdmissionTopology::Device{"the device", o.budget_bytes});
+  topology.engines.push_back(AdmissionTopology::Engine{0, 0, o.max_running});
+  return create(o, std::move(topology), std::move(on_release));
+}
+
+Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const AdmissionOptions& o,
+                                                                          AdmissionTopology topology,
+                                                                          std::function<void()> on_release) {
+  if (topology.devices.empty() || topology.engines.empty()) {
+    return Error(ErrorCode::kConfig, "admission needs at least one device and one engine");
+  }
+  for (const auto& d : topology.devices) {
+    if (d.budget_bytes < 0) {
+      return Error(ErrorCode::kConfig, "admission budget must be >= 0 bytes, got " + std::to_string(d.budget_bytes));
+    }
+  }
+  for (const auto& e : topology.engines) {
+    if (e.device < 0 || static_cast<std::size_t>(e.device) >= topology.devices.size()) {
+      return Error(ErrorCode::kConfig, "admission engine names device " + std::to_string(e.device) + " of " +
+                                           std::to_string(topology.devices.size()));
+    }
+    if (e.max_running < 0) return Error(ErrorCode::kConfig, "engine max_running must be >= 0");
   }
   if (o.max_queue < 0) return Error(ErrorCode::kConfig, "max_queue must be >= 0, got " + std::to_string(o.max_queue));
   if (o.queue_timeout <= Duration::zero()) {
@@ -124,7 +198,7 @@ Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const A
   if (!(o.retry_after.min_s >= 1 && o.retry_after.max_s >= o.retry_after.min_s)) {
     return Error(ErrorCode::kConfig, "retry_after needs 1 <= min_s <= max_s");
   }
-  auto state = std::make_shared<State>(o, std::move(on_release));
+  auto state = std::make_shared<State>(o, topology, std::move(on_release));
   return std::unique_ptr<AdmissionController>(new AdmissionController(std::move(state)));
 }
 
@@ -138,31 +212,35 @@ AdmissionController::~AdmissionController() {
 }
 
 Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
-                                                     std::optional<TimePoint> deadline, Priority priority) {
+                                                     std::optional<TimePoint> deadline, Priority priority, int model) {
   State& s = *state_;
   const AdmissionOptions& o = s.options;
   if (cost_bytes < 0) {
     return Error(ErrorCode::kInvalidRequest, "request cost must be >= 0 bytes, got " + std::to_string(cost_bytes));
   }
   const bool limited = o.policy.kind != AdmissionPolicy::Kind::kNone;
-  if (limited && cost_bytes > o.budget_bytes) {
-    MutexLock lock(s.mu);
+  MutexLock lock(s.mu);
+  const std::optional<std::int64_t> largest = s.largest_budget(model);
+  if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(model));
+  if (limited && cost_bytes > *largest) {
     ++s.counters.rejected_never_fits;
+    const bool one = s.devices.size() == 1;
     Error e(ErrorCode::kExceedsDeviceMemory,
-            "request needs " + format_bytes(cost_bytes) + " (" + std::to_string(cost_bytes) +
-                " bytes) but the device budget is " + format_bytes(o.budget_bytes) + " (" +
-                std::to_string(o.budget_bytes) + " bytes): it cannot run even on an empty device");
+            "request needs " + format_bytes(cost_bytes) + " (" + std::to_string(cost_bytes) + " bytes) but the " +
+                (one ? "device budget" : "largest device budget") + " is " + format_bytes(*largest) + " (" +
+                std::to_string(*largest) + " bytes): it cannot run even on an empty device");
     e.needed_bytes = cost_bytes;
-    e.budget_bytes = o.budget_bytes;
+    e.budget_bytes = *largest;
     return e;
   }
-  MutexLock lock(s.mu);
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
+  const QueuedRequest request{id, cost_bytes, now, priority, model};
   if (limited) {
     std::vector<QueuedRequest> q = s.requests();
-    q.push_back(QueuedRequest{id, cost_bytes, now, priority});
-    const std::vector<std::size_t> grants = select_grants(s.grant_state(), q, now);
-    const bool starts_now = std::find(grants.begin(), grants.end(), q.size() - 1) != grants.end();
+    q.push_back(request);
+    const std::vector<GrantAssignment> grants = s.assign(q, now);
+    const bool starts_now = std::any_of(grants.begin(), grants.end(),
+                                        [&](const GrantAssignment& g) { return g.index == q.size() - 1; });
     const std::int64_t waiting = static_cast<std::int64_t>(q.size() - grants.size());
     if (!starts_now && waiting > o.max_queue) {
       ++s.counters.rejected_queue_full;
@@ -176,27 +254,18 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
       return e;
     }
   }
-  Entry entry{QueuedRequest{id, cost_bytes, now, priority}, now + o.queue_timeout, false};
-  if (deadline && *deadline < entry.expires_at) {
-    entry.expires_at = *deadline;
-    entry.by_deadline = true;
-  }
-  s.queue.push_back(entry);
+  s.queue.push_back(s.make_entry(request, now, deadline));
   ++s.counters.enqueued;
   return AdmissionTicket{id, s.rank(s.queue.size() - 1, now)};
 }
 
 Status AdmissionController::requeue_front(RequestId id, std::int64_t cost_bytes, TimePoint enqueued_at,
-                                          TimePoint now, std::optional<TimePoint> deadline, Priority priority) {
+                                          TimePoint now, std::optional<TimePoint> deadline, Priority priority,
+                                          int model) {
   State& s = *state_;
   MutexLock lock(s.mu);
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
-  Entry entry{QueuedRequest{id, cost_bytes, enqueued_at, priority}, now + s.options.queue_timeout, false};
-  if (deadline && *deadline < entry.expires_at) {
-    entry.expires_at = *deadline;
-    entry.by_deadline = true;
-  }
-  s.queue.insert(s.queue.begin(), entry);
+  s.queue.insert(s.queue.begin(), s.make_entry(QueuedRequest{id, cost_bytes, enqueued_at, priority, model}, now, deadline));
   ++s.counters.requeued;
   return Status::Ok();
 }
@@ -242,26 +311,36 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
   return out;
 }
 
-std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_grants) {
+std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_grants, int engine) {
   State& s = *state_;
   std::vector<AdmissionGrant> out;
   MutexLock lock(s.mu);
-  if (s.queue.empty() || max_grants <= 0) return out;
+  if (s.queue.empty() || max_grants <= 0 || engine < 0 || static_cast<std::size_t>(engine) >= s.engines.size()) {
+    return out;
+  }
   const std::vector<QueuedRequest> q = s.requests();
-  std::vector<std::size_t> picked = select_grants(s.grant_state(), q, now);
-  // Granting a prefix of the policy's picks keeps every invariant: fewer bytes
-  // are reserved, and the order is the policy's.
-  if (picked.size() > static_cast<std::size_t>(max_grants)) picked.resize(static_cast<std::size_t>(max_grants));
+  // Only this engine's placements are granted; the others stay queued for
+  // their engines, which were woken by the event that made them grantable.
+  // Granting a prefix of the policy's picks keeps every invariant: fewer
+  // bytes are reserved, and the order is the policy's.
+  std::vector<std::size_t> picked;
+  for (const GrantAssignment& a : s.assign(q, now)) {
+    if (a.engine == engine && picked.size() < static_cast<std::size_t>(max_grants)) picked.push_back(a.index);
+  }
   if (picked.empty()) return out;
+  State::EngineState& eng = s.engines[static_cast<std::size_t>(engine)];
+  State::DeviceState& dev = s.devices[static_cast<std::size_t>(eng.config.device)];
   out.reserve(picked.size());
   for (std::size_t i : picked) {
     const QueuedRequest& r = q[i];
-    s.reserved += r.cost_bytes;
-    ++s.active_leases;
+    dev.reserved += r.cost_bytes;
+    ++dev.active_leases;
+    ++eng.active_leases;
     ++s.counters.admitted;
+    s.holders[r.id] = engine;
     out.push_back(AdmissionGrant{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority});
   }
-  s.peak_reserved = std::max(s.peak_reserved, s.reserved);
+  dev.peak_reserved = std::max(dev.peak_reserved, dev.reserved);
   // Remove the granted entries (picked is in grant order, not sorted),
   // keeping the queue order of the rest.
   std::vector<bool> granted(s.queue.size(), false);
@@ -274,6 +353,18 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
   return out;
 }
 
+void AdmissionController::set_engine_available(int engine, bool available) {
+  MutexLock lock(state_->mu);
+  if (engine < 0 || static_cast<std::size_t>(engine) >= state_->engines.size()) return;
+  state_->engines[static_cast<std::size_t>(engine)].available = available;
+}
+
+bool AdmissionController::engine_available(int engine) const {
+  MutexLock lock(state_->mu);
+  if (engine < 0 || static_cast<std::size_t>(engine) >= state_->engines.size()) return false;
+  return state_->engines[static_cast<std::size_t>(engine)].available;
+}
+
 std::optional<TimePoint> AdmissionController::next_wakeup(TimePoint now) const {
   const State& s = *state_;
   MutexLock lock(s.mu);
@@ -281,7 +372,9 @@ std::optional<TimePoint> AdmissionController::next_wakeup(TimePoint now) const {
   for (const Entry& e : s.queue) t = t ? std::min(*t, e.expires_at) : e.expires_at;
   if (t) {
     const std::vector<QueuedRequest> q = s.requests();
-    if (auto closes = bypass_window_closes(s.grant_state(), q, now)) t = std::min(*t, *closes);
+    std::optional<TimePoint> closes;
+    (void)s.assign(q, now, &closes);
+    if (closes) t = std::min(*t, *closes);
     if (auto ages = priority_aging_due(q, s.options.priority_aging, now)) t = std::min(*t, *ages);
   }
   return t;
@@ -292,11 +385,13 @@ void AdmissionController::record_completion(TimePoint now) {
   state_->drain.record(now);
 }
 
-std::int64_t AdmissionController::set_effective_budget(std::int64_t bytes) {
+std::int64_t AdmissionController::set_effective_budget(std::int64_t bytes, int device) {
   State& s = *state_;
   MutexLock lock(s.mu);
-  s.effective_budget = std::clamp<std::int64_t>(bytes, 0, s.options.budget_bytes);
-  return s.effective_budget;
+  if (device < 0 || static_cast<std::size_t>(device) >= s.devices.size()) return 0;
+  State::DeviceState& d = s.devices[static_cast<std::size_t>(device)];
+  d.effective_budget = std::clamp<std::int64_t>(bytes, 0, d.config.budget_bytes);
+  return d.effective_budget;
 }
 
 std::vector<RequestId> AdmissionController::drop_all() {
@@ -331,11 +426,15 @@ AdmissionSnapshot AdmissionController::snapshot(TimePoint now) const {
   MutexLock lock(s.mu);
   AdmissionSnapshot snap;
   snap.policy = s.options.policy;
-  snap.budget_bytes = s.options.budget_bytes;
-  snap.effective_budget_bytes = s.effective_budget;
-  snap.reserved_bytes = s.reserved;
-  snap.peak_reserved_bytes = s.peak_reserved;
-  snap.active_leases = s.active_leases;
+  for (const State::DeviceState& d : s.devices) {
+    snap.budget_bytes += d.config.budget_bytes;
+    snap.effective_budget_bytes += d.effective_budget;
+    snap.reserved_bytes += d.reserved;
+    snap.peak_reserved_bytes += d.peak_reserved;
+    snap.active_leases += d.active_leases;
+    snap.devices.push_back(DeviceAdmission{d.config.name, d.config.budget_bytes, d.effective_budget, d.reserved,
+                                           d.peak_reserved, d.active_leases});
+  }
   snap.queue_depth = static_cast<int>(s.queue.size());
   snap.queue.reserve(s.queue.size());
   int position = 0;

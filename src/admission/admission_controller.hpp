@@ -1,6 +1,14 @@
-// AdmissionController: the admission of one device. Holds the budget, the
-// bounded queue with aging and the leases it granted; answers every request
-// with a ticket, a lease, or an error that states the numbers.
+// AdmissionController: admission for one or more devices. Holds each
+// device's budget, one bounded queue with aging shared by every engine that
+// draws from it, and the leases it granted; answers every request with a
+// ticket, a lease, or an error that states the numbers.
+//
+// Topology: one device and one engine by default (create(options)); with
+// several devices, or several models on one device, each engine (a model
+// replica on one device) calls grant() for itself and gets the queued
+// requests of its model that assign_grants() places on it: where they fit
+// with the most free budget. A request that fits nowhere now waits in the
+// one queue and goes to the first engine that can take it.
 //
 // Threads: every member function is thread-safe (one internal mutex, never
 // held while calling out). Intended split:
@@ -24,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "admission/admission_policy.hpp"
@@ -56,6 +65,31 @@ struct AdmissionOptions {
   Duration priority_aging = std::chrono::seconds(10);
   RetryAfterOptions retry_after;
   DrainRateEstimator::Options drain_rate;
+};
+
+/// The devices and engines that share one AdmissionController.
+struct AdmissionTopology {
+  struct Device {
+    std::string name;                ///< for messages, e.g. "virt:1"
+    std::int64_t budget_bytes = 0;   ///< device_budget() of the device (bytes, >= 0)
+  };
+  struct Engine {
+    int device = 0;       ///< index into `devices`
+    int model = 0;        ///< the model it serves (enqueue's `model`)
+    int max_running = 0;  ///< leases it may hold at once (its max batch); 0 = no limit
+  };
+  std::vector<Device> devices;  ///< >= 1
+  std::vector<Engine> engines;  ///< >= 1
+};
+
+/// One device's share of an AdmissionSnapshot.
+struct DeviceAdmission {
+  std::string name;
+  std::int64_t budget_bytes = 0;
+  std::int64_t effective_budget_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  std::int64_t peak_reserved_bytes = 0;
+  int active_leases = 0;
 };
 
 /// Accepted into the queue.
@@ -103,11 +137,13 @@ struct QueuedView {
 /// Live state for /v1/admission and metrics (a copy; consistent at one instant).
 struct AdmissionSnapshot {
   AdmissionPolicy policy;
+  // Totals over the devices (one device: its values).
   std::int64_t budget_bytes = 0;            ///< configured budget
   std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts (<= budget)
   std::int64_t reserved_bytes = 0;          ///< held by unreleased leases
-  std::int64_t peak_reserved_bytes = 0;     ///< highest reserved_bytes so far
+  std::int64_t peak_reserved_bytes = 0;     ///< highest reserved_bytes so far (sum of the devices' peaks)
   int active_leases = 0;
+  std::vector<DeviceAdmission> devices;     ///< per device, in topology order
   int queue_depth = 0;
   std::vector<QueuedView> queue;              ///< grant order (higher class first, FIFO within a class)
   std::optional<double> drain_rate_per_s;     ///< nullopt until a completion was recorded
@@ -122,6 +158,12 @@ class AdmissionController {
   /// It must not throw; releases that begin after the controller is destroyed
   /// do not call it.
   static Result<std::unique_ptr<AdmissionController>> create(const AdmissionOptions& options,
+                                                            std::function<void()> on_release = {});
+  /// The same for several devices and engines; options.budget_bytes and
+  /// options.max_running are ignored (the topology gives them). kConfig on an
+  /// empty topology, a negative budget or an engine naming no device.
+  static Result<std::unique_ptr<AdmissionController>> create(const AdmissionOptions& options,
+                                                            AdmissionTopology topology,
                                                             std::function<void()> on_release = {});
   ~AdmissionController();
   AdmissionController(const AdmissionController&) = delete;
@@ -138,9 +180,12 @@ class AdmissionController {
   /// expire() reports kTimeout. `priority` is its class (see grant_order());
   /// the ticket's position is its place in that order. Call grant()
   /// afterwards (wake the engine).
+  /// `model` picks the engines that may run it; the never-fits check uses
+  /// the largest budget among the devices serving that model (kInvalidRequest
+  /// when no engine serves it).
   Result<AdmissionTicket> enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
                                   std::optional<TimePoint> deadline = std::nullopt,
-                                  Priority priority = Priority::kNormal);
+                                  Priority priority = Priority::kNormal, int model = 0);
 
   /// Puts a preempted request back at the head of the queue: its lease was
   /// released to free device memory and it must run again. It skips the
@@ -150,7 +195,8 @@ class AdmissionController {
   /// queue wait limit from `now`. Errors: kInternal for a
   /// duplicate id.
   Status requeue_front(RequestId id, std::int64_t cost_bytes, TimePoint enqueued_at, TimePoint now,
-                       std::optional<TimePoint> deadline = std::nullopt, Priority priority = Priority::kNormal);
+                       std::optional<TimePoint> deadline = std::nullopt, Priority priority = Priority::kNormal,
+                       int model = 0);
 
   /// Removes `id` from the queue. True: it was queued and now never will be
   /// granted. False: not queued (already granted — then whoever holds its
@@ -161,10 +207,17 @@ class AdmissionController {
   /// has passed at `now`. Call before grant() so expired work never starts.
   std::vector<AdmissionExpiry> expire(TimePoint now);
 
-  /// The requests that may start now, in policy order, each with its lease.
-  /// Under memory the sum of held leases stays <= the effective budget (I1).
-  /// At most `max_grants` (the engine's free batch slots) are granted.
-  std::vector<AdmissionGrant> grant(TimePoint now, int max_grants = 1 << 30);
+  /// The requests that may start now on `engine`, in policy order, each with
+  /// its lease: those assign_grants() places on it. Under memory the leases
+  /// held on each device stay <= its effective budget (I1). At most
+  /// `max_grants` (the engine's free batch slots) are granted.
+  std::vector<AdmissionGrant> grant(TimePoint now, int max_grants = 1 << 30, int engine = 0);
+
+  /// Whether `engine` may be given work (false: not ready, unhealthy or
+  /// stopping; its queued share goes to the other engines). Call grant() on
+  /// the others afterwards (wake them).
+  void set_engine_available(int engine, bool available);
+  bool engine_available(int engine) const;
 
   /// Earliest time after `now` at which expire() will have work, a bypass
   /// window closes or a request ages into the top class; nullopt when nothing
@@ -179,7 +232,7 @@ class AdmissionController {
   /// [0, budget]. A cut revokes nothing: no grant happens until reserved
   /// bytes fall under the new value. Only the memory policy checks it (fixed
   /// and none are baselines without an OOM governor). Returns the value set.
-  std::int64_t set_effective_budget(std::int64_t bytes);
+  std::int64_t set_effective_budget(std::int64_t bytes, int device = 0);
 
   /// Removes every queued request (shutdown) and returns their ids in FIFO order.
   std::vector<RequestId> drop_all();

@@ -97,6 +97,65 @@ std::vector<std::size_t> select_grants(const GrantState& state, std::span<const 
   return out;
 }
 
+std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Duration max_bypass,
+                                           Duration priority_aging, std::span<const DeviceGrantState> devices,
+                                           std::span<const EngineGrantState> engines,
+                                           std::span<const QueuedRequest> queue, TimePoint now,
+                                           std::optional<TimePoint>* bypass_closes) {
+  std::vector<GrantAssignment> out;
+  if (bypass_closes) bypass_closes->reset();
+  std::vector<DeviceGrantState> dev(devices.begin(), devices.end());
+  std::vector<EngineGrantState> eng(engines.begin(), engines.end());
+  for (std::size_t i : grant_order(queue, priority_aging, now)) {
+    const QueuedRequest& r = queue[i];
+    int best = -1;
+    bool had_slot = false;
+    for (std::size_t e = 0; e < eng.size(); ++e) {
+      const EngineGrantState& x = eng[e];
+      if (!x.available || x.model != r.model) continue;
+      if (policy.kind != AdmissionPolicy::Kind::kNone && x.max_running > 0 && x.active_leases >= x.max_running) {
+        continue;
+      }
+      had_slot = true;
+      const DeviceGrantState& d = dev[static_cast<std::size_t>(x.device)];
+      switch (policy.kind) {
+        case AdmissionPolicy::Kind::kMemory:
+          if (!fits(r, d.free_bytes)) continue;
+          break;
+        case AdmissionPolicy::Kind::kFixed:
+          if (d.active_leases >= policy.fixed_slots) continue;
+          break;
+        case AdmissionPolicy::Kind::kNone:
+          break;
+      }
+      if (best >= 0) {
+        const EngineGrantState& b = eng[static_cast<std::size_t>(best)];
+        const std::int64_t bf = dev[static_cast<std::size_t>(b.device)].free_bytes;
+        if (d.free_bytes < bf || (d.free_bytes == bf && x.active_leases >= b.active_leases)) continue;
+      }
+      best = static_cast<int>(e);
+    }
+    if (best >= 0) {
+      EngineGrantState& x = eng[static_cast<std::size_t>(best)];
+      DeviceGrantState& d = dev[static_cast<std::size_t>(x.device)];
+      d.free_bytes -= r.cost_bytes;
+      ++d.active_leases;
+      ++x.active_leases;
+      out.push_back(GrantAssignment{i, best});
+      continue;
+    }
+    // r waits. Under memory, later requests may pass it only while its
+    // bypass window is open (a request that found no free slot anywhere
+    // waits for a slot, as in select_grants, and blocks no one: later
+    // requests of its model find no slot either).
+    if (policy.kind != AdmissionPolicy::Kind::kMemory || !had_slot) continue;
+    const TimePoint closes = r.enqueued_at + max_bypass;
+    if (closes <= now) break;
+    if (bypass_closes && (!*bypass_closes || closes < **bypass_closes)) *bypass_closes = closes;
+  }
+  return out;
+}
+
 std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span<const QueuedRequest> queue,
                                               TimePoint now) {
   if (state.policy.kind != AdmissionPolicy::Kind::kMemory) return std::nullopt;

@@ -44,6 +44,7 @@ struct QueuedRequest {
   std::int64_t cost_bytes = 0;  ///< request_cost() of the request
   TimePoint enqueued_at{};
   Priority priority = Priority::kNormal;  ///< its class; see grant_order()
+  int model = 0;  ///< the model it runs on: only engines serving this model may take it
 };
 
 /// The device state a grant decision depends on.
@@ -82,6 +83,49 @@ std::vector<std::size_t> grant_order(std::span<const QueuedRequest> queue, Durat
 ///  - kFixed: the first (fixed_slots − active_leases) requests.
 ///  - kNone: all of them.
 std::vector<std::size_t> select_grants(const GrantState& state, std::span<const QueuedRequest> queue, TimePoint now);
+
+/// One device's budget as assign_grants() sees it.
+struct DeviceGrantState {
+  /// effective budget − reserved bytes (negative after a budget cut).
+  std::int64_t free_bytes = 0;
+  int active_leases = 0;  ///< leases held on the device (kFixed counts these per device)
+};
+
+/// One engine (a model replica on one device) as assign_grants() sees it.
+struct EngineGrantState {
+  int device = 0;  ///< index into the devices
+  int model = 0;   ///< the model it serves (QueuedRequest::model)
+  std::int64_t max_running = 0;  ///< its batch slots; 0 = no limit
+  int active_leases = 0;         ///< leases it holds
+  /// False while the engine may not start work (not ready after repeated
+  /// out-of-memory errors, unhealthy, stopping): it is skipped.
+  bool available = true;
+};
+
+/// A queued request (index into the queue) placed on an engine.
+struct GrantAssignment {
+  std::size_t index = 0;
+  int engine = 0;
+
+  friend bool operator==(const GrantAssignment&, const GrantAssignment&) = default;
+};
+
+/// The shared-queue form of select_grants(): several engines on several
+/// devices draw from one queue. Scans the queue in grant_order(); each
+/// request goes to an available engine serving its model with a free slot on
+/// the device where it fits (kMemory: cost <= free bytes; kFixed: fewer than
+/// fixed_slots leases on the device; kNone: always) with the most free bytes,
+/// ties to the engine with fewer leases, then the lower index. A request
+/// that fits nowhere but had a free slot somewhere waits, and under kMemory
+/// may be passed by later ones only while it has waited less than
+/// `max_bypass`. With one device and one engine the picks equal
+/// select_grants()'s. Returns the placements in grant order, plus (when
+/// `bypass_closes` is set) the earliest time a bypass window still open closes.
+std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Duration max_bypass,
+                                           Duration priority_aging, std::span<const DeviceGrantState> devices,
+                                           std::span<const EngineGrantState> engines,
+                                           std::span<const QueuedRequest> queue, TimePoint now,
+                                           std::optional<TimePoint>* bypass_closes = nullptr);
 
 /// Under kMemory: the earliest time after `now` at which a request that does
 /// not fit stops being passable (its enqueued_at + max_bypass), scanning as
