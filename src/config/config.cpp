@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string>
+#include <vector>
 
 #include "admission/admission_policy.hpp"
 #include "config/config_fields.hpp"
@@ -16,6 +18,31 @@ namespace vg {
 namespace {
 
 std::optional<ConfigProblem> bad(const char* key, std::string what) { return ConfigProblem{key, std::move(what)}; }
+
+// The rules of the device list: 1..kMaxDevices entries that each parse,
+// `auto` only alone, no kind and index twice. Empty when they hold.
+std::string device_list_problem(const std::vector<std::string>& devices) {
+  if (devices.empty()) return "needs at least one device";
+  if (devices.size() > ServeConfig::kMaxDevices) {
+    return "at most " + std::to_string(ServeConfig::kMaxDevices) + " devices, got " + std::to_string(devices.size());
+  }
+  std::vector<DeviceSpec> specs;
+  for (const std::string& d : devices) {
+    auto spec = parse_device_spec(d);
+    if (!spec.ok()) return spec.error().message;
+    if (spec->kind == DeviceKind::kAuto && devices.size() > 1) {
+      return "auto must be the only device, got " + std::to_string(devices.size()) + " devices";
+    }
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].kind == spec->kind && specs[i].index == spec->index) {
+        const std::string name = (spec->kind == DeviceKind::kCuda ? "cuda:" : "virt:") + std::to_string(spec->index);
+        return name + " is given twice ('" + devices[i] + "' and '" + d + "')";
+      }
+    }
+    specs.push_back(*spec);
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -45,7 +72,7 @@ Result<DeviceSpec> parse_device_spec(const std::string& spec) {
 
 std::optional<ConfigProblem> ServeConfig::check() const {
   if (model_dir.empty()) return bad("model_dir", "must not be empty");
-  if (auto d = parse_device_spec(device); !d.ok()) return bad("device", d.error().message);
+  if (std::string p = device_list_problem(device); !p.empty()) return bad("device", std::move(p));
   if (threads < 0) return bad("threads", "must be >= 0");
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16" && dtype != "float64") {
     return bad("dtype", "must be float32, bfloat16, float16 or float64");

@@ -4,9 +4,11 @@
 // help text are in config_fields.cpp. Test hooks are fields too (test_).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "device/device.hpp"
@@ -21,9 +23,15 @@ struct ConfigProblem {
 };
 
 struct ServeConfig {
+  /// Most entries `device` may have.
+  static constexpr std::size_t kMaxDevices = 16;
+
   // -- models and devices
   std::string model_dir = "models/tinylm";  ///< a model folder (config.json + model.safetensors)
-  std::string device = "auto";  ///< virt:N=SIZE (CPU memory with a capacity), cuda:N, auto (cuda:0 if any, else virt:0=2GiB)
+  /// One entry per device, each virt:N=SIZE (CPU memory with a capacity),
+  /// cuda:N or auto (cuda:0 if any, else virt:0=2GiB); auto only alone, no
+  /// kind and index twice, at most kMaxDevices.
+  std::vector<std::string> device = {"auto"};
   int threads = 0;                          ///< compute threads for tensor ops; 0 = all cores
   std::string dtype = "float32";            ///< compute and KV cache dtype: float32, bfloat16, float16 (CUDA), float64
   /// Chat format of /v1/chat/completions: chatml, llama-2, llama-3, zephyr;

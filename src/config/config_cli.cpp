@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "config/config_fields.hpp"
 #include "config/config_file.hpp"
@@ -25,8 +28,16 @@ ConfigFlags::ConfigFlags(CLI::App& app, std::span<const char* const> keys) {
     CLI::Option* opt = std::visit(
         [&](auto member) -> CLI::Option* {
           auto& target = flags_.*member;
-          if constexpr (std::is_same_v<std::decay_t<decltype(target)>, bool>) {
+          using T = std::decay_t<decltype(target)>;
+          if constexpr (std::is_same_v<T, bool>) {
             return app.add_flag(flag, target, f.help);
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            // One value per occurrence (`--device a --device b`, or `--device
+            // a,b`); the values given replace the default or file list.
+            return app.add_option(flag, target, f.help)
+                ->delimiter(',')
+                ->allow_extra_args(false)
+                ->capture_default_str();
           } else {
             return app.add_option(flag, target, f.help)->capture_default_str();
           }

@@ -16,7 +16,9 @@ const ConfigField kFields[] = {
      &C::model_dir},
     {"device", "model",
      "Device to serve on: virt:N=SIZE is CPU memory with an enforced capacity (SIZE like 2GiB, 512MiB), "
-     "cuda:N a GPU (builds against a CUDA libtorch), auto is cuda:0 when there is one, else virt:0=2GiB",
+     "cuda:N a GPU (builds against a CUDA libtorch), auto is cuda:0 when there is one, else virt:0=2GiB; may be "
+     "given several times (or comma-separated; in the file an array of strings): one engine and model replica "
+     "per device",
      &C::device},
     {"threads", "model", "Compute threads for tensor ops (0 = all cores)", &C::threads},
     {"dtype", "model",

@@ -8,14 +8,18 @@
 #include <span>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "config/config.hpp"
 
 namespace vg {
 
 /// A pointer to one ServeConfig member, by its type.
+/// A list (std::vector<std::string>) is a flag that may be given several
+/// times and a config-file key that is a string or an array of strings.
 using ConfigMember = std::variant<std::string ServeConfig::*, int ServeConfig::*, std::int64_t ServeConfig::*,
-                                  double ServeConfig::*, bool ServeConfig::*>;
+                                  double ServeConfig::*, bool ServeConfig::*,
+                                  std::vector<std::string> ServeConfig::*>;
 
 struct ConfigField {
   const char* key;      ///< snake_case key in the config file; the flag is "--" + key with '-' for '_'

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "config/config_fields.hpp"
 
@@ -100,6 +102,26 @@ class Reader {
     }
     return {};
   }
+  // A list: one string, or an array of strings (replacing base's list).
+  static std::string assign(const ConfigField&, const toml::node& node, std::vector<std::string>& v) {
+    if (auto s = node.value_exact<std::string>()) {
+      v = {*s};
+      return {};
+    }
+    const toml::array* array = node.as_array();
+    if (!array) return expected("a string or an array of strings", node);
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      auto s = (*array)[i].value_exact<std::string>();
+      if (!s) {
+        return "expected a string or an array of strings, got an array with " +
+               std::string(type_name((*array)[i].type())) + " at index " + std::to_string(i);
+      }
+      items.push_back(*s);
+    }
+    v = std::move(items);
+    return {};
+  }
   static std::string assign(const ConfigField&, const toml::node& node, std::int64_t& v) {
     auto i = node.value_exact<std::int64_t>();
     if (!i) return expected("an integer", node);
@@ -169,6 +191,13 @@ std::string value_text(const ConfigField& field, const ServeConfig& c) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::string>) {
           return quoted(v);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          // One entry as a plain string (the common case reads as before),
+          // several as an array; the reader takes both.
+          if (v.size() == 1) return quoted(v.front());
+          std::string out = "[";
+          for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + quoted(v[i]);
+          return out + "]";
         } else if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, double>) {

@@ -20,10 +20,23 @@ using engine_detail::kIdle;
 
 void engine_detail::Request::cancel() {
   if (cancelled.exchange(true)) return;
-  if (auto s = shared.lock()) s->notify();
+  if (auto f = front.lock()) f->notify_all();
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& model, Device& device) {
+Result<std::shared_ptr<EngineFront>> make_engine_front(const AdmissionOptions& options, AdmissionTopology topology) {
+  auto front = std::make_shared<EngineFront>();
+  front->topology = topology;
+  std::weak_ptr<EngineFront> weak = front;
+  auto controller = AdmissionController::create(options, std::move(topology), [weak] {
+    if (auto f = weak.lock()) f->notify_all();
+  });
+  if (!controller.ok()) return std::move(controller).error();
+  front->admission = std::move(controller).value();
+  return front;
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& model, Device& device,
+                                               std::shared_ptr<EngineFront> front, int index) {
   if (options.max_batch < 1) return Error(ErrorCode::kConfig, "max_batch must be >= 1");
   if (options.max_batch_tokens < 1) return Error(ErrorCode::kConfig, "max_batch_tokens must be >= 1");
   if (Status st = validate(options.profile); !st.ok()) return st.error();
@@ -31,15 +44,31 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   auto impl = std::make_unique<Impl>(options, model, device);
   // Admission grants no more sequences than a step runs (none: no limit).
   impl->options.admission.max_running = impl->max_running();
-  std::weak_ptr<Shared> weak = impl->shared;
-  auto controller = AdmissionController::create(impl->options.admission, [weak] {
-    if (auto s = weak.lock()) s->notify();
-  });
-  if (!controller.ok()) return std::move(controller).error();
-  impl->admission = std::move(controller).value();
+  if (!front) {
+    AdmissionTopology topology;
+    topology.devices.push_back(AdmissionTopology::Device{device.name(), options.admission.budget_bytes});
+    topology.engines.push_back(AdmissionTopology::Engine{0, 0, impl->max_running()});
+    auto made = make_engine_front(impl->options.admission, std::move(topology));
+    if (!made.ok()) return std::move(made).error();
+    front = std::move(made).value();
+    index = 0;
+  }
+  if (index < 0 || static_cast<std::size_t>(index) >= front->topology.engines.size()) {
+    return Error(ErrorCode::kConfig, "engine index " + std::to_string(index) + " is not in the admission topology");
+  }
+  impl->front = front;
+  impl->admission = front->admission.get();
+  impl->index = index;
+  impl->device_index = front->topology.engines[static_cast<std::size_t>(index)].device;
+  impl->model_index = front->topology.engines[static_cast<std::size_t>(index)].model;
+  {
+    std::lock_guard lk(front->mu);
+    front->engines.push_back(impl->shared);
+    ++front->live_engines;
+  }
   impl->oom_budget.emplace(options.oom_governor, options.admission.budget_bytes,
                            options.admission.policy.kind == AdmissionPolicy::Kind::kMemory, *impl->admission,
-                           device.name());
+                           device.name(), impl->device_index);
   impl->oom_budget->publish(impl->shared->stats);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
@@ -60,8 +89,9 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   req->gen = std::move(request);
   req->sink = std::move(sink);
   req->enqueued = Clock::now();
-  req->shared = impl_->shared;
-  req->admission_id = impl_->next_id.fetch_add(1);
+  req->front = impl_->front;
+  req->model_index = impl_->model_index;
+  req->admission_id = impl_->front->next_id.fetch_add(1);
   req->cost = cost(req->prompt_tokens(), req->gen.max_tokens);
   Shared& s = *impl_->shared;
   {
@@ -79,20 +109,21 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
       e.retry_after_s = std::max(1.0, std::ceil(std::chrono::duration<double>(s.unready_until - req->enqueued).count()));
       return e;
     }
-    // Registered before it is queued, so the engine thread finds it the
-    // moment admission grants it.
-    s.queued.emplace(req->admission_id, req);
   }
-  auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, req->gen.deadline, req->gen.priority);
+  // Registered before it is queued, so an engine finds it the moment
+  // admission grants it.
+  impl_->front->put(req);
+  auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, req->gen.deadline,
+                                          req->gen.priority, req->model_index);
   if (!ticket.ok()) {
+    impl_->front->take(req->admission_id);
     std::lock_guard lk(s.mu);
-    s.queued.erase(req->admission_id);
     ++s.stats.rejected;
     return std::move(ticket).error();
   }
   if (queue_position) *queue_position = ticket->position;
   impl_->log_memory(*req, "enter");
-  s.notify();
+  impl_->front->notify_all();
   return std::shared_ptr<RequestHandle>(req);
 }
 
@@ -103,8 +134,17 @@ void Engine::begin_drain() {
 
 bool Engine::wait_idle(TimePoint deadline) const {
   Shared& s = *impl_->shared;
+  const EngineFront& f = *impl_->front;
   std::unique_lock lk(s.mu);
-  return s.idle_cv.wait_until(lk, deadline, [&] { return s.queued.empty() && s.stats.running == 0; });
+  // The shared queue may empty on another engine, which does not notify
+  // this one's idle_cv: re-check at least every 50 ms.
+  auto idle = [&] { return f.queued_count.load() == 0 && s.stats.running == 0; };
+  while (!idle()) {
+    const TimePoint now = Clock::now();
+    if (now >= deadline) return false;
+    s.idle_cv.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(50)), idle);
+  }
+  return true;
 }
 
 void Engine::request_stop() {
@@ -122,7 +162,7 @@ void Engine::shutdown() {
 EngineStats Engine::stats() const {
   std::lock_guard lk(impl_->shared->mu);
   EngineStats st = impl_->shared->stats;
-  st.queue_depth = static_cast<int>(impl_->shared->queued.size());
+  st.queue_depth = impl_->front->queued_count.load();
   return st;
 }
 
@@ -137,6 +177,8 @@ bool Engine::ready(TimePoint now, std::string* reason) const {
 }
 
 AdmissionSnapshot Engine::admission() const { return impl_->admission->snapshot(Clock::now()); }
+
+int Engine::device_index() const { return impl_->device_index; }
 
 std::optional<Duration> Engine::busy_for(TimePoint now) const {
   const std::int64_t started = impl_->step_started.load(std::memory_order_relaxed);

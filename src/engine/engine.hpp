@@ -29,6 +29,19 @@ class ServerMetrics;
 class Device;
 class Model;
 
+/// What the engines of several devices (and several models) share: one
+/// AdmissionController with each device's budget and one queue, and the
+/// requests waiting in it. Opaque; made by make_engine_front(). A request
+/// submitted through any engine of its model runs on whichever engine
+/// admission places it (the device where it fits with the most free budget).
+struct EngineFront;
+
+/// Makes the front for `topology` (kConfig on bad options or topology).
+/// Then create one Engine per topology engine, passing the front and that
+/// engine's index; an engine's max_running in the topology should be its
+/// max batch (see Engine::Options).
+Result<std::shared_ptr<EngineFront>> make_engine_front(const AdmissionOptions& options, AdmissionTopology topology);
+
 /// One generation request, tokenized and validated against the model.
 struct GenerationRequest {
   std::string id;
@@ -98,13 +111,19 @@ class Engine {
   };
 
   /// Starts the engine thread. `model` and `device` must outlive the engine;
-  /// from now on only the engine thread touches the model.
-  static Result<std::unique_ptr<Engine>> create(const Options& options, Model& model, Device& device);
+  /// from now on only the engine thread touches the model. Without `front`
+  /// the engine has its own admission (one device, options.admission); with
+  /// one it is engine `index` of the front's topology: the front's options
+  /// apply, and options.admission.budget_bytes must be its device's budget
+  /// (the OOM governor's base).
+  static Result<std::unique_ptr<Engine>> create(const Options& options, Model& model, Device& device,
+                                                std::shared_ptr<EngineFront> front = nullptr, int index = 0);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Estimates the request's cost and queues it for admission. Errors
+  /// Estimates the request's cost and queues it for admission (with a
+  /// front: in the shared queue, for any engine of this engine's model). Errors
   /// (nothing queued, no event sent): kExceedsDeviceMemory when it can never
   /// fit (needed_bytes, budget_bytes); kOverloaded when the queue is full or
   /// the engine is draining (retry_after_s). On success `*queue_position` is
@@ -132,8 +151,11 @@ class Engine {
   /// False while the device is marked not ready after repeated out-of-memory
   /// errors; `reason` (optional) then says why. Any thread.
   bool ready(TimePoint now, std::string* reason = nullptr) const;
-  /// Admission state of the engine's device (budget, reserved, queue).
+  /// Admission state (budget, reserved, queue): of the whole front when the
+  /// engine shares one (AdmissionSnapshot::devices per device).
   AdmissionSnapshot admission() const;
+  /// This engine's device index in the admission topology (0 without a front).
+  int device_index() const;
   /// Bytes the request would reserve (the admission cost).
   std::int64_t cost(int prompt_tokens, int max_tokens) const;
 

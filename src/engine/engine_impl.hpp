@@ -3,11 +3,13 @@
 // emit, retire) and engine_recovery.cpp (out-of-memory recovery: preemption
 // with recompute, and the readiness breaker). Not a public header.
 //
-// Ownership: `Shared` (queued requests, wake flag, counters, readiness) is
-// guarded by its mutex; the AdmissionController has its own lock; `running`,
-// every Sequence (with its KV cache and lease) and Request::resume belong to
-// the engine thread alone. Leases are never released while `Shared::mu` is
-// held: a release wakes the engine through the same mutex.
+// Ownership: `EngineFront` (the admission controller and the requests queued
+// in it, shared by every engine of a front) is guarded by its mutex; `Shared`
+// (wake flag, counters, readiness of one engine) by its own; the
+// AdmissionController has its own lock. No two of these are ever held at
+// once. `running`, every Sequence (with its KV cache and lease) and
+// Request::resume belong to the engine thread that runs it. Leases are never
+// released while a mutex is held: a release wakes the engines.
 #pragma once
 
 #include <atomic>
@@ -30,6 +32,7 @@ namespace vg {
 namespace engine_detail {
 
 struct Shared;
+struct Request;
 
 /// What a sequence has produced so far. It outlives a preemption: the
 /// engine moves it into the Request while the request waits to be recomputed,
@@ -58,8 +61,9 @@ struct Request final : RequestHandle {
   std::shared_ptr<EventSink> sink;
   TimePoint enqueued;
   std::atomic<bool> cancelled{false};
-  std::weak_ptr<Shared> shared;
+  std::weak_ptr<EngineFront> front;
   int reported_position = 0;        ///< engine thread only: last QueuedEvent sent
+  int model_index = 0;              ///< the model it runs on (admission topology)
   int preemptions = 0;              ///< engine thread only
   std::optional<Progress> resume;   ///< engine thread only: set while requeued after preemption
 
@@ -77,8 +81,6 @@ struct Shared {
   /// Guarded by mu: while now < unready_until the device is not ready
   /// (repeated out-of-memory errors); new requests are refused.
   TimePoint unready_until{};
-  // Requests queued in admission, by admission id. Guarded by mu.
-  std::unordered_map<RequestId, std::shared_ptr<Request>> queued;
   EngineStats stats;       // guarded by mu
   std::condition_variable idle_cv;
 
@@ -88,6 +90,56 @@ struct Shared {
     cv.notify_all();
   }
 };
+
+}  // namespace engine_detail
+
+struct EngineFront {
+  using Request = engine_detail::Request;
+
+  AdmissionTopology topology;
+  std::unique_ptr<AdmissionController> admission;
+  std::atomic<RequestId> next_id{1};
+
+  std::mutex mu;
+  /// Requests queued in admission, by admission id. Guarded by mu.
+  std::unordered_map<RequestId, std::shared_ptr<Request>> queued;
+  /// The engines drawing from this front. Guarded by mu.
+  std::vector<std::weak_ptr<engine_detail::Shared>> engines;
+  int live_engines = 0;  // guarded by mu: engines whose thread has not stopped
+  std::atomic<int> queued_count{0};  // queued.size(), readable without mu
+
+  /// Wakes every engine (a submit, a cancel, a release, an engine becoming
+  /// available: any of them may now grant).
+  void notify_all() {
+    std::vector<std::weak_ptr<engine_detail::Shared>> copy;
+    {
+      std::lock_guard lk(mu);
+      copy = engines;
+    }
+    for (auto& w : copy) {
+      if (auto s = w.lock()) s->notify();
+    }
+  }
+  /// The queued request with admission id `id`, removed; null when absent.
+  std::shared_ptr<Request> take(RequestId id) {
+    std::lock_guard lk(mu);
+    auto it = queued.find(id);
+    if (it == queued.end()) return nullptr;
+    auto r = std::move(it->second);
+    queued.erase(it);
+    queued_count.store(static_cast<int>(queued.size()));
+    return r;
+  }
+  /// Registers a request as queued (before admission can grant it).
+  void put(std::shared_ptr<Request> r) {
+    std::lock_guard lk(mu);
+    const RequestId id = r->admission_id;
+    queued.emplace(id, std::move(r));
+    queued_count.store(static_cast<int>(queued.size()));
+  }
+};
+
+namespace engine_detail {
 
 /// A running sequence: engine thread only.
 struct Sequence {
@@ -142,9 +194,12 @@ struct Engine::Impl {
   Model& model;
   Device& device;
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-  std::unique_ptr<AdmissionController> admission;
+  std::shared_ptr<EngineFront> front;
+  AdmissionController* admission = nullptr;  // front->admission
+  int index = 0;         // this engine in the front's topology
+  int device_index = 0;  // its device there
+  int model_index = 0;   // its model there
   std::optional<OomBudget> oom_budget;  // engine thread only, after create()
-  std::atomic<RequestId> next_id{1};
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
   std::int64_t steps_run = 0;                       // engine thread only
   int consecutive_oom_steps = 0;                    // engine thread only; reset by a step that succeeds

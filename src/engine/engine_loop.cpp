@@ -63,8 +63,8 @@ bool Engine::Impl::wait_for_work() {
 void Engine::Impl::admit(TimePoint now) {
   std::vector<std::shared_ptr<Request>> cancelled;
   {
-    std::lock_guard lk(shared->mu);
-    for (auto& [id, r] : shared->queued) {
+    std::lock_guard lk(front->mu);
+    for (auto& [id, r] : front->queued) {
       if (r->cancelled.load()) cancelled.push_back(r);
     }
   }
@@ -75,26 +75,30 @@ void Engine::Impl::admit(TimePoint now) {
     }
   }
   for (AdmissionExpiry& e : admission->expire(now)) {
-    std::lock_guard lk(shared->mu);
-    auto it = shared->queued.find(e.id);
-    if (it != shared->queued.end()) dropped.emplace_back(it->second, std::move(e.error));
+    std::lock_guard lk(front->mu);
+    auto it = front->queued.find(e.id);
+    if (it != front->queued.end()) dropped.emplace_back(it->second, std::move(e.error));
   }
-  const int free_slots = paused(now) ? 0 : std::max(0, max_running() - static_cast<int>(running.size()));
+  // A paused engine (not ready) leaves its share of the queue to the others.
+  const bool available = !paused(now);
+  if (available != admission->engine_available(index)) {
+    admission->set_engine_available(index, available);
+    if (!available) front->notify_all();
+  }
+  const int free_slots = available ? std::max(0, max_running() - static_cast<int>(running.size())) : 0;
   std::vector<AdmissionGrant> grants;
-  if (free_slots > 0) grants = admission->grant(now, free_slots);
+  if (free_slots > 0) grants = admission->grant(now, free_slots, index);
   std::vector<std::pair<std::shared_ptr<Request>, AdmissionGrant>> started;
+  for (auto& [r, e] : dropped) front->take(r->admission_id);
+  for (AdmissionGrant& g : grants) {
+    auto r = front->take(g.id);
+    if (r) started.emplace_back(std::move(r), std::move(g));  // always found: registered before enqueue
+  }
   {
     std::lock_guard lk(shared->mu);
     for (auto& [r, e] : dropped) {
-      shared->queued.erase(r->admission_id);
       if (e.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
       else ++shared->stats.failed;
-    }
-    for (AdmissionGrant& g : grants) {
-      auto it = shared->queued.find(g.id);
-      if (it == shared->queued.end()) continue;  // cannot happen: registered before enqueue
-      started.emplace_back(it->second, std::move(g));
-      shared->queued.erase(it);
     }
     shared->stats.running = static_cast<int>(running.size() + started.size());
   }
@@ -118,16 +122,16 @@ void Engine::Impl::admit(TimePoint now) {
 void Engine::Impl::report_queue_positions(TimePoint now) {
   {
     // Runs after every step: skip the admission snapshot when nobody waits.
-    std::lock_guard lk(shared->mu);
-    if (shared->queued.empty()) return;
+    if (front->queued_count.load() == 0) return;
   }
   const AdmissionSnapshot snap = admission->snapshot(now);
   std::vector<std::pair<std::shared_ptr<Request>, int>> moved;
   {
-    std::lock_guard lk(shared->mu);
+    // Any engine of the front may report; the position is the shared queue's.
+    std::lock_guard lk(front->mu);
     for (const QueuedView& q : snap.queue) {
-      auto it = shared->queued.find(q.id);
-      if (it != shared->queued.end() && it->second->reported_position != q.position) {
+      auto it = front->queued.find(q.id);
+      if (it != front->queued.end() && it->second->reported_position != q.position) {
         it->second->reported_position = q.position;
         moved.emplace_back(it->second, q.position);
       }
@@ -346,7 +350,7 @@ void Engine::Impl::publish() {
   shared->stats.running = static_cast<int>(running.size());
   shared->stats.kv_cache_bytes = kv;
   oom_budget->publish(shared->stats);
-  if (shared->stats.running == 0 && shared->queued.empty()) shared->idle_cv.notify_all();
+  if (shared->stats.running == 0 && front->queued_count.load() == 0) shared->idle_cv.notify_all();
 }
 
 // Shutdown: what is left gets 503 "shutting down".
@@ -355,12 +359,20 @@ void Engine::Impl::cancel_everything() {
   bye.retry_after_s = 1.0;
   for (auto& s : running) fail(*s, bye);
   running.clear();
-  admission->drop_all();
+  admission->set_engine_available(index, false);
   std::unordered_map<RequestId, std::shared_ptr<Request>> left;
   {
-    std::lock_guard lk(shared->mu);
-    left.swap(shared->queued);
+    // The queue is shared: the last engine to stop answers what waits in it.
+    std::lock_guard lk(front->mu);
+    if (--front->live_engines > 0) {
+      // Another engine may take what this one would have run.
+    } else {
+      admission->drop_all();
+      left.swap(front->queued);
+      front->queued_count.store(0);
+    }
   }
+  front->notify_all();
   const TimePoint now = Clock::now();
   for (auto& [id, r] : left) {
     observe_end(*r, now);
@@ -378,7 +390,7 @@ void Engine::Impl::log_memory(const Request& r, const char* stage) const {
   const DeviceMemory mem = device.memory();
   const AdmissionSnapshot snap = admission->snapshot(Clock::now());
   spdlog::debug("request {} {}: {} used {} bytes, reserved {} bytes (request cost {} bytes)", r.gen.id, stage,
-                device.name(), mem.used, snap.reserved_bytes, r.cost);
+                device.name(), mem.used, snap.devices[static_cast<std::size_t>(device_index)].reserved_bytes, r.cost);
 }
 
 }  // namespace vg

@@ -40,6 +40,9 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
     oom_budget->publish(shared->stats);
   }
   if (trip) {
+    // Queued work goes to the other engines of the front meanwhile.
+    admission->set_engine_available(index, false);
+    front->notify_all();
     spdlog::error("{}: {} out-of-memory steps in a row; not ready for {:.1f} s", device.name(),
                   consecutive_oom_steps, std::chrono::duration<double>(options.oom_governor.quiet_period).count());
   }
@@ -58,7 +61,8 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
   if (victim) order.insert(order.begin(), victim);
   std::int64_t held = 0;
   for (const Sequence* s : order) held += s->req->cost;
-  const std::int64_t fits = admission->snapshot(now).effective_budget_bytes;
+  const std::int64_t fits =
+      admission->snapshot(now).devices[static_cast<std::size_t>(device_index)].effective_budget_bytes;
   const bool by_bytes = options.admission.policy.kind == AdmissionPolicy::Kind::kMemory;
   std::size_t n = 0;
   while (n < order.size() && (n == 0 || (by_bytes && held > fits))) held -= order[n++]->req->cost;
@@ -86,24 +90,25 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
   s.cache.reset();
   s.lease.release();
   req->resume.emplace(std::move(s.p));
+  front->put(req);
   {
     std::lock_guard lk(shared->mu);
-    shared->queued.emplace(req->admission_id, req);
     ++shared->stats.preemptions;
     shared->wake = true;  // grant it again as soon as it fits
   }
-  Status st =
-      admission->requeue_front(req->admission_id, req->cost, req->enqueued, now, req->gen.deadline, req->gen.priority);
+  Status st = admission->requeue_front(req->admission_id, req->cost, req->enqueued, now, req->gen.deadline,
+                                       req->gen.priority, req->model_index);
   if (!st.ok()) {  // cannot happen: a running request is not queued
+    front->take(req->admission_id);
     {
       std::lock_guard lk(shared->mu);
-      shared->queued.erase(req->admission_id);
       ++shared->stats.failed;
     }
     req->sink->push(engine_detail::failed(*req, st.error()));
     return;
   }
   req->reported_position = 0;
+  front->notify_all();  // another device may take it now
   spdlog::warn("request {} preempted after {} generated tokens (preemption {} of at most {}); requeued at the "
                "head to be recomputed",
                req->gen.id, req->resume->generated.size(), req->preemptions, options.max_preemptions);

@@ -5,8 +5,9 @@
 namespace vg {
 
 OomBudget::OomBudget(const OomGovernorOptions& options, std::int64_t budget_bytes, bool active,
-                     AdmissionController& admission, std::string device)
-    : governor_(options, budget_bytes), active_(active), admission_(admission), device_(std::move(device)) {}
+                     AdmissionController& admission, std::string device, int device_index)
+    : governor_(options, budget_bytes), active_(active), admission_(admission), device_(std::move(device)),
+      device_index_(device_index) {}
 
 void OomBudget::on_oom(TimePoint now) {
   if (!active_) return;
@@ -43,6 +44,6 @@ void OomBudget::publish(EngineStats& stats) const {
   stats.oom_budget_raises = raises_;
 }
 
-void OomBudget::apply(const BudgetChange& change) { admission_.set_effective_budget(change.to); }
+void OomBudget::apply(const BudgetChange& change) { admission_.set_effective_budget(change.to, device_index_); }
 
 }  // namespace vg

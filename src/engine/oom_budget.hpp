@@ -18,8 +18,9 @@ namespace vg {
 class OomBudget {
  public:
   /// `admission` must outlive this object; `device` names it in the log.
+  /// `device_index` is the device's place in the admission topology.
   OomBudget(const OomGovernorOptions& options, std::int64_t budget_bytes, bool active, AdmissionController& admission,
-            std::string device);
+            std::string device, int device_index = 0);
 
   /// A step failed with out-of-memory at `now`: cut the effective budget.
   void on_oom(TimePoint now);
@@ -37,6 +38,7 @@ class OomBudget {
   bool active_;
   AdmissionController& admission_;
   std::string device_;
+  int device_index_ = 0;
   std::int64_t cuts_ = 0;
   std::int64_t raises_ = 0;
 };

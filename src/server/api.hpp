@@ -53,8 +53,9 @@ struct ModelInfo {
   std::string dtype;
   int context_length = 0;
   std::int64_t parameter_count = 0;
-  std::string device;
-  std::int64_t resident_bytes = 0;
+  std::string device;                ///< the first device serving it
+  std::vector<std::string> devices;  ///< every device serving it (one replica each)
+  std::int64_t resident_bytes = 0;   ///< its weights on one device
   std::int64_t created = 0;  ///< unix seconds (server start)
   // Memory profile measured at start-up (bytes).
   std::int64_t workspace_bytes = 0;
@@ -77,7 +78,17 @@ struct DeviceState {
   std::int64_t resident_bytes = 0;  ///< weights and buffers of the models on it
   std::int64_t workspace_bytes = 0; ///< activations of the largest step, set aside once
   std::int64_t peak_reserved_bytes = 0;  ///< highest reserved_bytes since start
-  bool ready = true;  ///< false while marked not ready after repeated out-of-memory errors
+  bool ready = true;  ///< false while not serving: state not_ready or unhealthy
+  /// "ready"; "not_ready" (repeated out-of-memory errors: no new work for a
+  /// quiet period); "unhealthy" (failed at start-up: excluded).
+  std::string state = "ready";
+  std::string reason;  ///< why it is not ready or unhealthy; empty when ready
+  std::vector<std::string> models;  ///< the models served on it
+  int running = 0;                  ///< sequences running on it now
+  // Counters since start, of this device's engines.
+  std::int64_t completed = 0;
+  std::int64_t out_of_memory = 0;
+  std::int64_t preemptions = 0;
 };
 
 /// What GET /v1/admission shows.

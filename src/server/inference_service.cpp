@@ -20,15 +20,42 @@
 
 namespace vg {
 
-struct InferenceService::Entry {
+struct InferenceService::DeviceEntry {
+  std::string name;    ///< the device's name, or the --device text when it failed to start
+  std::string failure; ///< why it failed at start-up; empty when it serves
+  DeviceSetup setup;   ///< device and model replicas (empty when it failed)
+  int topology_index = -1;  ///< its index among the serving devices (admission)
+  std::vector<std::unique_ptr<Engine>> engines;  ///< one per model; destroyed before `setup`
+};
+
+struct InferenceService::ModelEntry {
   ModelInfo info;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Engine> engine;
+  const Model* model = nullptr;  ///< the first replica: config and tokenizer (the same on every device)
+  std::vector<Engine*> engines;  ///< one per serving device
   /// Chat format of /v1/chat/completions (--chat-template, else the model's
   /// tokenizer_config.json) and the BOS/EOS texts its templates write.
   std::optional<ChatFormat> chat_format;
   ChatTokens chat_tokens;
 };
+
+namespace {
+
+Duration seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
+
+/// The per-request cost model of a model over its devices: the largest
+/// measured term of each, so a lease is never smaller than the request
+/// needs on whichever device it runs.
+MemoryProfile cost_profile(const std::vector<const MemoryProfile*>& profiles) {
+  MemoryProfile p = *profiles.front();
+  for (const MemoryProfile* q : profiles) {
+    p.kv_bytes_per_token = std::max(p.kv_bytes_per_token, q->kv_bytes_per_token);
+    p.sequence_overhead_bytes = std::max(p.sequence_overhead_bytes, q->sequence_overhead_bytes);
+    p.safety_factor = std::max(p.safety_factor, q->safety_factor);
+  }
+  return p;
+}
+
+}  // namespace
 
 InferenceService::InferenceService(const ServeConfig& config) : config_(config) {}
 
@@ -37,100 +64,148 @@ InferenceService::~InferenceService() { shutdown(); }
 Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config,
                                                                   metrics::ServerMetrics* metrics) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
-  auto setup = load_profiled_model(config);
-  if (!setup.ok()) return std::move(setup).error();
-  svc->device_ = std::move(setup->device);
-  auto entry = std::make_unique<Entry>();
-  entry->model = std::move(setup->model);
-  Result<ChatTemplateFile> chat_file = read_chat_template(config.model_dir);
-  if (!chat_file.ok()) return std::move(chat_file).error();
-  entry->chat_tokens = chat_file->tokens;
-  entry->chat_format = config.chat_template.empty() ? detect_chat_format(chat_file->jinja)
-                                                    : parse_chat_format(config.chat_template);
-  if (entry->chat_format) {
-    spdlog::info("chat format: {}", chat_format_name(*entry->chat_format));
-  } else {
-    spdlog::info("chat format: none known (/v1/chat/completions needs a request chat_template){}",
-                 chat_file->jinja.empty() ? "" : "; the model's chat_template is not one of chatml, llama-2, llama-3, zephyr");
+  auto sources = find_model_sources(config);
+  if (!sources.ok()) return std::move(sources).error();
+
+  // Devices: each loads every model; one that fails is left out.
+  std::optional<Error> first_error;
+  std::vector<DeviceEntry*> serving;
+  for (const std::string& spec : config.device) {
+    auto entry = std::make_unique<DeviceEntry>();
+    auto setup = load_device(config, spec, *sources);
+    if (setup.ok()) {
+      entry->setup = std::move(setup).value();
+      entry->name = entry->setup.device->name();
+      entry->topology_index = static_cast<int>(serving.size());
+      serving.push_back(entry.get());
+    } else {
+      entry->name = spec;
+      entry->failure = setup.error().message;
+      if (!first_error) first_error = setup.error();
+      if (config.device.size() > 1) spdlog::error("device {} left out: {}", spec, entry->failure);
+    }
+    svc->devices_.push_back(std::move(entry));
   }
-  const MemoryProfile& profile = setup->profile;
-  const std::int64_t budget = setup->budget_bytes;
-  const std::int64_t reserve = setup->reserve_bytes;
-  const ModelConfig& mc = entry->model->config();
-  const DeviceMemory mem = svc->device_->memory();
-  entry->info.id = setup->id;
-  entry->info.family = mc.family;
-  entry->info.dtype = mc.dtype;
-  entry->info.context_length = mc.n_positions;
-  entry->info.parameter_count = entry->model->parameter_count();
-  entry->info.device = svc->device_->name();
-  entry->info.resident_bytes = profile.resident_bytes;
-  entry->info.workspace_bytes = profile.workspace_bytes;
-  entry->info.kv_bytes_per_token = profile.kv_bytes_per_token;
-  entry->info.sequence_overhead_bytes = profile.sequence_overhead_bytes;
-  entry->info.safety_factor = profile.safety_factor;
-  entry->info.created = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  spdlog::info("model '{}' ({}, {} layers, {} wide, context {}, {} parameters) loaded on {}", entry->info.id,
-               mc.family, mc.n_layer, mc.n_embd, mc.n_positions, entry->info.parameter_count, svc->device_->name());
-  spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", svc->device_->name(),
-               format_bytes(budget), format_bytes(mem.capacity), config.memory_utilization,
-               format_bytes(profile.resident_bytes), format_bytes(profile.workspace_bytes), format_bytes(reserve));
-  const std::int64_t smallest = request_cost(profile, 1, 1);
-  if (budget < smallest && config.admission != "none") {
-    return Error(ErrorCode::kConfig,
-                 "the budget of " + svc->device_->name() + " (" + format_bytes(budget) +
-                     ") cannot hold even a 2-token request (" + format_bytes(smallest) +
-                     "): give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
-  }
-  const std::int64_t full = request_cost(profile, mc.n_positions, 0);
-  if (budget < full) {
-    spdlog::warn("a full-context request ({} tokens) costs {} and does not fit the budget {}: such requests get 413",
-                 mc.n_positions, format_bytes(full), format_bytes(budget));
+  if (serving.empty()) return *first_error;
+
+  // Models: what /v1/models shows, and the chat format.
+  for (std::size_t m = 0; m < sources->size(); ++m) {
+    const ModelSource& source = (*sources)[m];
+    auto entry = std::make_unique<ModelEntry>();
+    const DeviceSetup& first = serving.front()->setup;
+    entry->model = first.models[m].get();
+    Result<ChatTemplateFile> chat_file = read_chat_template(source.dir.string());
+    if (!chat_file.ok()) return std::move(chat_file).error();
+    entry->chat_tokens = chat_file->tokens;
+    entry->chat_format = config.chat_template.empty() ? detect_chat_format(chat_file->jinja)
+                                                      : parse_chat_format(config.chat_template);
+    if (entry->chat_format) {
+      spdlog::info("chat format of '{}': {}", source.id, chat_format_name(*entry->chat_format));
+    } else {
+      spdlog::info("chat format of '{}': none known (/v1/chat/completions needs a request chat_template){}", source.id,
+                   chat_file->jinja.empty() ? "" : "; the model's chat_template is not one of chatml, llama-2, llama-3, zephyr");
+    }
+    const ModelConfig& mc = entry->model->config();
+    const MemoryProfile& profile = first.profiles[m];
+    ModelInfo& info = entry->info;
+    info.id = source.id;
+    info.family = mc.family;
+    info.dtype = mc.dtype;
+    info.context_length = mc.n_positions;
+    info.parameter_count = entry->model->parameter_count();
+    info.device = first.device->name();
+    for (DeviceEntry* d : serving) info.devices.push_back(d->name);
+    info.resident_bytes = profile.resident_bytes;
+    info.workspace_bytes = profile.workspace_bytes;
+    info.kv_bytes_per_token = profile.kv_bytes_per_token;
+    info.sequence_overhead_bytes = profile.sequence_overhead_bytes;
+    info.safety_factor = profile.safety_factor;
+    info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+    std::string where;
+    for (const std::string& name : info.devices) where += (where.empty() ? "" : ", ") + name;
+    spdlog::info("model '{}' ({}, {} layers, {} wide, context {}, {} parameters) loaded on {}", info.id, mc.family,
+                 mc.n_layer, mc.n_embd, mc.n_positions, info.parameter_count, where);
+    for (DeviceEntry* d : serving) {
+      const std::int64_t full = request_cost(d->setup.profiles[m], mc.n_positions, 0);
+      if (d->setup.budget_bytes < full) {
+        spdlog::warn("a full-context request of '{}' ({} tokens) costs {} and does not fit the budget {} of {}",
+                     info.id, mc.n_positions, format_bytes(full), format_bytes(d->setup.budget_bytes), d->name);
+      }
+    }
+    svc->models_.push_back(std::move(entry));
   }
 
-  Engine::Options eo;
-  eo.admission.policy = *parse_admission_policy(config.admission);
-  eo.admission.budget_bytes = budget;
-  eo.admission.max_queue = config.max_queue;
-  eo.admission.queue_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.queue_timeout_s));
-  eo.admission.max_bypass = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.max_bypass_s));
-  eo.admission.priority_aging =
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.priority_aging_s));
-  eo.profile = profile;
-  eo.max_batch = config.max_batch;
-  eo.max_batch_tokens = config.max_batch_tokens;
-  eo.oom_governor.decrease_factor = config.oom_decrease_factor;
-  eo.oom_governor.floor_fraction = config.oom_budget_floor;
-  eo.oom_governor.quiet_period =
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(config.oom_quiet_period_s));
-  eo.oom_governor.increase_step = config.oom_increase_step;
-  eo.step_delay_ms = config.test_step_delay_ms;
-  eo.inject_oom_at_step = config.test_inject_oom_step;
-  eo.inject_oom_count = config.test_inject_oom_count;
-  eo.max_preemptions = config.max_preemptions;
-  eo.oom_unready_after = config.oom_unready_after;
-  eo.metrics = metrics;
-  auto engine = Engine::create(eo, *entry->model, *svc->device_);
-  if (!engine.ok()) return std::move(engine).error();
-  entry->engine = std::move(engine).value();
-  svc->entries_.push_back(std::move(entry));
+  // One admission front: every (device, model) engine draws from its queue.
+  const AdmissionPolicy policy = *parse_admission_policy(config.admission);
+  const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : config.max_batch;
+  AdmissionOptions ao;
+  ao.policy = policy;
+  ao.max_queue = config.max_queue;
+  ao.queue_timeout = seconds(config.queue_timeout_s);
+  ao.max_bypass = seconds(config.max_bypass_s);
+  ao.priority_aging = seconds(config.priority_aging_s);
+  AdmissionTopology topology;
+  for (DeviceEntry* d : serving) {
+    topology.devices.push_back(AdmissionTopology::Device{d->name, d->setup.budget_bytes});
+    for (std::size_t m = 0; m < sources->size(); ++m) {
+      topology.engines.push_back(AdmissionTopology::Engine{d->topology_index, static_cast<int>(m), max_running});
+    }
+  }
+  auto front = make_engine_front(ao, topology);
+  if (!front.ok()) return std::move(front).error();
+
+  int index = 0;
+  for (DeviceEntry* d : serving) {
+    for (std::size_t m = 0; m < sources->size(); ++m) {
+      std::vector<const MemoryProfile*> profiles;
+      for (DeviceEntry* other : serving) profiles.push_back(&other->setup.profiles[m]);
+      Engine::Options eo;
+      eo.admission = ao;
+      eo.admission.budget_bytes = d->setup.budget_bytes;
+      eo.profile = cost_profile(profiles);
+      eo.max_batch = config.max_batch;
+      eo.max_batch_tokens = config.max_batch_tokens;
+      eo.oom_governor.decrease_factor = config.oom_decrease_factor;
+      eo.oom_governor.floor_fraction = config.oom_budget_floor;
+      eo.oom_governor.quiet_period = seconds(config.oom_quiet_period_s);
+      eo.oom_governor.increase_step = config.oom_increase_step;
+      eo.step_delay_ms = config.test_step_delay_ms;
+      eo.inject_oom_at_step = config.test_inject_oom_step;
+      eo.inject_oom_count = config.test_inject_oom_count;
+      eo.max_preemptions = config.max_preemptions;
+      eo.oom_unready_after = config.oom_unready_after;
+      eo.metrics = metrics;
+      auto engine = Engine::create(eo, *d->setup.models[m], *d->setup.device, *front, index++);
+      if (!engine.ok()) return std::move(engine).error();
+      svc->models_[m]->engines.push_back(engine->get());
+      d->engines.push_back(std::move(engine).value());
+    }
+  }
   return svc;
 }
 
+std::vector<Engine*> InferenceService::engines() const {
+  std::vector<Engine*> out;
+  for (auto& d : devices_) {
+    for (auto& e : d->engines) out.push_back(e.get());
+  }
+  return out;
+}
+
 Result<Submission> InferenceService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
-  Entry* entry = nullptr;
+  ModelEntry* entry = nullptr;
   if (request.model.empty()) {
-    entry = entries_.front().get();
+    entry = models_.front().get();
   } else {
-    for (auto& e : entries_) {
+    for (auto& e : models_) {
       if (e->info.id == request.model) entry = e.get();
     }
   }
   if (!entry) {
     std::string names;
-    for (auto& e : entries_) names += (names.empty() ? "" : ", ") + e->info.id;
+    for (auto& e : models_) names += (names.empty() ? "" : ", ") + e->info.id;
     return Error(ErrorCode::kModelNotFound, "model '" + request.model + "' not found; available: " + names);
   }
   if (draining_.load()) {
@@ -196,11 +271,22 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
 
+  // Any ready engine of the model takes the submission into the shared
+  // queue; admission then places it. With none ready, the first engine's
+  // refusal (503 + Retry-After) answers.
+  Engine* engine = entry->engines.front();
+  const TimePoint now = Clock::now();
+  for (Engine* e : entry->engines) {
+    if (e->ready(now)) {
+      engine = e;
+      break;
+    }
+  }
   Submission sub;
   sub.model = entry->info.id;
   sub.prompt_tokens = static_cast<int>(gen.prompt.size());
-  sub.cost_bytes = entry->engine->cost(sub.prompt_tokens, gen.max_tokens);
-  auto handle = entry->engine->submit(std::move(gen), std::move(sink), &sub.queue_position);
+  sub.cost_bytes = engine->cost(sub.prompt_tokens, gen.max_tokens);
+  auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position);
   if (!handle.ok()) return std::move(handle).error();
   sub.handle = std::move(handle).value();
   return sub;
@@ -208,7 +294,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
 
 std::vector<ModelInfo> InferenceService::models() const {
   std::vector<ModelInfo> out;
-  for (auto& e : entries_) out.push_back(e->info);
+  for (auto& e : models_) out.push_back(e->info);
   return out;
 }
 
@@ -216,27 +302,39 @@ bool InferenceService::healthy(std::string* reason) const { return healthy_at(Cl
 
 bool InferenceService::healthy_at(TimePoint now, std::string* reason) const {
   const auto limit = std::chrono::duration<double>(config_.watchdog_timeout_s);
-  for (auto& e : entries_) {
-    const std::optional<Duration> busy = e->engine->busy_for(now);
-    if (!busy || *busy <= limit) continue;
-    if (reason) {
-      *reason = fmt::format("engine on {} stuck in a step for {:.0f} s", e->info.device,
-                            std::floor(std::chrono::duration<double>(*busy).count()));
+  for (auto& d : devices_) {
+    for (auto& e : d->engines) {
+      const std::optional<Duration> busy = e->busy_for(now);
+      if (!busy || *busy <= limit) continue;
+      if (reason) {
+        *reason = fmt::format("engine on {} stuck in a step for {:.0f} s", d->name,
+                              std::floor(std::chrono::duration<double>(*busy).count()));
+      }
+      return false;
     }
-    return false;
   }
   return true;
 }
 
 bool InferenceService::ready() const { return not_ready_reason().empty(); }
 
+// Ready while every model has at least one device that serves it.
 std::string InferenceService::not_ready_reason() const {
-  if (entries_.empty()) return "models loading";
+  if (models_.empty()) return "models loading";
   if (draining_.load()) return "server draining";
   const TimePoint now = Clock::now();
-  std::string reason;
-  for (auto& e : entries_) {
-    if (!e->engine->ready(now, &reason)) return reason;
+  for (auto& m : models_) {
+    std::string reasons;
+    bool served = false;
+    for (Engine* e : m->engines) {
+      std::string why;
+      if (e->ready(now, &why)) {
+        served = true;
+        break;
+      }
+      reasons += (reasons.empty() ? "" : "; ") + why;
+    }
+    if (!served) return m->engines.size() == 1 ? reasons : "no device serves model '" + m->info.id + "': " + reasons;
   }
   return {};
 }
@@ -245,59 +343,84 @@ AdmissionState InferenceService::admission_state() const {
   AdmissionState st;
   st.policy = config_.admission;
   st.draining = draining_.load();
-  const DeviceMemory mem = device_->memory();
-  DeviceState ds;
-  ds.name = device_->name();
-  ds.capacity_bytes = mem.capacity;
-  ds.used_bytes = mem.used;
-  ds.peak_bytes = mem.peak;
-  ds.allocated_bytes = mem.allocated;
-  ds.cache_reserved_bytes = mem.cache_reserved;
-  for (auto& e : entries_) {
-    const EngineStats es = e->engine->stats();
-    const AdmissionSnapshot as = e->engine->admission();
-    st.queue_depth += as.queue_depth;
-    st.running += es.running;
-    st.admitted += as.counters.admitted;
-    st.rejected_never_fits += as.counters.rejected_never_fits;
-    st.rejected_queue_full += as.counters.rejected_queue_full;
-    st.queue_timeouts += as.counters.queue_timeout;
-    st.deadline_expired += as.counters.deadline_expired;
-    st.cancelled_queued += as.counters.cancelled;
-    st.cancelled += es.cancelled;
-    st.completed += es.completed;
-    st.failed += es.failed;
-    st.out_of_memory += es.out_of_memory;
-    st.oom_budget_cuts += es.oom_budget_cuts;
-    st.preemptions += es.preemptions;
-    st.not_ready_trips += es.not_ready_trips;
-    ds.ready = ds.ready && e->engine->ready(Clock::now());
-    ds.budget_bytes += as.budget_bytes;
-    ds.effective_budget_bytes += as.effective_budget_bytes;
-    ds.reserved_bytes += as.reserved_bytes;
-    ds.peak_reserved_bytes += as.peak_reserved_bytes;
-    ds.resident_bytes += e->info.resident_bytes;
-    ds.workspace_bytes += e->info.workspace_bytes;
+  const TimePoint now = Clock::now();
+  std::optional<AdmissionSnapshot> as;
+  for (auto& d : devices_) {
+    DeviceState ds;
+    ds.name = d->name;
+    for (auto& m : models_) ds.models.push_back(m->info.id);
+    if (!d->failure.empty()) {
+      ds.ready = false;
+      ds.state = "unhealthy";
+      ds.reason = d->failure;
+      st.devices.push_back(ds);
+      continue;
+    }
+    if (!as) as = d->engines.front()->admission();  // the front's: every device, the one queue
+    const DeviceMemory mem = d->setup.device->memory();
+    ds.capacity_bytes = mem.capacity;
+    ds.used_bytes = mem.used;
+    ds.peak_bytes = mem.peak;
+    ds.allocated_bytes = mem.allocated;
+    ds.cache_reserved_bytes = mem.cache_reserved;
+    ds.resident_bytes = d->setup.resident_bytes;
+    ds.workspace_bytes = d->setup.workspace_bytes;
+    const DeviceAdmission& da = as->devices[static_cast<std::size_t>(d->topology_index)];
+    ds.budget_bytes = da.budget_bytes;
+    ds.effective_budget_bytes = da.effective_budget_bytes;
+    ds.reserved_bytes = da.reserved_bytes;
+    ds.peak_reserved_bytes = da.peak_reserved_bytes;
+    for (auto& e : d->engines) {
+      const EngineStats es = e->stats();
+      ds.running += es.running;
+      ds.completed += es.completed;
+      ds.out_of_memory += es.out_of_memory;
+      ds.preemptions += es.preemptions;
+      st.cancelled += es.cancelled;
+      st.completed += es.completed;
+      st.failed += es.failed;
+      st.out_of_memory += es.out_of_memory;
+      st.oom_budget_cuts += es.oom_budget_cuts;
+      st.preemptions += es.preemptions;
+      st.not_ready_trips += es.not_ready_trips;
+      std::string why;
+      if (!e->ready(now, &why)) {
+        ds.ready = false;
+        ds.state = "not_ready";
+        ds.reason = why;
+      }
+    }
+    st.running += ds.running;
+    st.devices.push_back(ds);
   }
-  st.devices.push_back(ds);
+  if (as) {
+    st.queue_depth = as->queue_depth;
+    st.admitted = as->counters.admitted;
+    st.rejected_never_fits = as->counters.rejected_never_fits;
+    st.rejected_queue_full = as->counters.rejected_queue_full;
+    st.queue_timeouts = as->counters.queue_timeout;
+    st.deadline_expired = as->counters.deadline_expired;
+    st.cancelled_queued = as->counters.cancelled;
+  }
   return st;
 }
 
 void InferenceService::begin_drain() {
   draining_.store(true);
-  for (auto& e : entries_) e->engine->begin_drain();
+  for (Engine* e : engines()) e->begin_drain();
 }
 
 bool InferenceService::wait_idle(TimePoint deadline) const {
   bool idle = true;
-  for (auto& e : entries_) idle = e->engine->wait_idle(deadline) && idle;
+  for (Engine* e : engines()) idle = e->wait_idle(deadline) && idle;
   return idle;
 }
 
 void InferenceService::shutdown() {
-  for (auto& e : entries_) {
-    if (e->engine) e->engine->shutdown();
-  }
+  // Every engine is told to stop before any is joined, so none takes the
+  // shared queue's work while the others wind down.
+  for (Engine* e : engines()) e->request_stop();
+  for (Engine* e : engines()) e->shutdown();
 }
 
 }  // namespace vg

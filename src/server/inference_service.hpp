@@ -1,6 +1,8 @@
-// The Service behind the HTTP layer: owns the device, the loaded model and
-// its engine; resolves the model of a request, tokenizes and range-checks it
-// against the model, and submits it. Thread-safe (see Service).
+// The Service behind the HTTP layer: owns the devices, a replica of every
+// model on each device and one engine per (device, model), all drawing from
+// one admission front (one queue; a request runs on the device where it fits
+// with the most free budget). Resolves the model of a request, tokenizes and
+// range-checks it against the model, and submits it. Thread-safe (see Service).
 #pragma once
 
 #include <atomic>
@@ -23,9 +25,11 @@ class ServerMetrics;
 
 class InferenceService final : public Service {
  public:
-  /// Creates the device, loads the model (errors: kConfig, kModelLoad) and
-  /// starts its engine, which records into `metrics` (optional; must
-  /// outlive the service).
+  /// Creates the devices, loads every model of --model-dir on each and starts
+  /// their engines, which record into `metrics` (optional; must outlive the
+  /// service). A device that fails to start is logged and left out (unhealthy
+  /// in /v1/admission and /ready); errors (kConfig, kModelLoad) only when
+  /// every device fails, with the first device's error.
   static Result<std::unique_ptr<InferenceService>> create(const ServeConfig& config,
                                                           metrics::ServerMetrics* metrics = nullptr);
   ~InferenceService() override;
@@ -49,12 +53,15 @@ class InferenceService final : public Service {
   void shutdown();
 
  private:
-  struct Entry;
+  struct DeviceEntry;
+  struct ModelEntry;
   explicit InferenceService(const ServeConfig& config);
+  /// Every engine, device by device.
+  std::vector<Engine*> engines() const;
 
   ServeConfig config_;
-  std::unique_ptr<Device> device_;
-  std::vector<std::unique_ptr<Entry>> entries_;
+  std::vector<std::unique_ptr<DeviceEntry>> devices_;  // destroyed after models_ (which point into them)
+  std::vector<std::unique_ptr<ModelEntry>> models_;
   std::atomic<bool> draining_{false};
   std::atomic<std::uint64_t> next_id_{1};
 };

@@ -1,8 +1,12 @@
 #include "server/model_setup.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include "admission/admission_policy.hpp"
 #include "device/device.hpp"
 #include "engine/memory_profiler.hpp"
 #include "model/model.hpp"
+#include "model/model_dirs.hpp"
 
 namespace vg {
 
@@ -12,31 +16,79 @@ std::string model_id_for(const std::filesystem::path& dir) {
   return p.filename().string();
 }
 
-Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
-  ProfiledModel out;
-  auto spec = parse_device_spec(config.device);
+Result<std::vector<ModelSource>> find_model_sources(const ServeConfig& config) {
+  std::vector<ModelSource> out;
+  for (const auto& dir : find_model_dirs(config.model_dir)) out.push_back(ModelSource{model_id_for(dir), dir});
+  if (out.empty()) {
+    // Let the loader say what is wrong with the folder (missing, no config.json, ...).
+    out.push_back(ModelSource{model_id_for(config.model_dir), config.model_dir});
+  }
+  return out;
+}
+
+Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& spec_text,
+                                std::span<const ModelSource> models) {
+  DeviceSetup out;
+  auto spec = parse_device_spec(spec_text);
   if (!spec.ok()) return Error(ErrorCode::kConfig, "--device: " + spec.error().message);
   auto device = create_device(spec->kind, spec->index, spec->capacity);
   if (!device.ok()) return std::move(device).error();
   out.device = std::move(device).value();
-  {
-    DeviceScope scope(out.device.get());
-    auto model = Model::load(Model::Options{config.model_dir, out.device.get(), config.dtype});
+  DeviceScope scope(out.device.get());
+  for (const ModelSource& source : models) {
+    const std::int64_t before = out.device->memory().used;
+    auto model = Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype});
     if (!model.ok()) return std::move(model).error();
-    out.model = std::move(model).value();
-    auto profile = measure_memory_profile(*out.model, *out.device,
+    const std::int64_t resident = out.device->memory().used - before;
+    auto profile = measure_memory_profile(**model, *out.device,
                                           ProfileOptions{config.max_batch, config.max_batch_tokens,
                                                          config.memory_safety});
     if (!profile.ok()) {
-      return Error(ErrorCode::kConfig, "memory profile of '" + config.model_dir + "' on " + out.device->name() +
+      return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + out.device->name() +
                                            " failed: " + profile.error().message);
     }
-    out.profile = *profile;
+    profile->resident_bytes = resident;
+    out.resident_bytes += resident;
+    out.workspace_bytes += profile->workspace_bytes;
+    out.profiles.push_back(*profile);
+    out.models.push_back(std::move(model).value());
   }
-  out.id = model_id_for(config.model_dir);
   out.reserve_bytes = config.memory_reserve == "0" ? 0 : *parse_bytes(config.memory_reserve);
-  out.budget_bytes = device_budget(out.device->memory().capacity, config.memory_utilization,
-                                   out.profile.resident_bytes, out.profile.workspace_bytes, out.reserve_bytes);
+  const std::int64_t capacity = out.device->memory().capacity;
+  out.budget_bytes =
+      device_budget(capacity, config.memory_utilization, out.resident_bytes, out.workspace_bytes, out.reserve_bytes);
+  spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", out.device->name(),
+               format_bytes(out.budget_bytes), format_bytes(capacity), config.memory_utilization,
+               format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes));
+  if (config.admission != "none") {
+    for (std::size_t i = 0; i < models.size(); ++i) {
+      const std::int64_t smallest = request_cost(out.profiles[i], 1, 1);
+      if (out.budget_bytes < smallest) {
+        return Error(ErrorCode::kConfig,
+                     "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
+                         ") cannot hold even a 2-token request of '" + models[i].id + "' (" + format_bytes(smallest) +
+                         "): give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
+      }
+    }
+  }
+  return out;
+}
+
+Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
+  auto sources = find_model_sources(config);
+  if (!sources.ok()) return std::move(sources).error();
+  const std::vector<ModelSource> first(sources->begin(), sources->begin() + 1);
+  ServeConfig one = config;
+  one.admission = "none";  // the plan reports what fits; it does not refuse to start
+  auto setup = load_device(one, config.device.front(), first);
+  if (!setup.ok()) return std::move(setup).error();
+  ProfiledModel out;
+  out.device = std::move(setup->device);
+  out.model = std::move(setup->models.front());
+  out.id = first.front().id;
+  out.profile = setup->profiles.front();
+  out.reserve_bytes = setup->reserve_bytes;
+  out.budget_bytes = setup->budget_bytes;
   return out;
 }
 

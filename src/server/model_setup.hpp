@@ -1,13 +1,16 @@
-// Start-up of one model on its device, shared by `vramgate serve` and
-// `vramgate plan`: create the device from the config, load the model onto
-// it, measure its memory profile (the profile runs double as warm-up), and
-// work out the device budget. Main thread, before any engine starts.
+// Start-up of the models on their devices, shared by `vramgate serve` and
+// `vramgate plan`: find the model folders of --model-dir, create each
+// device from the config, load every model onto it, measure each model's
+// memory profile there (the profile runs double as warm-up), and work out
+// the device's budget. Main thread, before any engine starts.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "admission/memory_profile.hpp"
 #include "common/error.hpp"
@@ -18,18 +21,50 @@ namespace vg {
 class Model;
 class Device;
 
-/// A model loaded and profiled on its own device.
-struct ProfiledModel {
+/// One model folder of --model-dir.
+struct ModelSource {
+  std::string id;               ///< the folder's name, as /v1/models shows it
+  std::filesystem::path dir;
+};
+
+/// The model folders of config.model_dir: the folder itself when it holds a
+/// config.json, else each sub-folder that does, sorted by name. kConfig when
+/// there is none (the message names the folder).
+Result<std::vector<ModelSource>> find_model_sources(const ServeConfig& config);
+
+/// One device with every model loaded and profiled on it.
+struct DeviceSetup {
   std::unique_ptr<Device> device;
-  std::unique_ptr<Model> model;  ///< destroy before `device` (its weights live there)
-  std::string id;                ///< the model folder's name, as /v1/models shows it
-  MemoryProfile profile;
-  std::int64_t reserve_bytes = 0;  ///< --memory-reserve
+  /// One per ModelSource, in the same order; destroyed before `device`
+  /// (their weights live there).
+  std::vector<std::unique_ptr<Model>> models;
+  /// Each model's profile on this device; resident_bytes are that model's
+  /// own (the device's used bytes after its load minus before).
+  std::vector<MemoryProfile> profiles;
+  std::int64_t resident_bytes = 0;   ///< sum over the models
+  std::int64_t workspace_bytes = 0;  ///< sum over the models (their engines step concurrently)
+  std::int64_t reserve_bytes = 0;    ///< --memory-reserve
   /// device_budget(capacity, utilization, resident, workspace, reserve)
   std::int64_t budget_bytes = 0;
 };
 
-/// Errors: kConfig (bad device, the profile runs do not fit), kModelLoad.
+/// Creates device `spec` and loads and profiles `models` on it. Errors:
+/// kConfig (bad device, the profile runs do not fit, the budget cannot hold
+/// a 2-token request of some model under a limiting policy), kModelLoad.
+Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& spec,
+                                std::span<const ModelSource> models);
+
+/// A model loaded and profiled on its own device (`vramgate plan`).
+struct ProfiledModel {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Model> model;  ///< destroy before `device` (its weights live there)
+  std::string id;
+  MemoryProfile profile;
+  std::int64_t reserve_bytes = 0;
+  std::int64_t budget_bytes = 0;
+};
+
+/// The first model of --model-dir on the first --device. Errors as load_device().
 Result<ProfiledModel> load_profiled_model(const ServeConfig& config);
 
 /// "models/tinylm/" -> "tinylm".

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 namespace vg {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string message(const Result<ServeConfig>& r) { return r.ok() ? "(ok)" : r.error().message; }
@@ -35,7 +38,7 @@ log_request_text = true
                              "x.toml");
   ASSERT_TRUE(c.ok()) << message(c);
   EXPECT_EQ(c->max_batch, 4);
-  EXPECT_EQ(c->device, "virt:0=1GiB");
+  EXPECT_EQ(c->device, std::vector<std::string>{"virt:0=1GiB"});
   EXPECT_DOUBLE_EQ(c->memory_utilization, 0.5);
   EXPECT_DOUBLE_EQ(c->read_timeout_s, 12.0);
   EXPECT_EQ(c->admission, "fixed:3");
@@ -99,6 +102,56 @@ TEST(ConfigFile, OutOfRangeValueNamesKeyAndLineWithTheValidationRule) {
   EXPECT_THAT(d.error().message, HasSubstr("x.toml:1: key 'device'"));
 }
 
+TEST(ConfigFile, DeviceMayBeAStringOrAnArrayOfStrings) {
+  auto one = parse_config_toml("[model]\ndevice = \"virt:0=1GiB\"\n", "x.toml");
+  ASSERT_TRUE(one.ok()) << message(one);
+  EXPECT_THAT(one->device, ElementsAre("virt:0=1GiB"));
+  auto two = parse_config_toml("[model]\ndevice = [\"virt:0=1GiB\", \"virt:1=512MiB\"]\n", "x.toml");
+  ASSERT_TRUE(two.ok()) << message(two);
+  EXPECT_THAT(two->device, ElementsAre("virt:0=1GiB", "virt:1=512MiB"));
+  auto one_in_array = parse_config_toml("device = [\"cuda:1\"]\n", "x.toml");
+  ASSERT_TRUE(one_in_array.ok()) << message(one_in_array);
+  EXPECT_THAT(one_in_array->device, ElementsAre("cuda:1"));
+}
+
+TEST(ConfigFile, DeviceArrayReplacesTheBaseList) {
+  ServeConfig base;
+  base.device = {"virt:0=1GiB", "virt:1=1GiB"};
+  auto c = parse_config_toml("device = \"virt:5=1GiB\"\n", "x.toml", base);
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_THAT(c->device, ElementsAre("virt:5=1GiB"));
+  auto kept = parse_config_toml("max_batch = 2\n", "x.toml", base);
+  ASSERT_TRUE(kept.ok()) << message(kept);
+  EXPECT_EQ(kept->device, base.device);
+}
+
+TEST(ConfigFile, DeviceOfAnotherTypeNamesTheKey) {
+  auto i = parse_config_toml("\ndevice = 0\n", "x.toml");
+  ASSERT_FALSE(i.ok());
+  EXPECT_THAT(i.error().message,
+              HasSubstr("x.toml:2: key 'device': expected a string or an array of strings, got an integer"));
+  auto mixed = parse_config_toml("device = [\"virt:0=1GiB\", 1]\n", "x.toml");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_THAT(mixed.error().message,
+              HasSubstr("x.toml:1: key 'device': expected a string or an array of strings, got an array with an "
+                        "integer at index 1"));
+  auto table = parse_config_toml("[model.device]\nkind = \"virt\"\n", "x.toml");
+  ASSERT_FALSE(table.ok());
+  EXPECT_THAT(table.error().message, HasSubstr("key 'device': expected a string or an array of strings, got a table"));
+  auto empty = parse_config_toml("max_batch = 2\ndevice = []\n", "x.toml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.error().message, HasSubstr("x.toml:2: key 'device': needs at least one device"));
+}
+
+TEST(ConfigFile, DeviceListRulesNameTheKeyAndLine) {
+  auto dup = parse_config_toml("max_batch = 2\ndevice = [\"virt:0=1GiB\", \"virt:0=2GiB\"]\n", "x.toml");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(dup.error().message, HasSubstr("x.toml:2: key 'device': virt:0 is given twice"));
+  auto mixed = parse_config_toml("device = [\"auto\", \"virt:1=1GiB\"]\n", "x.toml");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_THAT(mixed.error().message, HasSubstr("x.toml:1: key 'device': auto must be the only device"));
+}
+
 TEST(ConfigFile, KeySetTwiceIsRejected) {
   auto c = parse_config_toml("max_batch = 4\n[scheduling]\nmax_batch = 5\n", "x.toml");
   ASSERT_FALSE(c.ok());
@@ -135,7 +188,19 @@ TEST(ConfigFile, PrintedConfigReadsBackToTheSameValues) {
   EXPECT_EQ(back->memory_utilization, c.memory_utilization);
   EXPECT_EQ(back->test_inject_oom_step, c.test_inject_oom_step);
   EXPECT_THAT(text, HasSubstr("read_timeout = 30.0\n"));
+  EXPECT_THAT(text, HasSubstr("\ndevice = \"auto\"\n"));  // one device: a plain string, as before
   for (const ConfigField& f : config_fields()) EXPECT_THAT(text, HasSubstr(std::string("\n") + f.key + " = "));
+}
+
+TEST(ConfigFile, PrintedConfigWithSeveralDevicesReadsBack) {
+  ServeConfig c;
+  c.device = {"virt:0=1GiB", "virt:1=512MiB", "cuda:0"};
+  const std::string text = format_config_toml(c);
+  EXPECT_THAT(text, HasSubstr("\ndevice = [\"virt:0=1GiB\", \"virt:1=512MiB\", \"cuda:0\"]\n"));
+  auto back = parse_config_toml(text, "printed");
+  ASSERT_TRUE(back.ok()) << message(back) << "\n" << text;
+  EXPECT_EQ(back->device, c.device);
+  EXPECT_EQ(format_config_toml(*back), text);
 }
 
 // --- flags and file together (ConfigFlags)
@@ -202,6 +267,56 @@ TEST_F(ConfigFlagsTest, MissingConfigFileIsAnError) {
   auto c = parse("--config " + path_.string());
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.error().message, HasSubstr("cannot read config file"));
+}
+
+TEST_F(ConfigFlagsTest, RepeatedDeviceFlagGivesSeveralDevices) {
+  auto c = parse("--device virt:0=1GiB --max-batch 2 --device virt:1=1GiB");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_THAT(c->device, ElementsAre("virt:0=1GiB", "virt:1=1GiB"));
+  auto one = parse("--device cuda:0");
+  ASSERT_TRUE(one.ok()) << message(one);
+  EXPECT_THAT(one->device, ElementsAre("cuda:0"));  // replaces the default "auto", does not add to it
+  auto none = parse("--max-batch 2");
+  ASSERT_TRUE(none.ok()) << message(none);
+  EXPECT_THAT(none->device, ElementsAre("auto"));
+}
+
+TEST_F(ConfigFlagsTest, DeviceFlagMayBeCommaSeparated) {
+  auto c = parse("--device virt:0=1GiB,virt:1=2GiB --device cuda:0");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_THAT(c->device, ElementsAre("virt:0=1GiB", "virt:1=2GiB", "cuda:0"));
+}
+
+TEST_F(ConfigFlagsTest, DeviceFlagTakesOneValuePerOccurrence) {
+  CLI::App app;
+  ConfigFlags flags(app);
+  EXPECT_THROW(app.parse("--device virt:0=1GiB virt:1=1GiB", false), CLI::ParseError);
+}
+
+TEST_F(ConfigFlagsTest, DeviceFlagsReplaceTheFileList) {
+  write("[model]\ndevice = [\"virt:0=1GiB\", \"virt:1=1GiB\"]\n");
+  auto from_file = parse("--config " + path_.string());
+  ASSERT_TRUE(from_file.ok()) << message(from_file);
+  EXPECT_THAT(from_file->device, ElementsAre("virt:0=1GiB", "virt:1=1GiB"));
+  auto c = parse("--config " + path_.string() + " --device virt:2=1GiB");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_THAT(c->device, ElementsAre("virt:2=1GiB"));
+}
+
+TEST_F(ConfigFlagsTest, DeviceFlagRulesNameTheFlag) {
+  auto dup = parse("--device virt:0=1GiB --device virt:0=2GiB");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().message, "--device: virt:0 is given twice ('virt:0=1GiB' and 'virt:0=2GiB')");
+  auto cuda = parse("--device cuda:1,cuda:1");
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_THAT(cuda.error().message, HasSubstr("--device: cuda:1 is given twice"));
+  auto mixed = parse("--device auto --device virt:1=1GiB");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_THAT(mixed.error().message, HasSubstr("--device: auto must be the only device"));
+  auto bad = parse("--device virt:0=1GiB --device gpu0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.error().message, HasSubstr("--device: "));
+  EXPECT_THAT(bad.error().message, HasSubstr("virt:N=SIZE"));
 }
 
 TEST(ConfigFlags, EveryFieldIsAFlag) {
