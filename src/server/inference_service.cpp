@@ -79,7 +79,10 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
       entry->topology_index = static_cast<int>(serving.size());
       serving.push_back(entry.get());
     } else {
-      entry->name = spec;
+      auto parsed = parse_device_spec(spec);
+      entry->name = parsed.ok() && parsed->kind != DeviceKind::kAuto
+                        ? (parsed->kind == DeviceKind::kCuda ? "cuda:" : "virt:") + std::to_string(parsed->index)
+                        : spec;
       entry->failure = setup.error().message;
       if (!first_error) first_error = setup.error();
       if (config.device.size() > 1) spdlog::error("device {} left out: {}", spec, entry->failure);
