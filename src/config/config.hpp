@@ -65,7 +65,7 @@ struct ServeConfig {
   // -- scheduling
   int max_batch = 8;                 ///< sequences that run together on a device
   int max_batch_tokens = 512;        ///< tokens in one step: prefill chunks + one per decoding sequence
-  int max_queue = 64;                ///< waiting requests per device; more -> 503
+  int max_queue = 64;                ///< waiting requests (one queue shared by the devices); more -> 503
   double queue_timeout_s = 30;       ///< longest wait in the queue (s) -> 503 + Retry-After
   double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less
   double shutdown_grace_s = 10;      ///< on SIGTERM: how long in-flight work may drain (s)

@@ -74,7 +74,9 @@ const ConfigField kFields[] = {
      "Tokens processed in one step (prefill chunks + one per decoding sequence); longer prompts are prefilled "
      "in chunks",
      &C::max_batch_tokens},
-    {"max_queue", "scheduling", "Requests that may wait per device (more -> 503 overloaded)", &C::max_queue},
+    {"max_queue", "scheduling",
+     "Requests that may wait in the admission queue, one queue shared by every device (more -> 503 overloaded)",
+     &C::max_queue},
     {"queue_timeout", "scheduling", "Longest wait in the queue in seconds (-> 503 overloaded with Retry-After)",
      &C::queue_timeout_s},
     {"request_timeout", "scheduling",
