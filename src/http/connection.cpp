@@ -92,14 +92,15 @@ Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* rec
       }
       break;
     }
-    case RouteKind::kReady:
-      if (const std::string why = service.not_ready_reason(); why.empty()) {
-        reply.body = encode_status("ready");
-      } else {
-        reply.status = 503;
-        reply.body = encode_status("not_ready", why);
-      }
+    case RouteKind::kReady: {
+      // 503 only when the service says so (a model without a ready device);
+      // the per-device states are shown either way, so one unhealthy device
+      // among several is visible while the server stays ready.
+      const std::string why = service.not_ready_reason();
+      if (!why.empty()) reply.status = 503;
+      reply.body = encode_ready(why, service.admission_state().devices);
       break;
+    }
     case RouteKind::kModels:
       reply.body = encode_models(service.models());
       break;

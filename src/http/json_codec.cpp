@@ -301,6 +301,9 @@ std::string encode_models(const std::vector<ModelInfo>& models) {
     o["context_length"] = m.context_length;
     o["parameter_count"] = m.parameter_count;
     o["device"] = safe(m.device);
+    json::array devices;
+    for (const std::string& d : m.devices) devices.push_back(safe(d));
+    o["devices"] = std::move(devices);
     o["resident_bytes"] = m.resident_bytes;
     o["workspace_bytes"] = m.workspace_bytes;
     o["kv_bytes_per_token"] = m.kv_bytes_per_token;
@@ -331,6 +334,15 @@ std::string encode_admission(const AdmissionState& state) {
     o["resident_bytes"] = d.resident_bytes;
     o["workspace_bytes"] = d.workspace_bytes;
     o["ready"] = d.ready;
+    o["state"] = safe(d.state);
+    if (!d.reason.empty()) o["reason"] = safe(d.reason);
+    json::array models;
+    for (const std::string& m : d.models) models.push_back(safe(m));
+    o["models"] = std::move(models);
+    o["running"] = d.running;
+    o["completed"] = d.completed;
+    o["out_of_memory"] = d.out_of_memory;
+    o["preemptions"] = d.preemptions;
     devices.push_back(std::move(o));
   }
   json::object o;
@@ -357,6 +369,22 @@ std::string encode_status(std::string_view status, std::string_view reason) {
   json::object o;
   o["status"] = safe(status);
   if (!reason.empty()) o["reason"] = safe(reason);
+  return json::serialize(o);
+}
+
+std::string encode_ready(std::string_view reason, const std::vector<DeviceState>& devices) {
+  json::object o;
+  o["status"] = reason.empty() ? "ready" : "not_ready";
+  if (!reason.empty()) o["reason"] = safe(reason);
+  json::array list;
+  for (const DeviceState& d : devices) {
+    json::object e;
+    e["name"] = safe(d.name);
+    e["state"] = safe(d.state);
+    if (!d.reason.empty()) e["reason"] = safe(d.reason);
+    list.push_back(std::move(e));
+  }
+  o["devices"] = std::move(list);
   return json::serialize(o);
 }
 

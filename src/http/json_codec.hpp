@@ -66,8 +66,13 @@ std::string encode_models(const std::vector<ModelInfo>& models);
 /// GET /v1/admission.
 std::string encode_admission(const AdmissionState& state);
 
-/// GET /health and /ready bodies: `{"status":...[,"reason":...]}`.
+/// GET /health body (and other plain status bodies): `{"status":...[,"reason":...]}`.
 std::string encode_status(std::string_view status, std::string_view reason = {});
+
+/// GET /ready body: `{"status":"ready"|"not_ready"[,"reason"],"devices":[{"name","state"[,"reason"]}]}`;
+/// not ready exactly when `reason` is non-empty. A device's reason is shown
+/// when it has one (not_ready or unhealthy).
+std::string encode_ready(std::string_view reason, const std::vector<DeviceState>& devices);
 
 /// One SSE event carrying `payload`: "data: <payload>\n\n". The payload must not
 /// contain a newline (serialized JSON never does).

@@ -17,7 +17,9 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
                           {"allocated", d.allocated_bytes},
                           {"cache_reserved", d.cache_reserved_bytes},
                           {"resident", d.resident_bytes},
-                          {"workspace", d.workspace_bytes}}});
+                          {"workspace", d.workspace_bytes}},
+                         d.running,
+                         d.ready});
   }
   s.queue_depth = st.queue_depth;
   s.running = st.running;

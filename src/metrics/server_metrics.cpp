@@ -55,6 +55,12 @@ ServerMetrics::ServerMetrics(Registry& r)
                             "Device memory by kind: capacity, budget, effective_budget, reserved (leases), "
                             "peak_reserved, used (allocator), peak, resident, workspace.",
                             {"device", "kind"})),
+      device_running_sequences_(r.gauge("vramgate_device_running_sequences",
+                                        "Sequences running on the device now, over all its models.", {"device"})),
+      device_ready_(r.gauge("vramgate_device_ready",
+                            "1 when the device takes new work, 0 while it is not_ready (repeated out-of-memory) "
+                            "or unhealthy (failed at start-up).",
+                            {"device"})),
       out_of_memory_total_(r.counter("vramgate_out_of_memory_total", "Engine steps that failed with out-of-memory.")
                                .with({})),
       preemptions_total_(r.counter("vramgate_preemptions_total",
@@ -83,6 +89,8 @@ void ServerMetrics::fill_state(const StateSample& s) {
   draining_.set(s.draining ? 1 : 0);
   for (const auto& d : s.devices) {
     for (const auto& [kind, bytes] : d.bytes) device_bytes_.with({d.name, kind}).set(static_cast<double>(bytes));
+    device_running_sequences_.with({d.name}).set(d.running);
+    device_ready_.with({d.name}).set(d.ready ? 1 : 0);
   }
   const std::pair<const char*, std::int64_t> outcomes[] = {
       {"admitted", s.admitted},           {"queue_full", s.rejected_queue_full},

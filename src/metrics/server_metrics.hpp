@@ -26,6 +26,8 @@ struct StateSample {
     // kind -> bytes: capacity, budget, effective_budget, reserved,
     // peak_reserved, used, peak, resident, workspace.
     std::vector<std::pair<std::string, std::int64_t>> bytes;
+    int running = 0;    ///< sequences running on it now
+    bool ready = true;  ///< false while not_ready or unhealthy
   };
   std::vector<Device> devices;
   int queue_depth = 0;
@@ -86,6 +88,8 @@ class ServerMetrics {
   Gauge& ready_;
   Gauge& draining_;
   GaugeFamily& device_bytes_;
+  GaugeFamily& device_running_sequences_;
+  GaugeFamily& device_ready_;
   Counter& out_of_memory_total_;
   Counter& preemptions_total_;
   CounterFamily& idempotent_replays_total_;

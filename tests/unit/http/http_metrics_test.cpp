@@ -73,6 +73,28 @@ TEST_F(HttpMetricsTest, StreamsAreCountedWhenTheirHeadersGoOut) {
   EXPECT_TRUE(has_line(text, "vramgate_http_requests_total{route=\"/v1/completions\",status=\"200\"} 1")) << text;
 }
 
+TEST_F(HttpMetricsTest, PerDeviceRunningAndReadyComeFromTheAdmissionState) {
+  DeviceState busy;
+  busy.name = "virt:0";
+  busy.capacity_bytes = 4096;
+  busy.running = 2;
+  DeviceState sick;
+  sick.name = "virt:1";
+  sick.ready = false;
+  sick.state = "unhealthy";
+  sick.reason = "too small";
+  service_.set_devices({busy, sick});
+  start();
+  TestClient c(server_->port());
+  const std::string text = c.request(bhttp::verb::get, "/metrics").body();
+  EXPECT_TRUE(has_line(text, "vramgate_device_running_sequences{device=\"virt:0\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_running_sequences{device=\"virt:1\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:0\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:1\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_bytes{device=\"virt:0\",kind=\"capacity\"} 4096")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_ready 1")) << text;  // one unhealthy device: the server stays ready
+}
+
 TEST_F(HttpMetricsTest, WithoutARegistryMetricsIsNotFound) {
   start(false);
   TestClient c(server_->port());

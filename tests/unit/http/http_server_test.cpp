@@ -160,6 +160,40 @@ TEST_F(HttpServerTest, HealthAndReady) {
   EXPECT_EQ(c->request(bhttp::verb::get, "/ready?probe=1").result_int(), 503);
 }
 
+TEST_F(HttpServerTest, ReadyListsDevicesAndOneUnhealthyDeviceKeepsIt200) {
+  DeviceState ok;
+  ok.name = "virt:0";
+  DeviceState sick;
+  sick.name = "virt:1";
+  sick.ready = false;
+  sick.state = "unhealthy";
+  sick.reason = "too small for the model";
+  service_.set_devices({ok, sick});
+  start();
+  auto c = client();
+  Response res = c->request(bhttp::verb::get, "/ready");
+  EXPECT_EQ(res.result_int(), 200);
+  json::object o = parse(res.body());
+  EXPECT_EQ(o.at("status").as_string(), "ready");
+  EXPECT_FALSE(o.contains("reason"));
+  const json::array& devices = o.at("devices").as_array();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].at("name").as_string(), "virt:0");
+  EXPECT_EQ(devices[0].at("state").as_string(), "ready");
+  EXPECT_FALSE(devices[0].as_object().contains("reason"));
+  EXPECT_EQ(devices[1].at("name").as_string(), "virt:1");
+  EXPECT_EQ(devices[1].at("state").as_string(), "unhealthy");
+  EXPECT_EQ(devices[1].at("reason").as_string(), "too small for the model");
+
+  service_.is_ready = false;
+  Response down = c->request(bhttp::verb::get, "/ready");
+  EXPECT_EQ(down.result_int(), 503);
+  json::object d = parse(down.body());
+  EXPECT_EQ(d.at("status").as_string(), "not_ready");
+  EXPECT_EQ(d.at("reason").as_string(), "models loading or server draining");
+  EXPECT_EQ(d.at("devices").as_array().size(), 2u);
+}
+
 TEST_F(HttpServerTest, ModelsAndAdmission) {
   start();
   auto c = client();

@@ -86,7 +86,14 @@ class FakeService final : public Service {
     AdmissionState s;
     s.policy = "memory";
     s.queue_depth = 2;
+    std::lock_guard lock(mu_);
+    s.devices = devices_;
     return s;
+  }
+  /// What admission_state() reports as its devices (none by default).
+  void set_devices(std::vector<DeviceState> devices) {
+    std::lock_guard lock(mu_);
+    devices_ = std::move(devices);
   }
 
   /// The next submission, waiting up to kWait for it.
@@ -121,6 +128,7 @@ class FakeService final : public Service {
   std::condition_variable cv_;
   std::deque<FakeSubmission> submissions_;
   Knobs knobs_;
+  std::vector<DeviceState> devices_;
   int attempts_ = 0;
 };
 

@@ -256,6 +256,7 @@ TEST(EncodeModels, Shape) {
   m.context_length = 256;
   m.parameter_count = 1234;
   m.device = "virt:0";
+  m.devices = {"virt:0", "virt:1"};
   m.resident_bytes = 5678;
   m.created = 99;
   m.workspace_bytes = 21;
@@ -274,6 +275,9 @@ TEST(EncodeModels, Shape) {
   EXPECT_EQ(d.at("context_length").as_int64(), 256);
   EXPECT_EQ(d.at("parameter_count").as_int64(), 1234);
   EXPECT_EQ(d.at("device").as_string(), "virt:0");
+  ASSERT_EQ(d.at("devices").as_array().size(), 2u);
+  EXPECT_EQ(d.at("devices").as_array()[0].as_string(), "virt:0");
+  EXPECT_EQ(d.at("devices").as_array()[1].as_string(), "virt:1");
   EXPECT_EQ(d.at("resident_bytes").as_int64(), 5678);
   EXPECT_EQ(d.at("workspace_bytes").as_int64(), 21);
   EXPECT_EQ(d.at("kv_bytes_per_token").as_int64(), 22);
@@ -295,7 +299,18 @@ TEST(EncodeAdmission, Shape) {
   d.peak_bytes = 50;
   d.resident_bytes = 10;
   d.workspace_bytes = 5;
+  d.models = {"a", "b"};
+  d.running = 3;
+  d.completed = 31;
+  d.out_of_memory = 32;
+  d.preemptions = 33;
   s.devices.push_back(d);
+  DeviceState sick;
+  sick.name = "virt:1";
+  sick.ready = false;
+  sick.state = "unhealthy";
+  sick.reason = "weights do not fit";
+  s.devices.push_back(sick);
   s.queue_depth = 3;
   s.running = 2;
   s.draining = true;
@@ -329,6 +344,46 @@ TEST(EncodeAdmission, Shape) {
   EXPECT_EQ(j.at("peak_bytes").as_int64(), 50);
   EXPECT_EQ(j.at("resident_bytes").as_int64(), 10);
   EXPECT_EQ(j.at("workspace_bytes").as_int64(), 5);
+  EXPECT_TRUE(j.at("ready").as_bool());
+  EXPECT_EQ(j.at("state").as_string(), "ready");
+  EXPECT_FALSE(j.contains("reason"));  // only when not ready
+  ASSERT_EQ(j.at("models").as_array().size(), 2u);
+  EXPECT_EQ(j.at("models").as_array()[1].as_string(), "b");
+  EXPECT_EQ(j.at("running").as_int64(), 3);
+  EXPECT_EQ(j.at("completed").as_int64(), 31);
+  EXPECT_EQ(j.at("out_of_memory").as_int64(), 32);
+  EXPECT_EQ(j.at("preemptions").as_int64(), 33);
+  const json::object& u = o.at("devices").as_array().at(1).as_object();
+  EXPECT_EQ(u.at("name").as_string(), "virt:1");
+  EXPECT_FALSE(u.at("ready").as_bool());
+  EXPECT_EQ(u.at("state").as_string(), "unhealthy");
+  EXPECT_EQ(u.at("reason").as_string(), "weights do not fit");
+  EXPECT_TRUE(u.at("models").as_array().empty());
+  EXPECT_EQ(u.at("completed").as_int64(), 0);
+}
+
+TEST(EncodeReady, StatusReasonAndDevices) {
+  DeviceState a;
+  a.name = "virt:0";
+  DeviceState b;
+  b.name = "virt:1";
+  b.ready = false;
+  b.state = "not_ready";
+  b.reason = "3 out-of-memory steps";
+  json::object ready = parse_object(encode_ready("", {a, b}));
+  EXPECT_EQ(ready.at("status").as_string(), "ready");
+  EXPECT_FALSE(ready.contains("reason"));
+  const json::array& devices = ready.at("devices").as_array();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].at("name").as_string(), "virt:0");
+  EXPECT_EQ(devices[0].at("state").as_string(), "ready");
+  EXPECT_FALSE(devices[0].as_object().contains("reason"));
+  EXPECT_EQ(devices[1].at("state").as_string(), "not_ready");
+  EXPECT_EQ(devices[1].at("reason").as_string(), "3 out-of-memory steps");
+  json::object down = parse_object(encode_ready("server draining", {}));
+  EXPECT_EQ(down.at("status").as_string(), "not_ready");
+  EXPECT_EQ(down.at("reason").as_string(), "server draining");
+  EXPECT_TRUE(down.at("devices").as_array().empty());
 }
 
 TEST(Utf8, EncodedResponsesWithBrokenTextStayValidJson) {

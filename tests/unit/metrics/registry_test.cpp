@@ -160,6 +160,33 @@ TEST(ServerMetrics, FillStateMirrorsCountersAndDeviceGauges) {
   EXPECT_TRUE(has_line(text, "vramgate_http_requests_total{route=\"/v1/completions\",status=\"200\"} 2"));
   EXPECT_TRUE(has_line(text, "vramgate_generated_tokens_total 9"));
   EXPECT_TRUE(has_line(text, "# TYPE vramgate_time_to_first_token_seconds histogram"));
+  // Per-device gauges default to 0 running and ready.
+  EXPECT_TRUE(has_line(text, "vramgate_device_running_sequences{device=\"virt:0\"} 0"));
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:0\"} 1"));
+}
+
+TEST(ServerMetrics, PerDeviceRunningAndReadyGauges) {
+  Registry r;
+  ServerMetrics m(r);
+  StateSample s;
+  s.ready = true;
+  s.running = 3;
+  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 3, true});
+  s.devices.push_back({"virt:1", {{"capacity", 0}}, 0, false});
+  std::string text = m.scrape(s);
+  EXPECT_TRUE(has_line(text, "# TYPE vramgate_device_running_sequences gauge")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE vramgate_device_ready gauge")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_running_sequences{device=\"virt:0\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_running_sequences{device=\"virt:1\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:0\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:1\"} 0")) << text;
+  // The next scrape follows the state: virt:0 trips, virt:1 is unchanged.
+  s.devices[0].running = 0;
+  s.devices[0].ready = false;
+  text = m.scrape(s);
+  EXPECT_TRUE(has_line(text, "vramgate_device_running_sequences{device=\"virt:0\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:0\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:1\"} 0")) << text;
 }
 
 }  // namespace
