@@ -23,6 +23,7 @@ namespace vg {
 struct InferenceService::DeviceEntry {
   std::string name;    ///< the device's name, or the --device text when it failed to start
   std::string failure; ///< why it failed at start-up; empty when it serves
+  std::int64_t failed_capacity = 0;  ///< a failed virtual device's capacity from its --device text
   DeviceSetup setup;   ///< device and model replicas (empty when it failed)
   int topology_index = -1;  ///< its index among the serving devices (admission)
   std::vector<std::unique_ptr<Engine>> engines;  ///< one per model; destroyed before `setup`
@@ -84,6 +85,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
                         ? (parsed->kind == DeviceKind::kCuda ? "cuda:" : "virt:") + std::to_string(parsed->index)
                         : spec;
       entry->failure = setup.error().message;
+      if (parsed.ok() && parsed->kind == DeviceKind::kVirtual) entry->failed_capacity = parsed->capacity;
       if (!first_error) first_error = setup.error();
       if (config.device.size() > 1) spdlog::error("device {} left out: {}", spec, entry->failure);
     }
@@ -356,6 +358,7 @@ AdmissionState InferenceService::admission_state() const {
       ds.ready = false;
       ds.state = "unhealthy";
       ds.reason = d->failure;
+      ds.capacity_bytes = d->failed_capacity;
       st.devices.push_back(ds);
       continue;
     }
