@@ -1,5 +1,6 @@
 """Shared by the benchmark scripts: start a vramgate server on a free port,
 stream one completion and time it."""
+import atexit
 import json
 import os
 import sys
@@ -55,3 +56,25 @@ def percentile(values, q):
         return None
     k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
     return values[k]
+
+
+def raise_priority(nice):
+    """os.nice(nice), and the same niceness for this session's autogroup
+    (restored at exit). With the autogroup scheduler on
+    (/proc/sys/kernel/sched_autogroup_enabled = 1) a process's niceness only
+    orders it within its session, so other sessions' jobs would still get an
+    equal share without the second part. Returns a line for the report."""
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup") as f:
+            old = int(f.read().split()[-1])
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except (OSError, ValueError, IndexError) as e:
+        return f"niceness {nice} (autogroup unchanged: {e})"
+
+    def restore():
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(old))
+    atexit.register(restore)
+    return f"niceness {nice}, session autogroup niceness {nice} (was {old})"

@@ -38,7 +38,6 @@ processes by session for scheduling (/proc/sys/kernel/sched_autogroup_enabled
 also sets its session's autogroup niceness (/proc/self/autogroup) for the
 run and puts the old value back at the end.
 """
-import atexit
 import argparse
 import concurrent.futures
 import json
@@ -50,7 +49,7 @@ import time
 
 import requests
 
-from common import Server, percentile, stream_completion
+from common import Server, percentile, raise_priority, stream_completion
 
 PROMPTS = ["The meaning of life is", "Once upon a time", "A man walks into a bar", "When I was young",
            "Never trust a", "The best way to learn", "In the beginning", "My grandmother said"]
@@ -110,25 +109,6 @@ class AdmissionSampler:
             out[n] = {"samples": len(res), "mean_reserved_bytes": statistics.fmean(res) if res else None,
                       "mean_running": statistics.fmean(run) if run else None}
         return out
-
-
-def raise_priority(nice):
-    """os.nice(nice), and the same niceness for this session's autogroup
-    (restored at exit). Returns a line for the report."""
-    os.nice(nice)
-    try:
-        with open("/proc/self/autogroup") as f:
-            old = int(f.read().split()[-1])
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(nice))
-    except (OSError, ValueError, IndexError) as e:
-        return f"niceness {nice} (autogroup unchanged: {e})"
-
-    def restore():
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(old))
-    atexit.register(restore)
-    return f"niceness {nice}, session autogroup niceness {nice} (was {old})"
 
 
 def cpu_seconds(pid):

@@ -25,6 +25,7 @@ import tomllib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
 import report  # noqa: E402
+from common import raise_priority  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from server_process import ServerProcess  # noqa: E402
@@ -91,12 +92,13 @@ def main():
     ap.add_argument("--work", default=None, help="per-run JSON and server logs (default /tmp/vramgate-bench/<name>)")
     ap.add_argument("--quick", action="store_true", help="one repeat, fewer policies, no load curve")
     ap.add_argument("--nice", type=int, default=0,
-                    help="niceness for the runner, its load generator and the servers it starts (negative: "
-                         "ahead of other work on a shared machine; needs root)")
+                    help="niceness for the runner, its load generator and the servers it starts, and for its "
+                         "session's autogroup (negative: ahead of other work on a shared machine; needs root)")
     ap.add_argument("--note", default="", help="a line for the report (which build, what else ran)")
     args = ap.parse_args()
-    if args.nice:
-        os.nice(args.nice)
+    priority = raise_priority(args.nice) if args.nice else ""
+    if priority:
+        print(priority, flush=True)
     with open(args.config, "rb") as f:
         cfg = tomllib.load(f)
     name = cfg["name"] + ("-quick" if args.quick else "")
