@@ -18,33 +18,14 @@ as on real deployments; a random GPT-2 of 6 layers x 512 does:
     bench/batching.py --model-dir /tmp/gpt2-6x512 --out bench/reports/batching-6x512
 """
 import argparse
-import concurrent.futures
 import json
 import os
-import random
-import time
 
-from common import Server, percentile, stream_completion
-
-PROMPTS = ["The meaning of life is", "Once upon a time", "A man walks into a bar", "When I was young",
-           "Never trust a", "The best way to learn", "In the beginning", "My grandmother said"]
+from common import Server, closed_loop, percentile, stream_completion
 
 
 def run_level(url, clients, per_client, max_tokens):
-    def client(i):
-        out = []
-        rng = random.Random(i)
-        for k in range(per_client):
-            n = rng.randint(max_tokens // 2, 3 * max_tokens // 2)
-            body = {"prompt": PROMPTS[(i + k) % len(PROMPTS)], "max_tokens": n, "temperature": 0.8,
-                    "seed": i * 100 + k, "ignore_eos": True}
-            out.append(stream_completion(url, body))
-        return out
-
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(clients) as ex:
-        records = [r for rs in ex.map(client, range(clients)) for r in rs]
-    wall = time.perf_counter() - t0
+    records, wall = closed_loop(url, clients, per_client, max_tokens)
     ok = [r for r in records if r["status"] == 200]
     return {"clients": clients, "requests": len(records), "ok": len(ok),
             "tokens_per_s": sum(r["tokens"] for r in ok) / wall,

@@ -1,8 +1,11 @@
 """Shared by the benchmark scripts: start a vramgate server on a free port,
-stream one completion and time it."""
+stream and time one completion or a closed loop of them, and put a runner
+ahead of other work on a shared machine."""
 import atexit
+import concurrent.futures
 import json
 import os
+import random
 import sys
 import time
 
@@ -56,6 +59,30 @@ def percentile(values, q):
         return None
     k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
     return values[k]
+
+
+PROMPTS = ["The meaning of life is", "Once upon a time", "A man walks into a bar", "When I was young",
+           "Never trust a", "The best way to learn", "In the beginning", "My grandmother said"]
+
+
+def closed_loop(url, clients, per_client, max_tokens):
+    """`clients` threads each stream `per_client` completions back to back
+    (generated lengths drawn from [max_tokens/2, 3*max_tokens/2] with a seed
+    per client, end-of-text ignored). Returns (records, wall seconds)."""
+    def client(i):
+        out = []
+        rng = random.Random(i)
+        for k in range(per_client):
+            n = rng.randint(max_tokens // 2, 3 * max_tokens // 2)
+            body = {"prompt": PROMPTS[(i + k) % len(PROMPTS)], "max_tokens": n, "temperature": 0.8,
+                    "seed": i * 100 + k, "ignore_eos": True}
+            out.append(stream_completion(url, body))
+        return out
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as ex:
+        records = [r for rs in ex.map(client, range(clients)) for r in rs]
+    return records, time.perf_counter() - t0
 
 
 def raise_priority(nice):

@@ -42,40 +42,19 @@ import argparse
 import concurrent.futures
 import json
 import os
-import random
 import statistics
 import threading
 import time
 
 import requests
 
-from common import Server, percentile, raise_priority, stream_completion
-
-PROMPTS = ["The meaning of life is", "Once upon a time", "A man walks into a bar", "When I was young",
-           "Never trust a", "The best way to learn", "In the beginning", "My grandmother said"]
+from common import Server, closed_loop, percentile, raise_priority, stream_completion
 
 CONFIGS = [  # name, devices, compute threads per engine
     ("1dev-1thr", 1, 1),
     ("1dev-2thr", 1, 2),
     ("2dev-1thr", 2, 1),
 ]
-
-
-def run_traffic(url, clients, per_client, max_tokens):
-    def client(i):
-        out = []
-        rng = random.Random(i)
-        for k in range(per_client):
-            n = rng.randint(max_tokens // 2, 3 * max_tokens // 2)
-            body = {"prompt": PROMPTS[(i + k) % len(PROMPTS)], "max_tokens": n, "temperature": 0.8,
-                    "seed": i * 100 + k, "ignore_eos": True}
-            out.append(stream_completion(url, body))
-        return out
-
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(clients) as ex:
-        records = [r for rs in ex.map(client, range(clients)) for r in rs]
-    return records, time.perf_counter() - t0
 
 
 class AdmissionSampler:
@@ -133,7 +112,7 @@ def one_run(args, name, devices, threads):
         before = requests.get(server.url + "/v1/admission", timeout=10).json()
         sampler = AdmissionSampler(server.url)
         server_cpu0, own0 = cpu_seconds(server.proc.pid), os.times()
-        records, wall = run_traffic(server.url, args.clients, args.per_client, args.max_tokens)
+        records, wall = closed_loop(server.url, args.clients, args.per_client, args.max_tokens)
         server_cpu = cpu_seconds(server.proc.pid) - server_cpu0
         own1 = os.times()
         client_cpu = (own1.user - own0.user) + (own1.system - own0.system)

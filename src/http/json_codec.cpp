@@ -208,6 +208,12 @@ json::string safe(std::string_view s) {
   return json::string(clean);
 }
 
+json::array string_array(const std::vector<std::string>& items) {
+  json::array out;
+  for (const std::string& s : items) out.push_back(safe(s));
+  return out;
+}
+
 /// Integral values as JSON integers ("2", not "2E0"); others as doubles.
 json::value number(double x) {
   if (std::isfinite(x) && std::trunc(x) == x && std::fabs(x) < 9.0e15) return static_cast<std::int64_t>(x);
@@ -301,9 +307,7 @@ std::string encode_models(const std::vector<ModelInfo>& models) {
     o["context_length"] = m.context_length;
     o["parameter_count"] = m.parameter_count;
     o["device"] = safe(m.device);
-    json::array devices;
-    for (const std::string& d : m.devices) devices.push_back(safe(d));
-    o["devices"] = std::move(devices);
+    o["devices"] = string_array(m.devices);
     o["resident_bytes"] = m.resident_bytes;
     o["workspace_bytes"] = m.workspace_bytes;
     o["kv_bytes_per_token"] = m.kv_bytes_per_token;
@@ -336,9 +340,7 @@ std::string encode_admission(const AdmissionState& state) {
     o["ready"] = d.ready;
     o["state"] = safe(d.state);
     if (!d.reason.empty()) o["reason"] = safe(d.reason);
-    json::array models;
-    for (const std::string& m : d.models) models.push_back(safe(m));
-    o["models"] = std::move(models);
+    o["models"] = string_array(d.models);
     o["running"] = d.running;
     o["completed"] = d.completed;
     o["out_of_memory"] = d.out_of_memory;
