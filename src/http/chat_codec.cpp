@@ -5,17 +5,16 @@
 
 #include <boost/json.hpp>
 
-#include "common/utf8.hpp"
 #include "http/json_codec.hpp"
+#include "http/json_fields.hpp"
 
 namespace vg {
 namespace {
 
 namespace json = boost::json;
-
-Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
-
-json::string safe(std::string_view s) { return json::string(sanitize_utf8(s)); }
+using json_fields::invalid;
+using json_fields::safe;
+using json_fields::usage_json;
 
 Result<std::string> message_content(const json::value& v, const std::string& where) {
   if (const json::string* s = v.if_string()) return std::string(*s);
@@ -32,14 +31,6 @@ Result<std::string> message_content(const json::value& v, const std::string& whe
     text += t->get_string();
   }
   return text;
-}
-
-json::object usage_json(const Usage& u) {
-  json::object o;
-  o["prompt_tokens"] = u.prompt_tokens;
-  o["completion_tokens"] = u.completion_tokens;
-  o["total_tokens"] = static_cast<std::int64_t>(u.prompt_tokens) + u.completion_tokens;
-  return o;
 }
 
 }  // namespace

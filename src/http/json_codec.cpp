@@ -9,16 +9,35 @@
 #include <boost/json.hpp>
 
 #include "common/utf8.hpp"
+#include "http/json_fields.hpp"
 
 namespace vg {
+
+namespace json_fields {
+
+boost::json::string safe(std::string_view s) { return boost::json::string(sanitize_utf8(s)); }
+
+boost::json::object usage_json(const Usage& u) {
+  boost::json::object o;
+  o["prompt_tokens"] = u.prompt_tokens;
+  o["completion_tokens"] = u.completion_tokens;
+  o["total_tokens"] = static_cast<std::int64_t>(u.prompt_tokens) + u.completion_tokens;
+  return o;
+}
+
+Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
+
+}  // namespace json_fields
+
 namespace {
 
 namespace json = boost::json;
+using json_fields::invalid;
+using json_fields::safe;
+using json_fields::usage_json;
 
 constexpr double kMaxTimeoutS = 86400;  // one day: keeps deadlines far from overflow
 constexpr std::size_t kMaxStops = 4;
-
-Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
 
 /// Short printable rendering of a JSON value for error messages.
 std::string shown(const json::value& v) {
@@ -203,10 +222,6 @@ Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
   return out;
 }
 
-json::string safe(std::string_view s) {
-  std::string clean = sanitize_utf8(s);
-  return json::string(clean);
-}
 
 json::array string_array(const std::vector<std::string>& items) {
   json::array out;
@@ -223,14 +238,6 @@ json::value number(double x) {
 
 /// Milliseconds rounded to microseconds, so bodies stay short.
 json::value millis(double ms) { return number(std::round(ms * 1000.0) / 1000.0); }
-
-json::object usage_json(const Usage& u) {
-  json::object o;
-  o["prompt_tokens"] = u.prompt_tokens;
-  o["completion_tokens"] = u.completion_tokens;
-  o["total_tokens"] = static_cast<std::int64_t>(u.prompt_tokens) + u.completion_tokens;
-  return o;
-}
 
 json::object completion_json(std::string_view id, std::string_view model, std::int64_t created,
                              std::string_view text, const std::optional<std::string>& finish_reason,
