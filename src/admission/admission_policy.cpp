@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <numeric>
 
 namespace vg {
@@ -63,40 +62,6 @@ std::vector<std::size_t> grant_order(std::span<const QueuedRequest> queue, Durat
   return order;
 }
 
-std::vector<std::size_t> select_grants(const GrantState& state, std::span<const QueuedRequest> queue, TimePoint now) {
-  std::vector<std::size_t> out;
-  const std::vector<std::size_t> order = grant_order(queue, state.priority_aging, now);
-  switch (state.policy.kind) {
-    case AdmissionPolicy::Kind::kNone:
-      return order;
-    case AdmissionPolicy::Kind::kFixed: {
-      const std::int64_t slots = static_cast<std::int64_t>(state.policy.fixed_slots) - state.active_leases;
-      for (std::size_t k = 0; k < order.size() && static_cast<std::int64_t>(k) < slots; ++k) out.push_back(order[k]);
-      return out;
-    }
-    case AdmissionPolicy::Kind::kMemory:
-      break;
-  }
-  std::int64_t free_bytes = state.free_bytes;
-  std::int64_t free_slots = state.max_running > 0 ? state.max_running - state.active_leases
-                                                  : std::numeric_limits<std::int64_t>::max();
-  for (std::size_t i : order) {
-    const QueuedRequest& r = queue[i];
-    if (free_slots <= 0) break;  // the batch is full: everyone waits, in order
-    if (fits(r, free_bytes)) {
-      --free_slots;
-      out.push_back(i);
-      free_bytes -= r.cost_bytes;
-      continue;
-    }
-    // r waits. Later requests may pass it only while its bypass window is
-    // open. Every waiting request is checked, not only the first, so an
-    // enqueue-time tie between threads cannot open a way around an old one.
-    if (now - r.enqueued_at >= state.max_bypass) break;
-  }
-  return out;
-}
-
 std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Duration max_bypass,
                                            Duration priority_aging, std::span<const DeviceGrantState> devices,
                                            std::span<const EngineGrantState> engines,
@@ -146,8 +111,8 @@ std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Durati
     }
     // r waits. Under memory, later requests may pass it only while its
     // bypass window is open (a request that found no free slot anywhere
-    // waits for a slot, as in select_grants, and blocks no one: later
-    // requests of its model find no slot either).
+    // waits for a slot and blocks no one: later requests of its model find
+    // no slot either).
     if (policy.kind != AdmissionPolicy::Kind::kMemory || !had_slot) continue;
     const TimePoint closes = r.enqueued_at + max_bypass;
     if (closes <= now) break;
@@ -156,21 +121,34 @@ std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Durati
   return out;
 }
 
+namespace {
+
+// select_grants() and bypass_window_closes() are assign_grants() for one
+// device and one engine that serves every queued request. The batch limit
+// applies under kMemory only (the callers of kFixed and kNone apply it).
+std::vector<GrantAssignment> assign_one(const GrantState& state, std::span<const QueuedRequest> queue,
+                                        TimePoint now, std::optional<TimePoint>* bypass_closes) {
+  std::vector<QueuedRequest> q(queue.begin(), queue.end());
+  for (QueuedRequest& r : q) r.model = 0;
+  const DeviceGrantState device{state.free_bytes, state.active_leases};
+  const EngineGrantState engine{0, 0, state.policy.kind == AdmissionPolicy::Kind::kMemory ? state.max_running : 0,
+                                state.active_leases};
+  return assign_grants(state.policy, state.max_bypass, state.priority_aging, std::span(&device, 1),
+                       std::span(&engine, 1), q, now, bypass_closes);
+}
+
+}  // namespace
+
+std::vector<std::size_t> select_grants(const GrantState& state, std::span<const QueuedRequest> queue, TimePoint now) {
+  std::vector<std::size_t> out;
+  for (const GrantAssignment& a : assign_one(state, queue, now, nullptr)) out.push_back(a.index);
+  return out;
+}
+
 std::optional<TimePoint> bypass_window_closes(const GrantState& state, std::span<const QueuedRequest> queue,
                                               TimePoint now) {
-  if (state.policy.kind != AdmissionPolicy::Kind::kMemory) return std::nullopt;
-  std::int64_t free_bytes = state.free_bytes;
   std::optional<TimePoint> closes;
-  for (std::size_t i : grant_order(queue, state.priority_aging, now)) {
-    const QueuedRequest& r = queue[i];
-    if (fits(r, free_bytes)) {
-      free_bytes -= r.cost_bytes;
-      continue;
-    }
-    const TimePoint t = r.enqueued_at + state.max_bypass;
-    if (t <= now) break;  // closed: nothing passes it, as in select_grants
-    if (!closes || t < *closes) closes = t;
-  }
+  if (state.policy.kind == AdmissionPolicy::Kind::kMemory) (void)assign_one(state, queue, now, &closes);
   return closes;
 }
 

@@ -118,8 +118,8 @@ struct GrantAssignment {
 /// ties to the engine with fewer leases, then the lower index. A request
 /// that fits nowhere but had a free slot somewhere waits, and under kMemory
 /// may be passed by later ones only while it has waited less than
-/// `max_bypass`. With one device and one engine the picks equal
-/// select_grants()'s. Returns the placements in grant order, plus (when
+/// `max_bypass` (select_grants() is the one-device case). Returns the
+/// placements in grant order, plus (when
 /// `bypass_closes` is set) the earliest time a bypass window still open closes.
 std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Duration max_bypass,
                                            Duration priority_aging, std::span<const DeviceGrantState> devices,

@@ -3,7 +3,6 @@
 // queue, per-model routing, unavailable engines, per-device accounting.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
 #include "admission/admission_controller.hpp"
@@ -82,36 +81,6 @@ TEST(AssignGrants, FixedCountsLeasesPerDevice) {
   const AdmissionPolicy fixed{Kind::kFixed, 1};
   const auto a = assign({{0, 1}, {0, 0}}, {{0, 0, 8, 1}, {1, 0, 8, 0}}, {req(1, 10), req(2, 10)}, kT0, fixed);
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 1}}));
-}
-
-// With one device and one engine the placements are select_grants()'s picks.
-TEST(AssignGrants, OneDeviceAgreesWithSelectGrants) {
-  std::mt19937 rng(7);
-  for (int round = 0; round < 2000; ++round) {
-    const Kind kind = static_cast<Kind>(rng() % 3);
-    const AdmissionPolicy policy{kind, kind == Kind::kFixed ? static_cast<int>(1 + rng() % 4) : 0};
-    const std::int64_t free_bytes = static_cast<std::int64_t>(rng() % 300) - 20;
-    const int leases = static_cast<int>(rng() % 3);
-    const std::int64_t max_running = policy.kind == Kind::kMemory ? static_cast<std::int64_t>(rng() % 6) : 0;
-    const Duration aging = rng() % 2 ? 10s : 0s;
-    std::vector<QueuedRequest> q;
-    const int n = static_cast<int>(rng() % 7);
-    for (int i = 0; i < n; ++i) {
-      q.push_back(QueuedRequest{static_cast<RequestId>(i + 1), static_cast<std::int64_t>(rng() % 120),
-                                kT0 + std::chrono::seconds(rng() % 20), static_cast<Priority>(rng() % 3)});
-    }
-    const TimePoint now = kT0 + std::chrono::seconds(rng() % 30);
-    const GrantState single{policy, free_bytes, leases, 5s, max_running, aging};
-    std::vector<std::size_t> expected = select_grants(single, q, now);
-    const std::vector<DeviceGrantState> dev{{free_bytes, leases}};
-    const std::vector<EngineGrantState> eng{{0, 0, max_running, leases}};
-    std::vector<std::size_t> got;
-    for (const GrantAssignment& g : assign_grants(policy, 5s, aging, dev, eng, q, now)) {
-      EXPECT_EQ(g.engine, 0);
-      got.push_back(g.index);
-    }
-    ASSERT_EQ(got, expected) << "round " << round;
-  }
 }
 
 AdmissionTopology two_devices(std::int64_t b0, std::int64_t b1, int max_running = 8) {
