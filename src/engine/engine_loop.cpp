@@ -362,11 +362,10 @@ void Engine::Impl::cancel_everything() {
   admission->set_engine_available(index, false);
   std::unordered_map<RequestId, std::shared_ptr<Request>> left;
   {
-    // The queue is shared: the last engine to stop answers what waits in it.
+    // The queue is shared: the last engine to stop answers what waits in it;
+    // until then another engine may take what this one would have run.
     std::lock_guard lk(front->mu);
-    if (--front->live_engines > 0) {
-      // Another engine may take what this one would have run.
-    } else {
+    if (--front->live_engines == 0) {
       admission->drop_all();
       left.swap(front->queued);
       front->queued_count.store(0);

@@ -65,15 +65,14 @@ InferenceService::~InferenceService() { shutdown(); }
 Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config,
                                                                   metrics::ServerMetrics* metrics) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
-  auto sources = find_model_sources(config);
-  if (!sources.ok()) return std::move(sources).error();
+  const std::vector<ModelSource> sources = find_model_sources(config);
 
   // Devices: each loads every model; one that fails is left out.
   std::optional<Error> first_error;
   std::vector<DeviceEntry*> serving;
   for (const std::string& spec : config.device) {
     auto entry = std::make_unique<DeviceEntry>();
-    auto setup = load_device(config, spec, *sources);
+    auto setup = load_device(config, spec, sources);
     if (setup.ok()) {
       entry->setup = std::move(setup).value();
       entry->name = entry->setup.device->name();
@@ -94,8 +93,8 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   if (serving.empty()) return *first_error;
 
   // Models: what /v1/models shows, and the chat format.
-  for (std::size_t m = 0; m < sources->size(); ++m) {
-    const ModelSource& source = (*sources)[m];
+  for (std::size_t m = 0; m < sources.size(); ++m) {
+    const ModelSource& source = sources[m];
     auto entry = std::make_unique<ModelEntry>();
     const DeviceSetup& first = serving.front()->setup;
     entry->model = first.models[m].get();
@@ -154,7 +153,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   AdmissionTopology topology;
   for (DeviceEntry* d : serving) {
     topology.devices.push_back(AdmissionTopology::Device{d->name, d->setup.budget_bytes});
-    for (std::size_t m = 0; m < sources->size(); ++m) {
+    for (std::size_t m = 0; m < sources.size(); ++m) {
       topology.engines.push_back(AdmissionTopology::Engine{d->topology_index, static_cast<int>(m), max_running});
     }
   }
@@ -163,7 +162,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
 
   int index = 0;
   for (DeviceEntry* d : serving) {
-    for (std::size_t m = 0; m < sources->size(); ++m) {
+    for (std::size_t m = 0; m < sources.size(); ++m) {
       std::vector<const MemoryProfile*> profiles;
       for (DeviceEntry* other : serving) profiles.push_back(&other->setup.profiles[m]);
       Engine::Options eo;

@@ -16,7 +16,7 @@ std::string model_id_for(const std::filesystem::path& dir) {
   return p.filename().string();
 }
 
-Result<std::vector<ModelSource>> find_model_sources(const ServeConfig& config) {
+std::vector<ModelSource> find_model_sources(const ServeConfig& config) {
   std::vector<ModelSource> out;
   for (const auto& dir : find_model_dirs(config.model_dir)) out.push_back(ModelSource{model_id_for(dir), dir});
   if (out.empty()) {
@@ -75,9 +75,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
 }
 
 Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
-  auto sources = find_model_sources(config);
-  if (!sources.ok()) return std::move(sources).error();
-  const std::vector<ModelSource> first(sources->begin(), sources->begin() + 1);
+  const std::vector<ModelSource> first{find_model_sources(config).front()};
   ServeConfig one = config;
   one.admission = "none";  // the plan reports what fits; it does not refuse to start
   auto setup = load_device(one, config.device.front(), first);

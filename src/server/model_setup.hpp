@@ -28,9 +28,10 @@ struct ModelSource {
 };
 
 /// The model folders of config.model_dir: the folder itself when it holds a
-/// config.json, else each sub-folder that does, sorted by name. kConfig when
-/// there is none (the message names the folder).
-Result<std::vector<ModelSource>> find_model_sources(const ServeConfig& config);
+/// config.json, else each sub-folder that does, sorted by name. When there is
+/// none, the folder itself, so that loading it says what is wrong (missing
+/// folder, no config.json, ...). Never empty.
+std::vector<ModelSource> find_model_sources(const ServeConfig& config);
 
 /// One device with every model loaded and profiled on it.
 struct DeviceSetup {
