@@ -42,6 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_BODY = 65536
 READ_TIMEOUT_S = 2
 IDLE_TIMEOUT_S = 3
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+              "0B": "CLOSING"}
 
 
 class Server(ServerProcess):
@@ -59,6 +62,32 @@ class Server(ServerProcess):
 
     def fds(self):
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def fd_list(self):
+        """What each open descriptor is: its link target, and for a TCP
+        socket its state and local/remote ports (from /proc/PID/net/tcp*)."""
+        tcp = {}
+        for name in ("tcp", "tcp6"):
+            try:
+                with open(f"/proc/{self.proc.pid}/net/{name}") as f:
+                    next(f)
+                    for line in f:
+                        cols = line.split()
+                        local, remote, st, inode = cols[1], cols[2], cols[3], cols[9]
+                        tcp[inode] = (f"{TCP_STATES.get(st, st)} :{int(local.rsplit(':', 1)[1], 16)}"
+                                      f" -> :{int(remote.rsplit(':', 1)[1], 16)}")
+            except OSError:
+                pass
+        out = []
+        d = f"/proc/{self.proc.pid}/fd"
+        for fd in sorted(os.listdir(d), key=int):
+            try:
+                target = os.readlink(f"{d}/{fd}")
+            except OSError:
+                continue
+            m = re.match(r"socket:\[(\d+)\]", target)
+            out.append(f"{fd} {target}" + (f" {tcp[m.group(1)]}" if m and m.group(1) in tcp else ""))
+        return out
 
     def rss_bytes(self):
         self.admission()  # runs malloc_trim first (--test-trim-heap)
@@ -195,9 +224,12 @@ def traffic(server, seconds, clients, seed):
 
 
 def snapshot(server):
+    # Descriptors first: each request below opens a connection that the
+    # server closes a moment after the client has its answer.
+    fds = server.fds()
     a = server.admission()
     d = a["devices"][0]
-    return {"fds": server.fds(), "rss_bytes": server.rss_bytes(), "used_bytes": d["used_bytes"],
+    return {"fds": fds, "rss_bytes": server.rss_bytes(), "used_bytes": d["used_bytes"],
             "resident_bytes": d["resident_bytes"], "workspace_bytes": d["workspace_bytes"],
             "reserved_bytes": d["reserved_bytes"], "running": a["running"], "queue_depth": a["queue_depth"],
             "out_of_memory": a["out_of_memory"], "completed": a["completed"], "cancelled": a["cancelled"],
@@ -232,6 +264,7 @@ def main():
         # Every connection of the warm-up has ended once the read and idle
         # timeouts have passed since its last byte: the fd baseline is then stable.
         time.sleep(READ_TIMEOUT_S + IDLE_TIMEOUT_S + 1)
+        base_fds = server.fd_list()
         base = snapshot(server)
         counts, errors = traffic(server, args.seconds, args.clients, args.seed)
         wait_until(lambda: idle(server), 120, "idle after the traffic")
@@ -239,7 +272,10 @@ def main():
             wait_until(lambda: server.fds() <= base["fds"], 30, "file descriptors back to the baseline")
         except TimeoutError:
             pass  # reported below
+        end_fds = server.fd_list()
         end = snapshot(server)
+        if end["fds"] > base["fds"]:
+            base["fd_list"], end["fd_list"] = base_fds, end_fds
         report.update(warmup=dict(warm), baseline=base, end=end, counts=dict(sorted(counts.items())),
                       client_errors=errors[:20], requests=sum(counts.values()))
 
