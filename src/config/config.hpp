@@ -65,6 +65,7 @@ struct ServeConfig {
   // -- scheduling
   int max_batch = 8;                 ///< sequences that run together on a device
   int max_batch_tokens = 512;        ///< tokens in one step: prefill chunks + one per decoding sequence
+  bool prefill_worker = false;       ///< prefill new prompts on a second compute thread (2x workspace)
   int max_queue = 64;                ///< waiting requests (one queue shared by the devices); more -> 503
   double queue_timeout_s = 30;       ///< longest wait in the queue (s) -> 503 + Retry-After
   double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less

@@ -74,6 +74,11 @@ const ConfigField kFields[] = {
      "Tokens processed in one step (prefill chunks + one per decoding sequence); longer prompts are prefilled "
      "in chunks",
      &C::max_batch_tokens},
+    {"prefill_worker", "scheduling",
+     "Disaggregated prefill: a second compute thread per device prefills new prompts while decode steps run, "
+     "so time to first token is one prefill rather than a decode step plus a prefill; two steps may then run at "
+     "once, so twice the step workspace is set aside",
+     &C::prefill_worker},
     {"max_queue", "scheduling",
      "Requests that may wait in the admission queue, one queue shared by every device (more -> 503 overloaded)",
      &C::max_queue},

@@ -61,9 +61,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   impl->index = index;
   impl->device_index = front->topology.engines[static_cast<std::size_t>(index)].device;
   impl->model_index = front->topology.engines[static_cast<std::size_t>(index)].model;
+  if (options.prefill_worker) impl->prefill = std::make_unique<Impl::PrefillWorker>();
   {
     std::lock_guard lk(front->mu);
     front->engines.push_back(impl->shared);
+    if (impl->prefill) front->engines.push_back(impl->prefill->signal);  // it grants too
     ++front->live_engines;
   }
   impl->oom_budget.emplace(options.oom_governor, options.admission.budget_bytes,
@@ -71,6 +73,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
                            device.name(), impl->device_index);
   impl->oom_budget->publish(impl->shared->stats);
   Impl* raw = impl.get();
+  if (impl->prefill) impl->prefill->thread = std::thread([raw] { raw->prefill_loop(); });
   impl->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

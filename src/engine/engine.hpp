@@ -86,6 +86,14 @@ class Engine {
     MemoryProfile profile;
     int max_batch = 8;            ///< sequences in one step (>= 1; ignored under policy none)
     int max_batch_tokens = 512;   ///< tokens in one step: prefill chunks + one per decoding sequence
+    /// Disaggregated prefill: a second compute thread (the prefill worker)
+    /// prefills newly admitted prompts, in chunks of max_batch_tokens, while
+    /// the engine thread runs decode steps; a sequence joins the decode
+    /// batch once its first token is out. Time to first token is then one
+    /// prefill, not a decode step plus a prefill. Two steps may run at once,
+    /// so the device must set aside twice the step workspace (the caller's
+    /// budget). Steps of the worker do not count for inject_oom_at_step.
+    bool prefill_worker = false;
     /// OOM governor (policy memory only): how a step's out-of-memory error
     /// cuts the effective budget and how quiet periods restore it.
     OomGovernorOptions oom_governor;

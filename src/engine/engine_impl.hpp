@@ -8,8 +8,11 @@
 // (wake flag, counters, readiness of one engine) by its own; the
 // AdmissionController has its own lock. No two of these are ever held at
 // once. `running`, every Sequence (with its KV cache and lease) and
-// Request::resume belong to the engine thread that runs it. Leases are never
-// released while a mutex is held: a release wakes the engines.
+// Request::resume belong to the engine thread that runs it; a Sequence handed
+// to the engine's prefill worker belongs to the worker until it is handed
+// back (the worker's lists have their own mutex, never held with another).
+// Leases are never released while a mutex is held: a release wakes the
+// engines.
 #pragma once
 
 #include <atomic>
@@ -64,8 +67,8 @@ struct Request final : RequestHandle {
   std::weak_ptr<EngineFront> front;
   int reported_position = 0;        ///< engine thread only: last QueuedEvent sent
   int model_index = 0;              ///< the model it runs on (admission topology)
-  int preemptions = 0;              ///< engine thread only
-  std::optional<Progress> resume;   ///< engine thread only: set while requeued after preemption
+  int preemptions = 0;              ///< the thread that runs it only
+  std::optional<Progress> resume;   ///< the thread that runs it only: set while requeued after preemption
 
   const std::string& id() const override { return gen.id; }
   void cancel() override;
@@ -103,7 +106,8 @@ struct EngineFront {
   std::mutex mu;
   /// Requests queued in admission, by admission id. Guarded by mu.
   std::unordered_map<RequestId, std::shared_ptr<Request>> queued;
-  /// The engines drawing from this front. Guarded by mu.
+  /// What to wake when work may be granted: the engines drawing from this
+  /// front and their prefill workers. Guarded by mu.
   std::vector<std::weak_ptr<engine_detail::Shared>> engines;
   int live_engines = 0;  // guarded by mu: engines whose thread has not stopped
   std::atomic<int> queued_count{0};  // queued.size(), readable without mu
@@ -151,6 +155,7 @@ struct Sequence {
   /// preemption when the sequence is recomputed.
   std::vector<std::int32_t> context;
   int prefilled = 0;             // context tokens already in the cache
+  std::int64_t kv_bytes = 0;     // bytes of its KV cache (0 without one)
   std::int32_t next_token = -1;  // fed to the next decode step
   bool done = false;
   TimePoint admitted;            // this start (preemption takes the youngest first)
@@ -190,6 +195,32 @@ struct Engine::Impl {
   using Sequence = engine_detail::Sequence;
   using Shared = engine_detail::Shared;
 
+  /// Sequences the prefill worker hands back: prefilled with their first
+  /// token out (or finished by it), returned unprefilled (cancelled, or the
+  /// worker stopping), or the sequences of a failed step (`error`; their
+  /// caches are as before that step).
+  struct PrefillBatch {
+    std::vector<std::unique_ptr<Sequence>> sequences;
+    std::optional<Error> error;
+    bool step_ok = false;       ///< they come from a step that succeeded
+    bool cache_failed = false;  ///< error is the KV cache allocation of the one sequence
+  };
+  /// The prefill worker (Options::prefill_worker). It starts sequences
+  /// itself (grants for this engine, like the engine thread) and takes
+  /// prefilling ones the engine thread hands over. A sequence belongs to the
+  /// engine thread while in `running`, to the worker from the inbox (or its
+  /// grant) until the outbox; the two threads share only these lists and the
+  /// in_prefill counters.
+  struct PrefillWorker {
+    /// mu guards inbox and outbox too; wake and stopping are its flags. Its
+    /// notify() is called by the front (submits, cancels, releases) like an
+    /// engine's.
+    std::shared_ptr<engine_detail::Shared> signal = std::make_shared<engine_detail::Shared>();
+    std::vector<std::unique_ptr<Sequence>> inbox;  // handed over, oldest first
+    std::vector<PrefillBatch> outbox;              // handed back
+    std::thread thread;
+  };
+
   Options options;
   Model& model;
   Device& device;
@@ -202,6 +233,13 @@ struct Engine::Impl {
   std::optional<OomBudget> oom_budget;  // engine thread only, after create()
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
   std::int64_t steps_run = 0;                       // engine thread only
+  std::unique_ptr<PrefillWorker> prefill;           // null without options.prefill_worker
+  // Sequences the prefill worker holds, their KV cache bytes and their
+  // leases' bytes: raised by whichever thread gives the worker a sequence,
+  // lowered by the engine thread when it comes back.
+  std::atomic<int> in_prefill{0};
+  std::atomic<std::int64_t> in_prefill_kv_bytes{0};
+  std::atomic<std::int64_t> in_prefill_cost{0};
   int consecutive_oom_steps = 0;                    // engine thread only; reset by a step that succeeds
   // Watchdog heartbeat: start of the step in progress (Clock ticks), or kIdle.
   std::atomic<std::int64_t> step_started{engine_detail::kIdle};
@@ -212,9 +250,16 @@ struct Engine::Impl {
   // engine_loop.cpp
   void run();
   bool wait_for_work();
+  void drop_queued(TimePoint now);
   void admit(TimePoint now);
   void report_queue_positions(TimePoint now);
   void start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now);
+  /// A granted request as a Sequence (resumed when it was preempted); sends
+  /// StartedEvent the first time. Either thread.
+  std::unique_ptr<Sequence> make_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now);
+  /// Gives `s` its KV cache (prompt + max_tokens); the error when it is
+  /// cancelled already or the allocation fails. Either thread.
+  std::optional<Error> open_sequence(Sequence& s);
   void run_step();
   void on_token(Sequence& s, std::int32_t token, TimePoint now);
   void finish(Sequence& s, const char* reason);
@@ -229,6 +274,18 @@ struct Engine::Impl {
     return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : options.max_batch;
   }
   bool recovers() const { return options.admission.policy.kind != AdmissionPolicy::Kind::kNone; }
+
+  // prefill_worker.cpp
+  void prefill_loop();                   // the worker thread
+  /// Worker: starts what admission grants this engine now into `work`.
+  void prefill_admit(std::vector<std::unique_ptr<Sequence>>& work, std::vector<PrefillBatch>& back);
+  /// One worker step over `work` (oldest first, chunks within
+  /// max_batch_tokens); what leaves the worker is moved into `back`.
+  void prefill_step(std::vector<std::unique_ptr<Sequence>>& work, std::vector<PrefillBatch>& back);
+  void hand_off_prefills();              // engine thread: prefilling sequences -> worker
+  void collect_prefills(TimePoint now);  // engine thread: worker -> running (errors handled as a failed step)
+  void stop_prefill_worker();            // engine thread: joins the worker; all its sequences back in running
+  int holding() const { return static_cast<int>(running.size()) + in_prefill.load(); }
 
   // engine_recovery.cpp
   /// An out-of-memory error at `now` (a failed step, or `victim`'s KV cache

@@ -23,8 +23,10 @@ void Engine::Impl::run() {
     step_started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     oom_budget->on_tick(Clock::now());
     admit(Clock::now());
+    if (prefill) collect_prefills(Clock::now());
     sweep_running(Clock::now());
     retire_done();
+    if (prefill) hand_off_prefills();
     if (!running.empty()) run_step();
     retire_done();
     publish();
@@ -58,9 +60,10 @@ bool Engine::Impl::wait_for_work() {
   return !shared->stopping;
 }
 
-// Drops cancelled queued requests, expires those past their limits, then
-// starts what admission grants.
-void Engine::Impl::admit(TimePoint now) {
+// Drops cancelled queued requests and expires those past their limits
+// (either thread: the engine's or its prefill worker's; each request is
+// dropped once).
+void Engine::Impl::drop_queued(TimePoint now) {
   std::vector<std::shared_ptr<Request>> cancelled;
   {
     std::lock_guard lk(front->mu);
@@ -79,28 +82,14 @@ void Engine::Impl::admit(TimePoint now) {
     auto it = front->queued.find(e.id);
     if (it != front->queued.end()) dropped.emplace_back(it->second, std::move(e.error));
   }
-  // A paused engine (not ready) leaves its share of the queue to the others.
-  const bool available = !paused(now);
-  if (available != admission->engine_available(index)) {
-    admission->set_engine_available(index, available);
-    if (!available) front->notify_all();
-  }
-  const int free_slots = available ? std::max(0, max_running() - static_cast<int>(running.size())) : 0;
-  std::vector<AdmissionGrant> grants;
-  if (free_slots > 0) grants = admission->grant(now, free_slots, index);
-  std::vector<std::pair<std::shared_ptr<Request>, AdmissionGrant>> started;
+  if (dropped.empty()) return;
   for (auto& [r, e] : dropped) front->take(r->admission_id);
-  for (AdmissionGrant& g : grants) {
-    auto r = front->take(g.id);
-    if (r) started.emplace_back(std::move(r), std::move(g));  // always found: registered before enqueue
-  }
   {
     std::lock_guard lk(shared->mu);
     for (auto& [r, e] : dropped) {
       if (e.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
       else ++shared->stats.failed;
     }
-    shared->stats.running = static_cast<int>(running.size() + started.size());
   }
   for (auto& [r, e] : dropped) {
     if (e.code == ErrorCode::kCancelled) {
@@ -112,6 +101,35 @@ void Engine::Impl::admit(TimePoint now) {
     FailedEvent ev = failed(*r, std::move(e));
     ev.timings.queue_ms = ms_between(r->enqueued, now);
     r->sink->push(std::move(ev));
+  }
+}
+
+// Drops what may no longer start, then starts what admission grants.
+void Engine::Impl::admit(TimePoint now) {
+  drop_queued(now);
+  // A paused engine (not ready) leaves its share of the queue to the others.
+  const bool available = !paused(now);
+  if (available != admission->engine_available(index)) {
+    admission->set_engine_available(index, available);
+    if (!available) front->notify_all();
+  }
+  const int free_slots = available ? std::max(0, max_running() - holding()) : 0;
+  std::vector<AdmissionGrant> grants;
+  if (free_slots > 0) grants = admission->grant(now, free_slots, index);
+  if (!grants.empty()) {
+    // Counted as running before they leave the queue, so that wait_idle()
+    // never sees nothing queued and nothing running while they start.
+    std::lock_guard lk(shared->mu);
+    shared->stats.running = holding() + static_cast<int>(grants.size());
+  }
+  std::vector<std::pair<std::shared_ptr<Request>, AdmissionGrant>> started;
+  for (AdmissionGrant& g : grants) {
+    auto r = front->take(g.id);
+    if (r) started.emplace_back(std::move(r), std::move(g));  // always found: registered before enqueue
+  }
+  {
+    std::lock_guard lk(shared->mu);
+    shared->stats.running = holding() + static_cast<int>(started.size());
   }
   for (auto& [r, g] : started) start_sequence(std::move(r), std::move(g.lease), now);
   report_queue_positions(now);
@@ -140,7 +158,8 @@ void Engine::Impl::report_queue_positions(TimePoint now) {
   for (auto& [r, pos] : moved) r->sink->push(QueuedEvent{pos});
 }
 
-void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now) {
+std::unique_ptr<Engine::Impl::Sequence> Engine::Impl::make_sequence(std::shared_ptr<Request> req, Lease lease,
+                                                                   TimePoint now) {
   // A preempted request resumes with what it had produced; a new one starts.
   const bool resumed = req->resume.has_value();
   engine_detail::Progress progress =
@@ -148,33 +167,40 @@ void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, Tim
               : engine_detail::Progress(req->gen.sampling, req->gen.stop, now, ms_between(req->enqueued, now));
   req->resume.reset();
   auto seq = std::make_unique<Sequence>(std::move(req), std::move(lease), std::move(progress), now);
-  Sequence& s = *seq;
-  running.push_back(std::move(seq));
   if (!resumed) {
-    if (options.metrics) options.metrics->queue_wait_seconds.observe(s.p.queue_ms / 1000.0);
-    s.req->sink->push(StartedEvent{s.p.queue_ms});
+    if (options.metrics) options.metrics->queue_wait_seconds.observe(seq->p.queue_ms / 1000.0);
+    seq->req->sink->push(StartedEvent{seq->p.queue_ms});
   }
-  if (s.req->cancelled.load()) {
-    fail(s, Error(ErrorCode::kCancelled, "client closed the connection"));
-    return;
-  }
+  return seq;
+}
+
+std::optional<Error> Engine::Impl::open_sequence(Sequence& s) {
+  if (s.req->cancelled.load()) return Error(ErrorCode::kCancelled, "client closed the connection");
   // The whole KV cache (prompt + max_tokens) is allocated now, inside the
   // lease, so that growth never fails mid-generation.
   auto cache = model.new_cache(s.req->prompt_tokens() + s.req->gen.max_tokens);
-  if (!cache.ok()) {
-    if (cache.error().code == ErrorCode::kOutOfMemory && recovers()) {
-      recover_from_oom(now, cache.error(), &s);
-    } else {
-      fail(s, std::move(cache).error());
-    }
-    return;
-  }
+  if (!cache.ok()) return std::move(cache).error();
   s.cache = std::move(cache).value();
+  s.kv_bytes = s.cache->bytes();
   log_memory(*s.req, "admit");
+  return std::nullopt;
+}
+
+void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now) {
+  running.push_back(make_sequence(std::move(req), std::move(lease), now));
+  Sequence& s = *running.back();
+  std::optional<Error> e = open_sequence(s);
+  if (!e) return;
+  if (e->code == ErrorCode::kOutOfMemory && recovers()) {
+    recover_from_oom(now, *e, &s);
+  } else {
+    fail(s, std::move(*e));
+  }
 }
 
 // One step: a decode token for every decoding sequence, then prefill chunks
-// of prefilling sequences (oldest first) within max_batch_tokens.
+// of prefilling sequences (oldest first) within max_batch_tokens (none with
+// a prefill worker: it has them).
 void Engine::Impl::run_step() {
   std::vector<StepInput> inputs;
   std::vector<Sequence*> owners;
@@ -342,12 +368,12 @@ void Engine::Impl::retire_done() {
 }
 
 void Engine::Impl::publish() {
-  std::int64_t kv = 0;
+  std::int64_t kv = in_prefill_kv_bytes;
   for (auto& s : running) {
     if (s->cache) kv += s->cache->bytes();
   }
   std::lock_guard lk(shared->mu);
-  shared->stats.running = static_cast<int>(running.size());
+  shared->stats.running = holding();
   shared->stats.kv_cache_bytes = kv;
   oom_budget->publish(shared->stats);
   if (shared->stats.running == 0 && front->queued_count.load() == 0) shared->idle_cv.notify_all();
@@ -355,6 +381,7 @@ void Engine::Impl::publish() {
 
 // Shutdown: what is left gets 503 "shutting down".
 void Engine::Impl::cancel_everything() {
+  stop_prefill_worker();
   Error bye(ErrorCode::kOverloaded, "server is shutting down");
   bye.retry_after_s = 1.0;
   for (auto& s : running) fail(*s, bye);

@@ -59,7 +59,7 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
     return a->admitted > b->admitted;
   });
   if (victim) order.insert(order.begin(), victim);
-  std::int64_t held = 0;
+  std::int64_t held = in_prefill_cost;  // the prefill worker's leases stay
   for (const Sequence* s : order) held += s->req->cost;
   const std::int64_t fits =
       admission->snapshot(now).devices[static_cast<std::size_t>(device_index)].effective_budget_bytes;

@@ -171,6 +171,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
       eo.profile = cost_profile(profiles);
       eo.max_batch = config.max_batch;
       eo.max_batch_tokens = config.max_batch_tokens;
+      eo.prefill_worker = config.prefill_worker;
       eo.oom_governor.decrease_factor = config.oom_decrease_factor;
       eo.oom_governor.floor_fraction = config.oom_budget_floor;
       eo.oom_governor.quiet_period = seconds(config.oom_quiet_period_s);

@@ -48,6 +48,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
                                            " failed: " + profile.error().message);
     }
     profile->resident_bytes = resident;
+    // With a prefill worker a prefill step and a decode step may run at once.
+    if (config.prefill_worker) profile->workspace_bytes *= 2;
     out.resident_bytes += resident;
     out.workspace_bytes += profile->workspace_bytes;
     out.profiles.push_back(*profile);

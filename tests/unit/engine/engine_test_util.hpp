@@ -37,6 +37,15 @@ class Collector final : public EventSink {
       return terminals_ > 0;
     });
   }
+  /// Waits for the first TextEvent (or the end).
+  bool wait_first_token() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(20), [&] {
+      return terminals_ > 0 || std::any_of(events_.begin(), events_.end(), [](const EngineEvent& e) {
+               return std::holds_alternative<TextEvent>(e);
+             });
+    });
+  }
   std::string text() {
     std::lock_guard lk(mu_);
     std::string t;

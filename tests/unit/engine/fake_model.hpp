@@ -56,10 +56,17 @@ class FakeModel final : public Model {
       int tokens = 0;
       for (const StepInput& in : inputs) tokens += static_cast<int>(in.tokens.size());
       max_tokens_ = std::max(max_tokens_, tokens);
+      const bool prefill = std::any_of(inputs.begin(), inputs.end(),
+                                       [](const StepInput& in) { return in.tokens.size() > 1; });
+      std::vector<int> sizes;
+      for (const StepInput& in : inputs) sizes.push_back(static_cast<int>(in.tokens.size()));
+      steps_log_.push_back(std::move(sizes));
       in_step_ = true;
+      (prefill ? in_prefill_ : in_decode_) = true;
       cv_.notify_all();
-      cv_.wait(lk, [&] { return !blocked_; });
+      cv_.wait(lk, [&] { return !blocked_ && !(prefill ? prefill_blocked_ : decode_blocked_); });
       in_step_ = false;
+      (prefill ? in_prefill_ : in_decode_) = false;
       if (fail_at_step_ && steps_ >= *fail_at_step_ && steps_ < *fail_at_step_ + fail_count_) {
         fail = Error(ErrorCode::kOutOfMemory, "injected");
       }
@@ -96,6 +103,41 @@ class FakeModel final : public Model {
     std::lock_guard lk(mu_);
     blocked_ = false;
     cv_.notify_all();
+  }
+  /// Holds only steps with a prefill chunk (an input of more than one token).
+  void block_prefill() {
+    std::lock_guard lk(mu_);
+    prefill_blocked_ = true;
+  }
+  void unblock_prefill() {
+    std::lock_guard lk(mu_);
+    prefill_blocked_ = false;
+    cv_.notify_all();
+  }
+  /// Waits until a step with a prefill chunk is running (held by block_prefill).
+  bool wait_in_prefill() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_prefill_; });
+  }
+  /// Holds only steps without a prefill chunk (decode steps).
+  void block_decode() {
+    std::lock_guard lk(mu_);
+    decode_blocked_ = true;
+  }
+  void unblock_decode() {
+    std::lock_guard lk(mu_);
+    decode_blocked_ = false;
+    cv_.notify_all();
+  }
+  /// Waits until a decode step is running (held by block_decode).
+  bool wait_in_decode() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_decode_; });
+  }
+  /// Per step so far: the token count of each of its inputs.
+  std::vector<std::vector<int>> steps_log() {
+    std::lock_guard lk(mu_);
+    return steps_log_;
   }
   /// Waits until the engine thread is inside a (blocked) step.
   bool wait_in_step() {
@@ -140,6 +182,11 @@ class FakeModel final : public Model {
   std::condition_variable cv_;
   bool blocked_ = false;
   bool in_step_ = false;
+  bool prefill_blocked_ = false;
+  bool decode_blocked_ = false;
+  bool in_prefill_ = false;
+  bool in_decode_ = false;
+  std::vector<std::vector<int>> steps_log_;
   int steps_ = 0;
   int step_tokens_ = 0;
   int max_inputs_ = 0;
