@@ -21,9 +21,12 @@ class Server(ServerProcess):
 
 
 def stream_completion(url, body, timeout=300):
-    """Returns a record: status, latency_s, ttft_s, tokens, error type."""
+    """Returns a record: status, latency_s, ttft_s (to the first chunk with
+    text), first_token_s (to the first chunk with a choice: the first token,
+    which the server announces even when its bytes do not yet make a whole
+    character or may still start a stop string), tokens, error type."""
     t0 = time.perf_counter()
-    rec = {"status": None, "latency_s": None, "ttft_s": None, "tokens": 0, "error": None}
+    rec = {"status": None, "latency_s": None, "ttft_s": None, "first_token_s": None, "tokens": 0, "error": None}
     try:
         with requests.post(url + "/v1/completions", json=dict(body, stream=True), stream=True,
                            timeout=timeout) as r:
@@ -42,6 +45,8 @@ def stream_completion(url, body, timeout=300):
                         rec["error"] = chunk["error"]["type"]
                         rec["status"] = "stream_error"
                         continue
+                    if rec["first_token_s"] is None and chunk.get("choices"):
+                        rec["first_token_s"] = time.perf_counter() - t0
                     if rec["ttft_s"] is None and chunk["choices"][0]["text"]:
                         rec["ttft_s"] = time.perf_counter() - t0
                     if chunk.get("usage"):
@@ -51,6 +56,18 @@ def stream_completion(url, body, timeout=300):
         rec["error"] = type(e).__name__
     rec["latency_s"] = time.perf_counter() - t0
     return rec
+
+
+def split_outcomes(records):
+    """(successful records, {"<status> <error>": count} of the others)."""
+    ok, errors = [], {}
+    for r in records:
+        if r["status"] == 200 and r["error"] is None:
+            ok.append(r)
+        else:
+            key = f"{r['status']} {r['error']}"
+            errors[key] = errors.get(key, 0) + 1
+    return ok, errors
 
 
 def percentile(values, q):
@@ -68,7 +85,10 @@ PROMPTS = ["The meaning of life is", "Once upon a time", "A man walks into a bar
 def closed_loop(url, clients, per_client, max_tokens):
     """`clients` threads each stream `per_client` completions back to back
     (generated lengths drawn from [max_tokens/2, 3*max_tokens/2] with a seed
-    per client, end-of-text ignored). Returns (records, wall seconds)."""
+    per client, end-of-text ignored). Returns (records, wall seconds); each
+    record (see stream_completion) also has "client" (the client's index) and
+    "first" (True for the client's first request: in a closed loop all
+    clients send their first request at the same instant)."""
     def client(i):
         out = []
         rng = random.Random(i)
@@ -76,7 +96,7 @@ def closed_loop(url, clients, per_client, max_tokens):
             n = rng.randint(max_tokens // 2, 3 * max_tokens // 2)
             body = {"prompt": PROMPTS[(i + k) % len(PROMPTS)], "max_tokens": n, "temperature": 0.8,
                     "seed": i * 100 + k, "ignore_eos": True}
-            out.append(stream_completion(url, body))
+            out.append(dict(stream_completion(url, body), client=i, first=k == 0))
         return out
 
     t0 = time.perf_counter()

@@ -48,7 +48,7 @@ import time
 
 import requests
 
-from common import Server, closed_loop, percentile, raise_priority, stream_completion
+from common import Server, closed_loop, percentile, raise_priority, split_outcomes, stream_completion
 
 CONFIGS = [  # name, devices, compute threads per engine
     ("1dev-1thr", 1, 1),
@@ -121,12 +121,7 @@ def one_run(args, name, devices, threads):
     finally:
         server.stop()
     load_after = os.getloadavg()
-    ok = [r for r in records if r["status"] == 200 and r["error"] is None]
-    errors = {}
-    for r in records:
-        if not (r["status"] == 200 and r["error"] is None):
-            key = f"{r['status']} {r['error']}"
-            errors[key] = errors.get(key, 0) + 1
+    ok, errors = split_outcomes(records)
     per_device = []
     done_before = {d["name"]: d.get("completed") for d in before["devices"]}
     for d in after["devices"]:

@@ -95,54 +95,24 @@ class FakeModel final : public Model {
   }
 
   // ---- hooks (any thread)
-  void block() {
-    std::lock_guard lk(mu_);
-    blocked_ = true;
-  }
-  void unblock() {
-    std::lock_guard lk(mu_);
-    blocked_ = false;
-    cv_.notify_all();
-  }
+  void block() { hold(blocked_, true); }
+  void unblock() { hold(blocked_, false); }
   /// Holds only steps with a prefill chunk (an input of more than one token).
-  void block_prefill() {
-    std::lock_guard lk(mu_);
-    prefill_blocked_ = true;
-  }
-  void unblock_prefill() {
-    std::lock_guard lk(mu_);
-    prefill_blocked_ = false;
-    cv_.notify_all();
-  }
+  void block_prefill() { hold(prefill_blocked_, true); }
+  void unblock_prefill() { hold(prefill_blocked_, false); }
   /// Waits until a step with a prefill chunk is running (held by block_prefill).
-  bool wait_in_prefill() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_prefill_; });
-  }
+  bool wait_in_prefill() { return wait_for(in_prefill_); }
   /// Holds only steps without a prefill chunk (decode steps).
-  void block_decode() {
-    std::lock_guard lk(mu_);
-    decode_blocked_ = true;
-  }
-  void unblock_decode() {
-    std::lock_guard lk(mu_);
-    decode_blocked_ = false;
-    cv_.notify_all();
-  }
+  void block_decode() { hold(decode_blocked_, true); }
+  void unblock_decode() { hold(decode_blocked_, false); }
   /// Waits until a decode step is running (held by block_decode).
-  bool wait_in_decode() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_decode_; });
-  }
+  bool wait_in_decode() { return wait_for(in_decode_); }
+  /// Waits until the engine thread is inside a (blocked) step.
+  bool wait_in_step() { return wait_for(in_step_); }
   /// Per step so far: the token count of each of its inputs.
   std::vector<std::vector<int>> steps_log() {
     std::lock_guard lk(mu_);
     return steps_log_;
-  }
-  /// Waits until the engine thread is inside a (blocked) step.
-  bool wait_in_step() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return in_step_; });
   }
   /// Steps n .. n+count-1 (1-based, counted from the first step) fail with
   /// out-of-memory, leaving every cache as it was.
@@ -175,6 +145,16 @@ class FakeModel final : public Model {
   }
 
  private:
+  void hold(bool& flag, bool on) {
+    std::lock_guard lk(mu_);
+    flag = on;
+    cv_.notify_all();
+  }
+  bool wait_for(const bool& flag) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return flag; });
+  }
+
   std::string script_;
   ModelConfig config_;
   ByteTokenizer tokenizer_;
