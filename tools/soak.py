@@ -245,6 +245,8 @@ def main():
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--oom-step", type=int, default=300, help="engine step of the injected OOMs (0: none)")
+    ap.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                    help="one more `vramgate serve` argument (repeat for each), e.g. --serve-arg=--prefill-worker")
     ap.add_argument("--rss-margin-mib", type=float, default=48)
     ap.add_argument("--rss-margin-frac", type=float, default=0.10)
     ap.add_argument("--no-rss-check", action="store_true",
@@ -255,8 +257,8 @@ def main():
     extra = ["--oom-quiet-period", "2"]
     if args.oom_step > 0:
         extra += ["--test-inject-oom-step", str(args.oom_step), "--test-inject-oom-count", "3"]
-    server = Server(args.bin, args.model_dir, extra)
-    report = {"seconds": args.seconds, "clients": args.clients, "seed": args.seed}
+    server = Server(args.bin, args.model_dir, extra + args.serve_arg)
+    report = {"seconds": args.seconds, "clients": args.clients, "seed": args.seed, "serve_args": args.serve_arg}
     failures = []
     try:
         warm, _ = traffic(server, args.warmup_seconds, args.clients, args.seed + 7919)

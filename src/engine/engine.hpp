@@ -92,7 +92,7 @@ class Engine {
     /// batch once its first token is out. Time to first token is then one
     /// prefill, not a decode step plus a prefill. Two steps may run at once,
     /// so the device must set aside twice the step workspace (the caller's
-    /// budget). Steps of the worker do not count for inject_oom_at_step.
+    /// budget).
     bool prefill_worker = false;
     /// OOM governor (policy memory only): how a step's out-of-memory error
     /// cuts the effective budget and how quiet periods restore it.
@@ -100,8 +100,9 @@ class Engine {
     /// Test hook: extra milliseconds slept by the engine thread after each
     /// step, so tests can hold requests running without sleeping themselves.
     double step_delay_ms = 0;
-    /// Test hook: step number (1-based, counted over the engine's life) whose
-    /// first device allocation fails with out-of-memory; 0 = never.
+    /// Test hook: step number (1-based, counted over the engine's life, the
+    /// prefill worker's steps included) at whose start the device's next
+    /// allocation is made to fail with out-of-memory; 0 = never.
     std::int64_t inject_oom_at_step = 0;
     /// Test hook: how many consecutive steps from inject_oom_at_step fail (>= 1).
     std::int64_t inject_oom_count = 1;

@@ -232,7 +232,7 @@ struct Engine::Impl {
   int model_index = 0;   // its model there
   std::optional<OomBudget> oom_budget;  // engine thread only, after create()
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
-  std::int64_t steps_run = 0;                       // engine thread only
+  std::atomic<std::int64_t> steps_run{0};           // steps started, the prefill worker's included
   std::unique_ptr<PrefillWorker> prefill;           // null without options.prefill_worker
   // Sequences the prefill worker holds, their KV cache bytes and their
   // leases' bytes: raised by whichever thread gives the worker a sequence,
@@ -261,6 +261,9 @@ struct Engine::Impl {
   /// cancelled already or the allocation fails. Either thread.
   std::optional<Error> open_sequence(Sequence& s);
   void run_step();
+  /// Counts a step about to run (either thread) and arms the test hook's
+  /// injected out-of-memory error when its number is due; returns the number.
+  std::int64_t begin_step();
   void on_token(Sequence& s, std::int32_t token, TimePoint now);
   void finish(Sequence& s, const char* reason);
   void fail(Sequence& s, Error error);

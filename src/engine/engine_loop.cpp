@@ -227,12 +227,8 @@ void Engine::Impl::run_step() {
     budget -= n;
   }
   if (inputs.empty()) return;
-  ++steps_run;
+  const std::int64_t step = begin_step();
   if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
-  if (options.inject_oom_at_step > 0 && steps_run >= options.inject_oom_at_step &&
-      steps_run < options.inject_oom_at_step + options.inject_oom_count) {
-    device.inject_out_of_memory();
-  }
   auto logits = model.step(inputs);
   const bool oom = !logits.ok() && logits.error().code == ErrorCode::kOutOfMemory;
   {
@@ -241,7 +237,7 @@ void Engine::Impl::run_step() {
     if (oom) ++shared->stats.out_of_memory;
   }
   if (oom) {
-    spdlog::warn("out of memory in step {} ({} sequences): {}", steps_run, owners.size(), logits.error().message);
+    spdlog::warn("out of memory in step {} ({} sequences): {}", step, owners.size(), logits.error().message);
     if (recovers()) {
       // The step left every cache as it was: preempt some sequences, and the
       // others run again in the next step.
@@ -267,6 +263,15 @@ void Engine::Impl::run_step() {
     }
     on_token(s, s.p.sampler.sample(logits.value()[i]), now);
   }
+}
+
+std::int64_t Engine::Impl::begin_step() {
+  const std::int64_t n = ++steps_run;
+  if (options.inject_oom_at_step > 0 && n >= options.inject_oom_at_step &&
+      n < options.inject_oom_at_step + options.inject_oom_count) {
+    device.inject_out_of_memory();
+  }
+  return n;
 }
 
 void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {

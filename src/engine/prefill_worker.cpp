@@ -108,6 +108,7 @@ void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, st
                                                    static_cast<std::size_t>(s->prefilled), static_cast<std::size_t>(n))});
     budget -= n;
   }
+  begin_step();
   auto logits = model.step(inputs);
   {
     std::lock_guard lk(shared->mu);

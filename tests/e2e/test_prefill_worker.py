@@ -78,3 +78,29 @@ def test_the_worker_sets_aside_a_second_step_workspace(make_server):
     assert w["workspace_bytes"] == 2 * p["workspace_bytes"], (p, w)
     assert w["resident_bytes"] == p["resident_bytes"]
     assert w["budget_bytes"] == p["budget_bytes"] - p["workspace_bytes"], (p, w)
+
+
+def test_injected_out_of_memory_with_the_worker_is_recovered_and_nothing_leaks(make_server):
+    alone = make_server("--dtype", "float64", "--max-batch", "1")
+    expected = [complete(alone, body(i), stream=False) for i in range(len(PROMPTS))]
+    alone.stop()
+
+    # Steps 2 and 3 (the worker's prefills or the engine's decode steps,
+    # whichever start them) fail with out-of-memory.
+    server = make_server("--dtype", "float64", "--max-batch", "8", "--prefill-worker", "--test-inject-oom-step", "2",
+                         "--test-inject-oom-count", "2", "--oom-quiet-period", "0.2")
+    resident = server.admission()["devices"][0]["resident_bytes"]
+    start = threading.Barrier(len(PROMPTS))
+
+    def one(i):
+        start.wait()
+        return complete(server, body(i), stream=i % 2 == 0)
+
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+        got = list(pool.map(one, range(len(PROMPTS))))
+    assert got == expected  # preempted requests were recomputed to the same text
+    wait_until(lambda: idle(server), what="idle")
+    a = server.admission()
+    assert a["completed"] == len(PROMPTS) and a["failed"] == 0, a
+    assert a["preemptions"] >= 1, a
+    assert a["devices"][0]["used_bytes"] == resident, a  # every KV cache freed
