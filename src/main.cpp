@@ -20,7 +20,8 @@ namespace {
 // The settings that change what `plan` measures or computes.
 constexpr const char* kPlanKeys[] = {"model_dir",      "device",        "threads",   "dtype",
                                      "admission",      "memory_utilization", "memory_reserve",
-                                     "memory_safety",  "max_batch",     "max_batch_tokens", "log_level"};
+                                     "memory_safety",  "max_batch",     "max_batch_tokens", "prefill_worker",
+                                     "log_level"};
 
 void init_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("vramgate");

@@ -184,9 +184,14 @@ AdmissionSnapshot Engine::admission() const { return impl_->admission->snapshot(
 int Engine::device_index() const { return impl_->device_index; }
 
 std::optional<Duration> Engine::busy_for(TimePoint now) const {
-  const std::int64_t started = impl_->step_started.load(std::memory_order_relaxed);
-  if (started == kIdle) return std::nullopt;
-  return std::max(Duration::zero(), now - TimePoint(Duration(started)));
+  std::optional<Duration> busy;
+  for (const auto* heartbeat : {&impl_->step_started, &impl_->prefill_step_started}) {
+    const std::int64_t started = heartbeat->load(std::memory_order_relaxed);
+    if (started == kIdle) continue;
+    const Duration d = std::max(Duration::zero(), now - TimePoint(Duration(started)));
+    if (!busy || d > *busy) busy = d;
+  }
+  return busy;
 }
 
 }  // namespace vg

@@ -241,8 +241,10 @@ struct Engine::Impl {
   std::atomic<std::int64_t> in_prefill_kv_bytes{0};
   std::atomic<std::int64_t> in_prefill_cost{0};
   int consecutive_oom_steps = 0;                    // engine thread only; reset by a step that succeeds
-  // Watchdog heartbeat: start of the step in progress (Clock ticks), or kIdle.
+  // Watchdog heartbeats: start of the step in progress (Clock ticks), or
+  // kIdle; of the engine thread and of the prefill worker.
   std::atomic<std::int64_t> step_started{engine_detail::kIdle};
+  std::atomic<std::int64_t> prefill_step_started{engine_detail::kIdle};
   std::thread thread;
 
   Impl(const Options& o, Model& m, Device& d) : options(o), model(m), device(d) {}

@@ -9,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "device/device.hpp"
 #include "engine/engine_impl.hpp"
@@ -35,7 +37,13 @@ void Engine::Impl::prefill_loop() {
       w.inbox.clear();
     }
     prefill_admit(work, back);
+    const bool stepped = !work.empty();
+    prefill_step_started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     prefill_step(work, back);
+    prefill_step_started.store(engine_detail::kIdle, std::memory_order_relaxed);
+    if (stepped && options.step_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options.step_delay_ms));
+    }
     if (back.empty()) continue;
     {
       std::lock_guard lk(sig.mu);
@@ -90,10 +98,13 @@ void Engine::Impl::prefill_admit(std::vector<std::unique_ptr<Sequence>>& work, s
 }
 
 void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, std::vector<PrefillBatch>& back) {
-  // Cancelled sequences go back unprefilled: the engine thread answers them.
+  // Cancelled sequences, and those past their deadline, go back before
+  // each chunk: the engine thread answers them.
   PrefillBatch returned;
+  const TimePoint now = Clock::now();
   for (auto& s : work) {
-    if (s->req->cancelled.load()) returned.sequences.push_back(std::move(s));
+    const std::optional<TimePoint>& deadline = s->req->gen.deadline;
+    if (s->req->cancelled.load() || (deadline && now >= *deadline)) returned.sequences.push_back(std::move(s));
   }
   std::erase(work, nullptr);
   if (!returned.sequences.empty()) back.push_back(std::move(returned));
@@ -121,15 +132,15 @@ void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, st
     work.clear();
     return;
   }
-  const TimePoint now = Clock::now();
+  const TimePoint stepped = Clock::now();
   PrefillBatch done;
   done.step_ok = true;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Sequence& s = *work[i];
     s.prefilled += static_cast<int>(inputs[i].tokens.size());
     if (s.prefilling()) continue;  // more chunks to go
-    if (s.p.prefill_done == TimePoint{}) s.p.prefill_done = now;
-    on_token(s, s.p.sampler.sample(logits.value()[i]), now);
+    if (s.p.prefill_done == TimePoint{}) s.p.prefill_done = stepped;
+    on_token(s, s.p.sampler.sample(logits.value()[i]), stepped);
     done.sequences.push_back(std::move(work[i]));
   }
   std::erase(work, nullptr);

@@ -49,7 +49,10 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
     }
     profile->resident_bytes = resident;
     // With a prefill worker a prefill step and a decode step may run at once.
-    if (config.prefill_worker) profile->workspace_bytes *= 2;
+    if (config.prefill_worker) {
+      profile->workspace_bytes *= 2;
+      spdlog::info("--prefill-worker: workspace of '{}' set aside twice: {} B", source.id, profile->workspace_bytes);
+    }
     out.resident_bytes += resident;
     out.workspace_bytes += profile->workspace_bytes;
     out.profiles.push_back(*profile);

@@ -6,11 +6,12 @@ different lengths, streaming or not; and the device sets aside twice the
 step workspace, since a prefill step and a decode step may run at once."""
 import concurrent.futures
 import json
+import subprocess
 import threading
 
 import requests
 
-from conftest import sse_events, wait_until
+from conftest import BIN, MODEL_DIR, sse_events, wait_until
 
 PROMPTS = ["Once", "The quick brown fox jumps over the lazy dog and then",
            "In a hole in the ground there lived", "A", "Rain, rain, go away; come again another day.",
@@ -78,6 +79,12 @@ def test_the_worker_sets_aside_a_second_step_workspace(make_server):
     assert w["workspace_bytes"] == 2 * p["workspace_bytes"], (p, w)
     assert w["resident_bytes"] == p["resident_bytes"]
     assert w["budget_bytes"] == p["budget_bytes"] - p["workspace_bytes"], (p, w)
+    # `vramgate plan` computes the same budget.
+    out = subprocess.run([BIN, "plan", "--model-dir", MODEL_DIR, "--threads", "1", "--json", "--device",
+                          "virt:0=64MiB", "--prefill-worker"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["workspace_bytes"] == w["workspace_bytes"] and plan["budget_bytes"] == w["budget_bytes"], plan
 
 
 def test_injected_out_of_memory_with_the_worker_is_recovered_and_nothing_leaks(make_server):

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.hpp"
@@ -153,6 +154,43 @@ TEST_F(PrefillWorkerTest, ShutdownWithAPrefillHeldAnswersEveryRequestOnce) {
   ASSERT_TRUE(b->failed());
   EXPECT_EQ(b->failed()->code, ErrorCode::kOverloaded);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(PrefillWorkerTest, ADeadlineThatPassesDuringAChunkedPrefillStopsItAtTheNextChunk) {
+  auto o = worker_options();
+  o.max_batch_tokens = 2;  // 8 prompt tokens: 4 chunks
+  auto engine = make(o);
+  model_.block_prefill();
+  auto a = std::make_shared<Collector>();
+  auto r = req(5, "abcdefgh");
+  // Far enough ahead that the request surely reaches its first chunk first.
+  r.deadline = Clock::now() + std::chrono::milliseconds(500);
+  ASSERT_TRUE(engine->submit(r, a).ok());
+  ASSERT_TRUE(model_.wait_in_prefill());
+  // The first chunk is held until the deadline has passed (observed on the clock).
+  while (Clock::now() < *r.deadline) std::this_thread::yield();
+  model_.unblock_prefill();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kTimeout);
+  EXPECT_EQ(a->text(), "");
+  EXPECT_EQ(model_.steps(), 1);  // no chunk after the deadline
+  ASSERT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(PrefillWorkerTest, TheWatchdogSeesAPrefillStepInProgress) {
+  auto engine = make(worker_options());
+  EXPECT_FALSE(engine->busy_for(Clock::now()));
+  model_.block_prefill();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(3, "abcd"), a).ok());
+  ASSERT_TRUE(model_.wait_in_prefill());
+  // Only the worker is in a step: the engine thread has nothing to decode.
+  EXPECT_TRUE(engine->busy_for(Clock::now()));
+  model_.unblock_prefill();
+  ASSERT_TRUE(a->wait_done());
+  EXPECT_TRUE(a->finished());
 }
 
 }  // namespace
