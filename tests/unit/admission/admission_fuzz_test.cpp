@@ -228,7 +228,11 @@ TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
   EXPECT_GT(n.rejected_queue_full, 10);
   EXPECT_GT(n.rejected_never_fits, 10);
   EXPECT_GT(n.queue_timeout + n.deadline_expired, 10);
-  EXPECT_GT(grants_checked, 100);
+  // I1 was checked after every grant that returned leases. How many steps
+  // granted depends on thread scheduling: on a loaded machine the submitters
+  // arrive in bursts and grants come in fewer, larger batches (535-800 of
+  // about 3500 steps on a quiet machine, 90 once under a parallel CI run).
+  EXPECT_GT(grants_checked, 20);
   ASSERT_TRUE(f.controller->enqueue(kRequests + 1, kBudget / 6, f.now()).ok());
   EXPECT_EQ(f.controller->grant(f.now()).size(), 1u);
 }
