@@ -15,12 +15,15 @@
 // engines.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -166,6 +169,20 @@ struct Sequence {
     context.insert(context.end(), p.generated.begin(), p.generated.end());
   }
   bool prefilling() const { return prefilled < static_cast<int>(context.size()); }
+  /// Its next prefill chunk: at most `budget` context tokens not yet in the cache.
+  StepInput next_chunk(int budget) const {
+    const int n = std::min(budget, static_cast<int>(context.size()) - prefilled);
+    return StepInput{cache.get(), std::span<const std::int32_t>(context).subspan(static_cast<std::size_t>(prefilled),
+                                                                                  static_cast<std::size_t>(n))};
+  }
+  /// A chunk of `tokens` is in the cache at `now`; true when the prefill is
+  /// complete (the first completion stamps prefill_done).
+  bool chunk_done(int tokens, TimePoint now) {
+    prefilled += tokens;
+    if (prefilling()) return false;
+    if (p.prefill_done == TimePoint{}) p.prefill_done = now;
+    return true;
+  }
   int generated() const { return static_cast<int>(p.generated.size()); }
   /// Queue, prefill and decode time up to `now` (decode 0 until prefilled).
   Timings timings(TimePoint now) const {
@@ -262,7 +279,16 @@ struct Engine::Impl {
   /// Gives `s` its KV cache (prompt + max_tokens); the error when it is
   /// cancelled already or the allocation fails. Either thread.
   std::optional<Error> open_sequence(Sequence& s);
+  /// Engine thread: `s` (in `running`) could not be opened: out of memory is
+  /// recovered with `s` as the first victim where the policy allows;
+  /// otherwise it fails.
+  void not_opened(TimePoint now, Sequence& s, Error error);
   void run_step();
+  /// A step failed with `error` (the engine thread's own, or one the prefill
+  /// worker handed back, `step` naming it in the log); `owners` are its
+  /// sequences, their caches as before it. Out of memory is recovered by
+  /// preemption where the policy allows; otherwise the sequences fail.
+  void on_failed_step(TimePoint now, const Error& error, std::span<Sequence* const> owners, const std::string& step);
   /// Counts a step about to run (either thread) and arms the test hook's
   /// injected out-of-memory error when its number is due; returns the number.
   std::int64_t begin_step();

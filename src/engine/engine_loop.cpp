@@ -116,7 +116,7 @@ void Engine::Impl::admit(TimePoint now) {
   const int free_slots = available ? std::max(0, max_running() - holding()) : 0;
   std::vector<AdmissionGrant> grants;
   if (free_slots > 0) grants = admission->grant(now, free_slots, index);
-  if (!grants.empty()) {
+  {
     // Counted as running before they leave the queue, so that wait_idle()
     // never sees nothing queued and nothing running while they start.
     std::lock_guard lk(shared->mu);
@@ -126,10 +126,6 @@ void Engine::Impl::admit(TimePoint now) {
   for (AdmissionGrant& g : grants) {
     auto r = front->take(g.id);
     if (r) started.emplace_back(std::move(r), std::move(g));  // always found: registered before enqueue
-  }
-  {
-    std::lock_guard lk(shared->mu);
-    shared->stats.running = holding() + static_cast<int>(started.size());
   }
   for (auto& [r, g] : started) start_sequence(std::move(r), std::move(g.lease), now);
   report_queue_positions(now);
@@ -189,12 +185,14 @@ std::optional<Error> Engine::Impl::open_sequence(Sequence& s) {
 void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now) {
   running.push_back(make_sequence(std::move(req), std::move(lease), now));
   Sequence& s = *running.back();
-  std::optional<Error> e = open_sequence(s);
-  if (!e) return;
-  if (e->code == ErrorCode::kOutOfMemory && recovers()) {
-    recover_from_oom(now, *e, &s);
+  if (std::optional<Error> e = open_sequence(s)) not_opened(now, s, std::move(*e));
+}
+
+void Engine::Impl::not_opened(TimePoint now, Sequence& s, Error error) {
+  if (error.code == ErrorCode::kOutOfMemory && recovers()) {
+    recover_from_oom(now, error, &s);
   } else {
-    fail(s, std::move(*e));
+    fail(s, std::move(error));
   }
 }
 
@@ -220,49 +218,50 @@ void Engine::Impl::run_step() {
   }
   for (auto& s : running) {
     if (s->done || !s->prefilling() || budget <= 0) continue;
-    const int n = std::min(budget, static_cast<int>(s->context.size()) - s->prefilled);
-    inputs.push_back(StepInput{s->cache.get(), std::span<const std::int32_t>(s->context).subspan(
-                                                   static_cast<std::size_t>(s->prefilled), static_cast<std::size_t>(n))});
+    inputs.push_back(s->next_chunk(budget));
     owners.push_back(s.get());
-    budget -= n;
+    budget -= static_cast<int>(inputs.back().tokens.size());
   }
   if (inputs.empty()) return;
   const std::int64_t step = begin_step();
   if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
   auto logits = model.step(inputs);
-  const bool oom = !logits.ok() && logits.error().code == ErrorCode::kOutOfMemory;
   {
     std::lock_guard lk(shared->mu);
     ++shared->stats.steps;
-    if (oom) ++shared->stats.out_of_memory;
-  }
-  if (oom) {
-    spdlog::warn("out of memory in step {} ({} sequences): {}", step, owners.size(), logits.error().message);
-    if (recovers()) {
-      // The step left every cache as it was: preempt some sequences, and the
-      // others run again in the next step.
-      recover_from_oom(Clock::now(), logits.error());
-      return;
-    }
-    oom_budget->on_oom(Clock::now());  // no-op outside policy memory
-    device.release_cached_memory();
   }
   if (!logits.ok()) {
-    const Error e = logits.error();
-    for (Sequence* s : owners) fail(*s, e);
+    on_failed_step(Clock::now(), logits.error(), owners, "step " + std::to_string(step));
     return;
   }
   on_step_ok();
   const TimePoint now = Clock::now();
   for (std::size_t i = 0; i < owners.size(); ++i) {
     Sequence& s = *owners[i];
-    if (s.prefilling()) {
-      s.prefilled += static_cast<int>(inputs[i].tokens.size());
-      if (s.prefilling()) continue;  // more chunks to go; these logits are not needed
-      if (s.p.prefill_done == TimePoint{}) s.p.prefill_done = now;
-    }
+    // A chunk that leaves more to prefill: its logits are not needed.
+    if (s.prefilling() && !s.chunk_done(static_cast<int>(inputs[i].tokens.size()), now)) continue;
     on_token(s, s.p.sampler.sample(logits.value()[i]), now);
   }
+}
+
+void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<Sequence* const> owners,
+                                  const std::string& step) {
+  if (error.code == ErrorCode::kOutOfMemory) {
+    {
+      std::lock_guard lk(shared->mu);
+      ++shared->stats.out_of_memory;
+    }
+    spdlog::warn("out of memory in {} ({} sequences): {}", step, owners.size(), error.message);
+    if (recovers()) {
+      // The step left every cache as it was: preempt some sequences, and the
+      // others run again in the next step.
+      recover_from_oom(now, error);
+      return;
+    }
+    oom_budget->on_oom(now);  // no-op outside policy memory
+    device.release_cached_memory();
+  }
+  for (Sequence* s : owners) fail(*s, error);
 }
 
 std::int64_t Engine::Impl::begin_step() {

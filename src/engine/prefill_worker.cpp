@@ -114,10 +114,8 @@ void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, st
   int budget = options.max_batch_tokens;
   for (auto& s : work) {
     if (budget <= 0) break;
-    const int n = std::min(budget, static_cast<int>(s->context.size()) - s->prefilled);
-    inputs.push_back(StepInput{s->cache.get(), std::span<const std::int32_t>(s->context).subspan(
-                                                   static_cast<std::size_t>(s->prefilled), static_cast<std::size_t>(n))});
-    budget -= n;
+    inputs.push_back(s->next_chunk(budget));
+    budget -= static_cast<int>(inputs.back().tokens.size());
   }
   begin_step();
   auto logits = model.step(inputs);
@@ -137,9 +135,7 @@ void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, st
   done.step_ok = true;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Sequence& s = *work[i];
-    s.prefilled += static_cast<int>(inputs[i].tokens.size());
-    if (s.prefilling()) continue;  // more chunks to go
-    if (s.p.prefill_done == TimePoint{}) s.p.prefill_done = stepped;
+    if (!s.chunk_done(static_cast<int>(inputs[i].tokens.size()), stepped)) continue;  // more chunks to go
     on_token(s, s.p.sampler.sample(logits.value()[i]), stepped);
     done.sequences.push_back(std::move(work[i]));
   }
@@ -184,30 +180,11 @@ void Engine::Impl::collect_prefills(TimePoint now) {
       if (b.step_ok) on_step_ok();
       continue;
     }
-    const Error& e = *b.error;
-    const bool oom = e.code == ErrorCode::kOutOfMemory;
     if (b.cache_failed) {
-      if (oom && recovers()) {
-        recover_from_oom(now, e, returned.front());
-      } else {
-        fail(*returned.front(), e);
-      }
-      continue;
+      not_opened(now, *returned.front(), *b.error);
+    } else {
+      on_failed_step(now, *b.error, returned, "a prefill step");
     }
-    if (oom) {
-      {
-        std::lock_guard lk(shared->mu);
-        ++shared->stats.out_of_memory;
-      }
-      spdlog::warn("out of memory in a prefill step ({} sequences): {}", returned.size(), e.message);
-      if (recovers()) {
-        recover_from_oom(now, e);
-        continue;
-      }
-      oom_budget->on_oom(now);  // no-op outside policy memory
-      device.release_cached_memory();
-    }
-    for (Sequence* s : returned) fail(*s, e);
   }
 }
 
