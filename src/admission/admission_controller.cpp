@@ -54,7 +54,11 @@ struct AdmissionController::State final : LeaseLedger {
   mutable Mutex mu;
   std::vector<DeviceState> devices VG_GUARDED_BY(mu);
   std::vector<EngineState> engines VG_GUARDED_BY(mu);
-  std::unordered_map<RequestId, int> holders VG_GUARDED_BY(mu);  // granted lease -> its engine
+  struct Holder {
+    int engine = 0;
+    int slots = 1;  // sequences its lease counts for (until split off)
+  };
+  std::unordered_map<RequestId, Holder> holders VG_GUARDED_BY(mu);  // granted lease -> its engine
   std::vector<Entry> queue VG_GUARDED_BY(mu);  // FIFO
   DrainRateEstimator drain VG_GUARDED_BY(mu);
   AdmissionCounters counters VG_GUARDED_BY(mu);
@@ -72,20 +76,31 @@ struct AdmissionController::State final : LeaseLedger {
     std::shared_ptr<const Callback> wake;
     {
       MutexLock lock(mu);
-      int e = 0;
+      Holder h;
       if (auto it = holders.find(id); it != holders.end()) {
-        e = it->second;
+        h = it->second;
         holders.erase(it);
       }
-      EngineState& engine = engines[static_cast<std::size_t>(e)];
+      EngineState& engine = engines[static_cast<std::size_t>(h.engine)];
       DeviceState& device = devices[static_cast<std::size_t>(engine.config.device)];
       device.reserved -= bytes;
-      --device.active_leases;
-      --engine.active_leases;
+      device.active_leases -= h.slots;
+      engine.active_leases -= h.slots;
       ++counters.released;
       wake = on_release;
     }
     if (wake) (*wake)();
+  }
+
+  void split_lease(RequestId from, RequestId to) noexcept override {
+    MutexLock lock(mu);
+    auto it = holders.find(from);
+    if (it == holders.end() || it->second.slots <= 1) {
+      holders[to] = Holder{it == holders.end() ? 0 : it->second.engine, 0};  // counts no extra slot
+      return;
+    }
+    --it->second.slots;
+    holders[to] = Holder{it->second.engine, 1};
   }
 
   std::vector<GrantAssignment> assign(std::span<const QueuedRequest> q, TimePoint now,
@@ -212,7 +227,8 @@ AdmissionController::~AdmissionController() {
 }
 
 Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
-                                                     std::optional<TimePoint> deadline, Priority priority, int model) {
+                                                     std::optional<TimePoint> deadline, Priority priority, int model,
+                                                     int sequences) {
   State& s = *state_;
   const AdmissionOptions& o = s.options;
   if (cost_bytes < 0) {
@@ -234,7 +250,8 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
     return e;
   }
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
-  const QueuedRequest request{id, cost_bytes, now, priority, model};
+  if (sequences < 1) return Error(ErrorCode::kInvalidRequest, "a request runs at least one sequence");
+  const QueuedRequest request{id, cost_bytes, now, priority, model, sequences};
   if (limited) {
     std::vector<QueuedRequest> q = s.requests();
     q.push_back(request);
@@ -324,8 +341,12 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
   // Granting a prefix of the policy's picks keeps every invariant: fewer
   // bytes are reserved, and the order is the policy's.
   std::vector<std::size_t> picked;
+  int slots = 0;  // sequences picked: at most max_grants
   for (const GrantAssignment& a : s.assign(q, now)) {
-    if (a.engine == engine && picked.size() < static_cast<std::size_t>(max_grants)) picked.push_back(a.index);
+    if (a.engine != engine) continue;
+    if (slots + q[a.index].sequences > max_grants) break;  // in policy order: nothing passes it here
+    slots += q[a.index].sequences;
+    picked.push_back(a.index);
   }
   if (picked.empty()) return out;
   State::EngineState& eng = s.engines[static_cast<std::size_t>(engine)];
@@ -334,10 +355,10 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
   for (std::size_t i : picked) {
     const QueuedRequest& r = q[i];
     dev.reserved += r.cost_bytes;
-    ++dev.active_leases;
-    ++eng.active_leases;
+    dev.active_leases += r.sequences;
+    eng.active_leases += r.sequences;
     ++s.counters.admitted;
-    s.holders[r.id] = engine;
+    s.holders[r.id] = State::Holder{engine, r.sequences};
     out.push_back(AdmissionGrant{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority});
   }
   dev.peak_reserved = std::max(dev.peak_reserved, dev.reserved);

@@ -183,9 +183,13 @@ class AdmissionController {
   /// `model` picks the engines that may run it; the never-fits check uses
   /// the largest budget among the devices serving that model (kInvalidRequest
   /// when no engine serves it).
+  /// `sequences` (>= 1) is how many sequences the request runs at once (its
+  /// n choices): they count against the engines' max_running and fixed:N
+  /// together, and the granted lease may be split into one per sequence
+  /// (Lease::split), each then counted and returned on its own.
   Result<AdmissionTicket> enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
                                   std::optional<TimePoint> deadline = std::nullopt,
-                                  Priority priority = Priority::kNormal, int model = 0);
+                                  Priority priority = Priority::kNormal, int model = 0, int sequences = 1);
 
   /// Puts a preempted request back at the head of the queue: its lease was
   /// released to free device memory and it must run again. It skips the

@@ -78,7 +78,8 @@ std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Durati
     for (std::size_t e = 0; e < eng.size(); ++e) {
       const EngineGrantState& x = eng[e];
       if (!x.available || x.model != r.model) continue;
-      if (policy.kind != AdmissionPolicy::Kind::kNone && x.max_running > 0 && x.active_leases >= x.max_running) {
+      if (policy.kind != AdmissionPolicy::Kind::kNone && x.max_running > 0 &&
+          x.active_leases + r.sequences > x.max_running) {
         continue;
       }
       had_slot = true;
@@ -88,7 +89,7 @@ std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Durati
           if (!fits(r, d.free_bytes)) continue;
           break;
         case AdmissionPolicy::Kind::kFixed:
-          if (d.active_leases >= policy.fixed_slots) continue;
+          if (d.active_leases + r.sequences > policy.fixed_slots) continue;
           break;
         case AdmissionPolicy::Kind::kNone:
           break;
@@ -104,8 +105,8 @@ std::vector<GrantAssignment> assign_grants(const AdmissionPolicy& policy, Durati
       EngineGrantState& x = eng[static_cast<std::size_t>(best)];
       DeviceGrantState& d = dev[static_cast<std::size_t>(x.device)];
       d.free_bytes -= r.cost_bytes;
-      ++d.active_leases;
-      ++x.active_leases;
+      d.active_leases += r.sequences;
+      x.active_leases += r.sequences;
       out.push_back(GrantAssignment{i, best});
       continue;
     }

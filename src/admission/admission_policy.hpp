@@ -45,6 +45,7 @@ struct QueuedRequest {
   TimePoint enqueued_at{};
   Priority priority = Priority::kNormal;  ///< its class; see grant_order()
   int model = 0;  ///< the model it runs on: only engines serving this model may take it
+  int sequences = 1;  ///< sequences it runs at once (n choices): slots it takes under max_running and fixed:N
 };
 
 /// The device state a grant decision depends on.

@@ -2,6 +2,7 @@
 // The thread that owns the Lease object calls these; the ledger is thread-safe.
 #include "admission/lease.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace vg {
@@ -29,6 +30,14 @@ void Lease::release() noexcept {
   // finds the lease already empty.
   std::shared_ptr<LeaseLedger> ledger = std::exchange(ledger_, nullptr);
   if (ledger) ledger->return_lease(id_, std::exchange(bytes_, 0));
+}
+
+Lease Lease::split(RequestId id, std::int64_t bytes) noexcept {
+  if (!ledger_) return Lease();
+  const std::int64_t moved = std::clamp<std::int64_t>(bytes, 0, bytes_);
+  bytes_ -= moved;
+  ledger_->split_lease(id_, id);
+  return Lease(ledger_, id, moved);
 }
 
 }  // namespace vg

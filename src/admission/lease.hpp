@@ -18,6 +18,9 @@ class LeaseLedger {
  public:
   virtual ~LeaseLedger() = default;
   virtual void return_lease(RequestId id, std::int64_t bytes) noexcept = 0;
+  /// Lease `to` was split off lease `from` (Lease::split): from now on each
+  /// is returned on its own, as one lease. Default: nothing to record.
+  virtual void split_lease(RequestId /*from*/, RequestId /*to*/) noexcept {}
 };
 
 /// Move-only ownership of `bytes()` reserved for one request. Released exactly
@@ -41,6 +44,12 @@ class Lease {
 
   /// Returns the bytes to the budget and wakes the granting side. Idempotent.
   void release() noexcept;
+
+  /// Moves min(bytes, bytes()) of this lease into a new lease of request
+  /// `id` (one of the sequences of a request granted for several, such as
+  /// its n choices); each is then released on its own. An empty lease gives
+  /// an empty one.
+  Lease split(RequestId id, std::int64_t bytes) noexcept;
 
   /// True while the lease still holds its reservation.
   bool held() const { return ledger_ != nullptr; }

@@ -64,6 +64,7 @@ struct ServeConfig {
 
   // -- scheduling
   int max_batch = 8;                 ///< sequences that run together on a device
+  int max_n = 8;                     ///< choices one request may ask for (OpenAI n), 1..256
   int max_batch_tokens = 512;        ///< tokens in one step: prefill chunks + one per decoding sequence
   bool prefill_worker = false;       ///< prefill new prompts on a second compute thread (2x workspace)
   int max_queue = 64;                ///< waiting requests (one queue shared by the devices); more -> 503

@@ -70,6 +70,8 @@ const ConfigField kFields[] = {
     {"max_bypass", "scheduling", "Seconds a waiting request that does not fit may be passed by later ones that do",
      &C::max_bypass_s},
     {"max_batch", "scheduling", "Sequences that run together on a device", &C::max_batch},
+    {"max_n", "scheduling",
+     "Most choices one request may ask for (OpenAI n); they run together, so at most --max-batch", &C::max_n},
     {"max_batch_tokens", "scheduling",
      "Tokens processed in one step (prefill chunks + one per decoding sequence); longer prompts are prefilled "
      "in chunks",

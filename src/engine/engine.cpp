@@ -86,6 +86,22 @@ std::int64_t Engine::cost(int prompt_tokens, int max_tokens) const {
   return request_cost(impl_->options.profile, prompt_tokens, max_tokens);
 }
 
+std::int64_t Engine::cost(const GenerationRequest& request) const {
+  return std::max(1, request.n) * impl_->choice_cost(request);
+}
+
+std::int64_t Engine::Impl::choice_cost(const GenerationRequest& request) const {
+  const int prompt = static_cast<int>(request.prompt.size());
+  std::int64_t bytes = request_cost(options.profile, prompt, request.max_tokens);
+  if (request.prompt_logprobs) {
+    // The logits of every token of a prefill chunk, float32, on the device and copied to the host.
+    const std::int64_t rows = std::min(prompt, options.max_batch_tokens);
+    const double logits = 2.0 * 4.0 * static_cast<double>(rows) * model.config().vocab_size;
+    bytes += static_cast<std::int64_t>(std::ceil(logits * options.profile.safety_factor));
+  }
+  return bytes;
+}
+
 Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request, std::shared_ptr<EventSink> sink,
                                                       int* queue_position) {
   auto req = std::make_shared<Request>();
@@ -95,7 +111,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   req->front = impl_->front;
   req->model_index = impl_->model_index;
   req->admission_id = impl_->front->next_id.fetch_add(1);
-  req->cost = cost(req->prompt_tokens(), req->gen.max_tokens);
+  req->cost = cost(req->gen);
   Shared& s = *impl_->shared;
   {
     std::lock_guard lk(s.mu);
@@ -117,7 +133,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   // admission grants it.
   impl_->front->put(req);
   auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, req->gen.deadline,
-                                          req->gen.priority, req->model_index);
+                                          req->gen.priority, req->model_index, std::max(1, req->gen.n));
   if (!ticket.ok()) {
     impl_->front->take(req->admission_id);
     std::lock_guard lk(s.mu);

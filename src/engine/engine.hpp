@@ -46,8 +46,20 @@ Result<std::shared_ptr<EngineFront>> make_engine_front(const AdmissionOptions& o
 struct GenerationRequest {
   std::string id;
   std::vector<std::int32_t> prompt;  ///< 1..context tokens
-  int max_tokens = 16;               ///< prompt + max_tokens <= context length
+  /// prompt + max_tokens <= context length; 0: the prompt is only prefilled
+  /// (a scoring request, with prompt_logprobs) and nothing is generated.
+  int max_tokens = 16;
   SamplingParams sampling;
+  /// Choices to generate (OpenAI `n`, >= 1): admitted together under one
+  /// lease (cost n x one sequence); the prompt is prefilled once and its KV
+  /// cache copied to the others (each prefills its own with a prefill
+  /// worker). Choice i samples with seed + i. Events carry the choice.
+  int n = 1;
+  /// Alternatives to report per generated token (0..20) in TextEvent::logprobs;
+  /// nullopt: no logprobs.
+  std::optional<int> logprobs;
+  /// Report the prompt's tokens with their logprobs (a PromptEvent; echo).
+  bool prompt_logprobs = false;
   std::vector<std::string> stop;
   bool ignore_eos = false;  ///< end-of-text does not end generation
   /// Total deadline (-> 504 timeout); checked while queued and at every step.
@@ -165,8 +177,13 @@ class Engine {
   AdmissionSnapshot admission() const;
   /// This engine's device index in the admission topology (0 without a front).
   int device_index() const;
-  /// Bytes the request would reserve (the admission cost).
+  /// Bytes the request would reserve (the admission cost) with one choice
+  /// and no prompt logprobs.
   std::int64_t cost(int prompt_tokens, int max_tokens) const;
+  /// Bytes `request` would reserve: n x (cost(prompt, max_tokens), plus with
+  /// prompt_logprobs the float32 logits of one prefill chunk (two copies:
+  /// on the device and on the host) times the profile's safety factor).
+  std::int64_t cost(const GenerationRequest& request) const;
 
  private:
   struct Impl;

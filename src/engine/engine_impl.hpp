@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -53,9 +54,41 @@ struct Progress {
   TimePoint prefill_done;               ///< end of the first prefill; {} before
   TimePoint last_token;
   double queue_ms = 0;                  ///< wait before the first start
+  std::vector<TokenLogprobs> unsent_logprobs;  ///< logprobs of the unsent tokens (logprobs requested)
+  bool prompt_logprobs_sent = false;    ///< the PromptEvent is out (a recompute does not send it again)
 
-  Progress(const SamplingParams& sampling, std::vector<std::string> stop, TimePoint now, double queued_ms)
-      : sampler(sampling), text(std::move(stop)), started(now), queue_ms(queued_ms) {}
+  Progress(const SamplingParams& sampling, std::span<const std::int32_t> prompt, std::vector<std::string> stop,
+           TimePoint now, double queued_ms)
+      : sampler(sampling, prompt), text(std::move(stop)), started(now), queue_ms(queued_ms) {}
+};
+
+/// The n > 1 choices of one request, seen by its owner as one request: the
+/// choices' events are forwarded with their choice index, the first
+/// StartedEvent and PromptEvent only, each choice's end as a ChoiceEndEvent
+/// and the last one's as the terminal FinishedEvent (usage summed). The
+/// first failure ends the request: it is forwarded as the terminal event,
+/// the other choices are cancelled (aborted) and their events dropped.
+/// Thread-safe: choices may run on different threads (engine, prefill worker).
+class ChoiceGroup : public std::enable_shared_from_this<ChoiceGroup> {
+ public:
+  /// `on_abort` wakes the engines (a choice may wait in the queue).
+  ChoiceGroup(std::shared_ptr<EventSink> sink, int n, std::function<void()> on_abort)
+      : sink_(std::move(sink)), remaining_(n), on_abort_(std::move(on_abort)) {}
+  /// The sink of choice `choice`.
+  std::shared_ptr<EventSink> sink_for(int choice);
+  void push(int choice, EngineEvent event);
+  bool aborted() const { return aborted_.load(); }
+
+ private:
+  std::shared_ptr<EventSink> sink_;
+  std::atomic<bool> aborted_{false};
+  std::mutex mu_;
+  int remaining_;           // guarded by mu_
+  Usage usage_;             // guarded by mu_
+  bool started_ = false;    // guarded by mu_
+  bool prompt_sent_ = false;  // guarded by mu_
+  bool ended_ = false;      // guarded by mu_
+  std::function<void()> on_abort_;
 };
 
 /// A request between submit and its terminal event. Shared by the submitter
@@ -72,10 +105,21 @@ struct Request final : RequestHandle {
   int model_index = 0;              ///< the model it runs on (admission topology)
   int preemptions = 0;              ///< the thread that runs it only
   std::optional<Progress> resume;   ///< the thread that runs it only: set while requeued after preemption
+  /// A choice of an n > 1 request: the request the client holds (its
+  /// cancel() cancels every choice), the group that merges the choices'
+  /// events, and which choice this is. Set when the request is granted.
+  std::shared_ptr<Request> parent;
+  std::shared_ptr<ChoiceGroup> group;
+  int choice = 0;
 
   const std::string& id() const override { return gen.id; }
   void cancel() override;
   int prompt_tokens() const { return static_cast<int>(gen.prompt.size()); }
+  /// Cancelled by its client (or, for a choice, its request's client), or
+  /// a sibling choice failed.
+  bool is_cancelled() const {
+    return cancelled.load() || (parent && parent->cancelled.load()) || (group && group->aborted());
+  }
 };
 
 struct Shared {
@@ -162,6 +206,14 @@ struct Sequence {
   std::int32_t next_token = -1;  // fed to the next decode step
   bool done = false;
   TimePoint admitted;            // this start (preemption takes the youngest first)
+  /// Choices of one request: the first choice (the leader) holds fork_token
+  /// until its prompt is prefilled; the others (followers) hold it weakly
+  /// and wait, then get a copy of the leader's KV cache and sample their
+  /// first token from the same logits. A follower whose leader went away
+  /// (preempted, failed) before that prefills its own prompt.
+  std::shared_ptr<int> fork_token;
+  std::weak_ptr<int> fork_from;
+  std::vector<TokenLogprobs> prompt_logprobs;  // collected over the prefill chunks
 
   Sequence(std::shared_ptr<Request> r, Lease l, Progress progress, TimePoint now)
       : req(std::move(r)), lease(std::move(l)), p(std::move(progress)), admitted(now) {
@@ -169,11 +221,17 @@ struct Sequence {
     context.insert(context.end(), p.generated.begin(), p.generated.end());
   }
   bool prefilling() const { return prefilled < static_cast<int>(context.size()); }
+  /// A follower whose leader is still prefilling the shared prompt.
+  bool awaiting_fork() const { return !fork_from.expired(); }
+  /// Whether its prefill chunks return the logits of every token.
+  bool wants_prompt_logprobs() const { return req->gen.prompt_logprobs && !p.prompt_logprobs_sent; }
   /// Its next prefill chunk: at most `budget` context tokens not yet in the cache.
   StepInput next_chunk(int budget) const {
     const int n = std::min(budget, static_cast<int>(context.size()) - prefilled);
-    return StepInput{cache.get(), std::span<const std::int32_t>(context).subspan(static_cast<std::size_t>(prefilled),
-                                                                                  static_cast<std::size_t>(n))};
+    return StepInput{cache.get(),
+                     std::span<const std::int32_t>(context).subspan(static_cast<std::size_t>(prefilled),
+                                                                    static_cast<std::size_t>(n)),
+                     wants_prompt_logprobs()};
   }
   /// A chunk of `tokens` is in the cache at `now`; true when the prefill is
   /// complete (the first completion stamps prefill_done).
@@ -276,6 +334,19 @@ struct Engine::Impl {
   /// A granted request as a Sequence (resumed when it was preempted); sends
   /// StartedEvent the first time. Either thread.
   std::unique_ptr<Sequence> make_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now);
+  /// A granted request as its sequences: one, or for n > 1 one per choice
+  /// (child requests, the lease split among them); with `fork` the first
+  /// prefills the prompt for all. Either thread.
+  std::vector<std::unique_ptr<Sequence>> make_sequences(std::shared_ptr<Request> req, Lease lease, TimePoint now,
+                                                        bool fork);
+  /// A prefill chunk of `s` (`input`) ran with `logits`: records it, sends
+  /// the prompt logprobs when asked, and once the prompt is in, gives the
+  /// followers their copy and samples the first token (or finishes a
+  /// max_tokens 0 request). Returns whether the prefill is complete. Either thread.
+  bool on_chunk(Sequence& s, const StepInput& input, const std::vector<float>& logits, TimePoint now);
+  /// Engine thread: the waiting followers of `leader` get its KV cache and
+  /// their first token from `logits`.
+  void fork_followers(Sequence& leader, std::span<const float> logits, TimePoint now);
   /// Gives `s` its KV cache (prompt + max_tokens); the error when it is
   /// cancelled already or the allocation fails. Either thread.
   std::optional<Error> open_sequence(Sequence& s);
@@ -292,7 +363,8 @@ struct Engine::Impl {
   /// Counts a step about to run (either thread) and arms the test hook's
   /// injected out-of-memory error when its number is due; returns the number.
   std::int64_t begin_step();
-  void on_token(Sequence& s, std::int32_t token, TimePoint now);
+  /// `s` generated `token` from `logits` (its last row; for the logprobs).
+  void on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits);
   void finish(Sequence& s, const char* reason);
   void fail(Sequence& s, Error error);
   void sweep_running(TimePoint now);
@@ -301,6 +373,8 @@ struct Engine::Impl {
   void cancel_everything();
   void observe_end(const Request& r, TimePoint now);
   void log_memory(const Request& r, const char* stage) const;
+  /// The admission cost of one choice of `request` (Engine::cost).
+  std::int64_t choice_cost(const GenerationRequest& request) const;
   int max_running() const {
     return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : options.max_batch;
   }

@@ -8,6 +8,7 @@
 #include "device/device.hpp"
 #include "engine/engine_impl.hpp"
 #include "metrics/server_metrics.hpp"
+#include "model/logprobs.hpp"
 #include "model/tokenizer.hpp"
 
 namespace vg {
@@ -68,7 +69,7 @@ void Engine::Impl::drop_queued(TimePoint now) {
   {
     std::lock_guard lk(front->mu);
     for (auto& [id, r] : front->queued) {
-      if (r->cancelled.load()) cancelled.push_back(r);
+      if (r->is_cancelled()) cancelled.push_back(r);
     }
   }
   std::vector<std::pair<std::shared_ptr<Request>, Error>> dropped;
@@ -160,18 +161,21 @@ std::unique_ptr<Engine::Impl::Sequence> Engine::Impl::make_sequence(std::shared_
   const bool resumed = req->resume.has_value();
   engine_detail::Progress progress =
       resumed ? std::move(*req->resume)
-              : engine_detail::Progress(req->gen.sampling, req->gen.stop, now, ms_between(req->enqueued, now));
+              : engine_detail::Progress(req->gen.sampling, req->gen.prompt, req->gen.stop, now,
+                                        ms_between(req->enqueued, now));
   req->resume.reset();
   auto seq = std::make_unique<Sequence>(std::move(req), std::move(lease), std::move(progress), now);
   if (!resumed) {
-    if (options.metrics) options.metrics->queue_wait_seconds.observe(seq->p.queue_ms / 1000.0);
+    if (options.metrics && seq->req->choice == 0) {
+      options.metrics->queue_wait_seconds.observe(seq->p.queue_ms / 1000.0);
+    }
     seq->req->sink->push(StartedEvent{seq->p.queue_ms});
   }
   return seq;
 }
 
 std::optional<Error> Engine::Impl::open_sequence(Sequence& s) {
-  if (s.req->cancelled.load()) return Error(ErrorCode::kCancelled, "client closed the connection");
+  if (s.req->is_cancelled()) return Error(ErrorCode::kCancelled, "client closed the connection");
   // The whole KV cache (prompt + max_tokens) is allocated now, inside the
   // lease, so that growth never fails mid-generation.
   auto cache = model.new_cache(s.req->prompt_tokens() + s.req->gen.max_tokens);
@@ -182,10 +186,62 @@ std::optional<Error> Engine::Impl::open_sequence(Sequence& s) {
   return std::nullopt;
 }
 
+std::vector<std::unique_ptr<Engine::Impl::Sequence>> Engine::Impl::make_sequences(std::shared_ptr<Request> req,
+                                                                                   Lease lease, TimePoint now,
+                                                                                   bool fork) {
+  std::vector<std::unique_ptr<Sequence>> out;
+  const int n = req->gen.n;
+  if (n <= 1 || req->parent) {
+    out.push_back(make_sequence(std::move(req), std::move(lease), now));
+    return out;
+  }
+  // The choices: one child request each, cancelled with the parent, its
+  // share of the lease its own (released when that choice ends, requeued
+  // alone when it is preempted). Every choice that prefills computes the
+  // prompt logprobs (the group forwards the first), so they always come
+  // before any choice's text.
+  const std::int64_t one = choice_cost(req->gen);
+  auto group = std::make_shared<engine_detail::ChoiceGroup>(req->sink, n, [weak = req->front] {
+    if (auto f = weak.lock()) f->notify_all();
+  });
+  std::vector<std::shared_ptr<Request>> children;
+  for (int i = 0; i < n; ++i) {
+    auto c = std::make_shared<Request>();
+    c->gen = req->gen;
+    c->gen.n = 1;
+    c->gen.id = req->gen.id + "/" + std::to_string(i);
+    if (c->gen.sampling.seed) c->gen.sampling.seed = *c->gen.sampling.seed + static_cast<std::uint64_t>(i);
+    c->admission_id = i == 0 ? req->admission_id : front->next_id.fetch_add(1);
+    c->cost = i == 0 ? req->cost - (n - 1) * one : one;
+    c->sink = group->sink_for(i);
+    c->enqueued = req->enqueued;
+    c->front = req->front;
+    c->model_index = req->model_index;
+    c->parent = req;
+    c->group = group;
+    c->choice = i;
+    children.push_back(std::move(c));
+  }
+  std::vector<Lease> parts;
+  for (int i = n - 1; i >= 1; --i) parts.push_back(lease.split(children[static_cast<std::size_t>(i)]->admission_id, one));
+  parts.push_back(std::move(lease));
+  std::reverse(parts.begin(), parts.end());
+  for (int i = 0; i < n; ++i) {
+    out.push_back(make_sequence(children[static_cast<std::size_t>(i)], std::move(parts[static_cast<std::size_t>(i)]), now));
+  }
+  if (fork) {
+    out.front()->fork_token = std::make_shared<int>(0);
+    for (std::size_t i = 1; i < out.size(); ++i) out[i]->fork_from = out.front()->fork_token;
+  }
+  return out;
+}
+
 void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, TimePoint now) {
-  running.push_back(make_sequence(std::move(req), std::move(lease), now));
-  Sequence& s = *running.back();
-  if (std::optional<Error> e = open_sequence(s)) not_opened(now, s, std::move(*e));
+  for (auto& seq : make_sequences(std::move(req), std::move(lease), now, /*fork=*/!prefill)) {
+    running.push_back(std::move(seq));
+    Sequence& s = *running.back();
+    if (std::optional<Error> e = open_sequence(s)) not_opened(now, s, std::move(*e));
+  }
 }
 
 void Engine::Impl::not_opened(TimePoint now, Sequence& s, Error error) {
@@ -217,7 +273,7 @@ void Engine::Impl::run_step() {
     --budget;
   }
   for (auto& s : running) {
-    if (s->done || !s->prefilling() || budget <= 0) continue;
+    if (s->done || !s->prefilling() || s->awaiting_fork() || budget <= 0) continue;
     inputs.push_back(s->next_chunk(budget));
     owners.push_back(s.get());
     budget -= static_cast<int>(inputs.back().tokens.size());
@@ -238,10 +294,70 @@ void Engine::Impl::run_step() {
   const TimePoint now = Clock::now();
   for (std::size_t i = 0; i < owners.size(); ++i) {
     Sequence& s = *owners[i];
-    // A chunk that leaves more to prefill: its logits are not needed.
-    if (s.prefilling() && !s.chunk_done(static_cast<int>(inputs[i].tokens.size()), now)) continue;
-    on_token(s, s.p.sampler.sample(logits.value()[i]), now);
+    const std::vector<float>& out = logits.value()[i];
+    if (s.prefilling()) {
+      on_chunk(s, inputs[i], out, now);
+      continue;
+    }
+    on_token(s, s.p.sampler.sample(out), now, out);
   }
+}
+
+bool Engine::Impl::on_chunk(Sequence& s, const StepInput& input, const std::vector<float>& logits, TimePoint now) {
+  const int vocab = model.config().vocab_size;
+  const int t = static_cast<int>(input.tokens.size());
+  if (input.all_logits && s.wants_prompt_logprobs()) {
+    // Row j predicts the context token at prefilled + j + 1.
+    const Tokenizer& tok = model.tokenizer();
+    const int top = s.req->gen.logprobs.value_or(0);
+    const int prompt = s.req->prompt_tokens();
+    if (s.prefilled == 0) s.prompt_logprobs.push_back(TokenLogprobs{tok.token_bytes(s.context[0]), std::nullopt, {}});
+    for (int j = 0; j < t && s.prefilled + j + 1 < prompt; ++j) {
+      const std::int32_t next = s.context[static_cast<std::size_t>(s.prefilled + j + 1)];
+      const std::span<const float> row(logits.data() + static_cast<std::ptrdiff_t>(j) * vocab,
+                                       static_cast<std::size_t>(vocab));
+      const LogprobResult lp = token_logprobs(row, next, top);
+      TokenLogprobs entry{tok.token_bytes(next), lp.logprob, {}};
+      for (const TokenLogprob& alt : lp.top) entry.top.emplace_back(tok.token_bytes(alt.id), alt.logprob);
+      s.prompt_logprobs.push_back(std::move(entry));
+    }
+  }
+  // A chunk that leaves more to prefill: its last logits are not needed.
+  if (!s.chunk_done(t, now)) return false;
+  if (s.wants_prompt_logprobs()) {
+    s.p.prompt_logprobs_sent = true;
+    s.req->sink->push(PromptEvent{std::move(s.prompt_logprobs)});
+    s.prompt_logprobs.clear();
+  }
+  const std::span<const float> last(logits.data() + logits.size() - static_cast<std::size_t>(vocab),
+                                    static_cast<std::size_t>(vocab));
+  if (s.fork_token) fork_followers(s, last, now);
+  if (s.req->gen.max_tokens == 0) {
+    finish(s, "length");  // a scoring request: the prompt was all it asked for
+  } else {
+    on_token(s, s.p.sampler.sample(last), now, last);
+  }
+  return true;
+}
+
+void Engine::Impl::fork_followers(Sequence& leader, std::span<const float> logits, TimePoint now) {
+  for (auto& f : running) {
+    if (f->done || f->fork_from.lock() != leader.fork_token) continue;
+    f->fork_from.reset();
+    if (Status st = model.copy_cache(*leader.cache, *f->cache); !st.ok()) {
+      fail(*f, st.error());
+      continue;
+    }
+    f->prefilled = leader.prefilled;
+    f->p.prefill_done = now;
+    f->p.prompt_logprobs_sent = true;  // the leader sent them for every choice
+    if (f->req->gen.max_tokens == 0) {
+      finish(*f, "length");
+    } else {
+      on_token(*f, f->p.sampler.sample(logits), now, logits);
+    }
+  }
+  leader.fork_token.reset();
 }
 
 void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<Sequence* const> owners,
@@ -273,9 +389,17 @@ std::int64_t Engine::Impl::begin_step() {
   return n;
 }
 
-void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {
+void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits) {
   s.p.generated.push_back(token);
   ++s.p.unsent_tokens;
+  const Tokenizer& tok = model.tokenizer();
+  const bool ends = tok.is_eos(token) && !s.req->gen.ignore_eos;
+  if (s.req->gen.logprobs && !ends) {
+    const LogprobResult lp = token_logprobs(logits, token, *s.req->gen.logprobs);
+    TokenLogprobs entry{tok.token_bytes(token), lp.logprob, {}};
+    for (const TokenLogprob& alt : lp.top) entry.top.emplace_back(tok.token_bytes(alt.id), alt.logprob);
+    s.p.unsent_logprobs.push_back(std::move(entry));
+  }
   const int generated = s.generated();
   if (options.metrics) {
     options.metrics->generated_tokens_total.inc();
@@ -287,8 +411,7 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {
   }
   s.p.last_token = now;
   if (generated == 1) log_memory(*s.req, "first token");
-  const Tokenizer& tok = model.tokenizer();
-  if (tok.is_eos(token) && !s.req->gen.ignore_eos) {
+  if (ends) {
     finish(s, "stop");
     return;
   }
@@ -297,8 +420,9 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {
   // (part of a character or of a stop string): streams show time to first
   // token as it is.
   if (!text.empty() || generated == 1) {
-    s.req->sink->push(TextEvent{std::move(text), s.p.unsent_tokens});
+    s.req->sink->push(TextEvent{std::move(text), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs)});
     s.p.unsent_tokens = 0;
+    s.p.unsent_logprobs.clear();
   }
   if (s.p.text.stopped()) {
     finish(s, "stop");
@@ -311,7 +435,11 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now) {
 
 void Engine::Impl::finish(Sequence& s, const char* reason) {
   std::string tail = s.p.text.finish();
-  if (!tail.empty() || s.p.unsent_tokens > 0) s.req->sink->push(TextEvent{std::move(tail), s.p.unsent_tokens});
+  if (!tail.empty() || s.p.unsent_tokens > 0) {
+    s.req->sink->push(TextEvent{std::move(tail), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs)});
+    s.p.unsent_tokens = 0;
+    s.p.unsent_logprobs.clear();
+  }
   const TimePoint now = Clock::now();
   FinishedEvent ev;
   ev.finish_reason = reason;
@@ -358,7 +486,7 @@ void Engine::Impl::fail(Sequence& s, Error error) {
 void Engine::Impl::sweep_running(TimePoint now) {
   for (auto& s : running) {
     if (s->done) continue;
-    if (s->req->cancelled.load()) {
+    if (s->req->is_cancelled()) {
       fail(*s, Error(ErrorCode::kCancelled, "client closed the connection"));
     } else if (s->req->gen.deadline && now >= *s->req->gen.deadline) {
       fail(*s, Error(ErrorCode::kTimeout, "request deadline passed after " + std::to_string(s->generated()) +

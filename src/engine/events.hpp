@@ -5,8 +5,11 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "common/error.hpp"
 
@@ -28,10 +31,36 @@ struct StartedEvent {
   double queue_ms = 0;
 };
 
+/// One token's log-probability as the OpenAI API reports it (the
+/// log-softmax of the raw logits; see model/logprobs.hpp).
+struct TokenLogprobs {
+  std::string token;               ///< the token's raw bytes (may be part of a UTF-8 character)
+  std::optional<double> logprob{};  ///< nullopt: the first prompt token (nothing predicts it)
+  /// The most likely tokens at this position, most likely first: raw bytes and logprob.
+  std::vector<std::pair<std::string, double>> top{};
+};
+
 /// New generated text: valid UTF-8, never part of a stop string.
 struct TextEvent {
   std::string text;
   int tokens = 0;  ///< tokens generated since the previous TextEvent
+  int choice = 0;  ///< which of the request's n choices (0-based)
+  /// With logprobs requested: one entry per token since the previous
+  /// TextEvent of this choice (text may lag behind its tokens).
+  std::vector<TokenLogprobs> logprobs{};
+};
+
+/// The prompt's tokens with their logprobs (echo with logprobs): sent once,
+/// when the prompt has been prefilled, before the first TextEvent.
+struct PromptEvent {
+  std::vector<TokenLogprobs> logprobs;
+};
+
+/// One choice of an n > 1 request ended (the others go on); the last
+/// choice's end is the terminal FinishedEvent.
+struct ChoiceEndEvent {
+  int choice = 0;
+  std::string finish_reason{};
 };
 
 /// Where a request's time went, in milliseconds. A request that ended early
@@ -46,8 +75,9 @@ struct Timings {
 /// string) or "length" (max_tokens or the context length).
 struct FinishedEvent {
   std::string finish_reason;
-  Usage usage;
+  Usage usage;  ///< completion_tokens: of every choice together
   Timings timings{};
+  int choice = 0;  ///< the choice whose end this is (the last to end)
 };
 
 /// Generation ended with an error (timeout, overload, out of memory...).
@@ -57,7 +87,8 @@ struct FailedEvent {
   Timings timings{};
 };
 
-using EngineEvent = std::variant<QueuedEvent, StartedEvent, TextEvent, FinishedEvent, FailedEvent>;
+using EngineEvent =
+    std::variant<QueuedEvent, StartedEvent, TextEvent, PromptEvent, ChoiceEndEvent, FinishedEvent, FailedEvent>;
 
 inline bool is_terminal(const EngineEvent& e) {
   return std::holds_alternative<FinishedEvent>(e) || std::holds_alternative<FailedEvent>(e);

@@ -71,13 +71,18 @@ void Engine::Impl::prefill_admit(std::vector<std::unique_ptr<Sequence>>& work, s
     std::lock_guard lk(shared->mu);
     shared->stats.running += static_cast<int>(grants.size());
   }
+  std::vector<std::unique_ptr<Sequence>> granted;
   for (AdmissionGrant& g : grants) {
     auto r = front->take(g.id);
     if (!r) {  // cannot happen: registered before enqueue
       --in_prefill;
       continue;
     }
-    std::unique_ptr<Sequence> s = make_sequence(std::move(r), std::move(g.lease), now);
+    auto sequences = make_sequences(std::move(r), std::move(g.lease), now, /*fork=*/false);
+    in_prefill += static_cast<int>(sequences.size()) - 1;  // the choices of an n > 1 request
+    for (auto& s : sequences) granted.push_back(std::move(s));
+  }
+  for (std::unique_ptr<Sequence>& s : granted) {
     in_prefill_cost += s->req->cost;
     std::optional<Error> e = open_sequence(*s);
     in_prefill_kv_bytes += s->kv_bytes;
@@ -104,7 +109,7 @@ void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, st
   const TimePoint now = Clock::now();
   for (auto& s : work) {
     const std::optional<TimePoint>& deadline = s->req->gen.deadline;
-    if (s->req->cancelled.load() || (deadline && now >= *deadline)) returned.sequences.push_back(std::move(s));
+    if (s->req->is_cancelled() || (deadline && now >= *deadline)) returned.sequences.push_back(std::move(s));
   }
   std::erase(work, nullptr);
   if (!returned.sequences.empty()) back.push_back(std::move(returned));
@@ -135,8 +140,7 @@ void Engine::Impl::prefill_step(std::vector<std::unique_ptr<Sequence>>& work, st
   done.step_ok = true;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Sequence& s = *work[i];
-    if (!s.chunk_done(static_cast<int>(inputs[i].tokens.size()), stepped)) continue;  // more chunks to go
-    on_token(s, s.p.sampler.sample(logits.value()[i]), stepped);
+    if (!on_chunk(s, inputs[i], logits.value()[i], stepped)) continue;  // more chunks to go
     done.sequences.push_back(std::move(work[i]));
   }
   std::erase(work, nullptr);

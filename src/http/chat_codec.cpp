@@ -57,19 +57,55 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
     if (!text) return std::move(text).error();
     chat.messages.push_back({std::string(role->get_string()), std::move(*text)});
   }
-  if (const json::value* t = o->if_contains("chat_template")) {
-    if (!t->is_string()) return invalid("chat_template must be a string");
-    chat.chat_template = std::string(t->get_string());
+  const auto present = [&](std::string_view key) {  // null means absent, as in OpenAI's API
+    const json::value* v = o->if_contains(key);
+    return v != nullptr && !v->is_null();
+  };
+  if (present("chat_template")) {
+    const json::value& t = o->at("chat_template");
+    if (!t.is_string()) return invalid("chat_template must be a string");
+    chat.chat_template = std::string(t.get_string());
   }
+  if (present("echo")) {
+    const json::value& e = o->at("echo");
+    if (!e.is_bool() || e.get_bool()) return invalid("echo is not supported by /v1/chat/completions");
+  }
+  // Chat's logprobs is a boolean, with top_logprobs alternatives per token.
+  bool logprobs = false;
+  if (present("logprobs")) {
+    const json::value& l = o->at("logprobs");
+    if (!l.is_bool()) return invalid("logprobs must be a boolean in chat completions");
+    logprobs = l.get_bool();
+  }
+  std::optional<int> top;
+  if (present("top_logprobs")) {
+    const json::value& t = o->at("top_logprobs");
+    const std::optional<std::int64_t> k = t.is_int64() ? std::optional(t.get_int64())
+                                          : t.is_uint64() && t.get_uint64() <= 20 ? std::optional(static_cast<std::int64_t>(t.get_uint64()))
+                                                                               : std::nullopt;
+    if (!k || *k < 0 || *k > 20) return invalid("top_logprobs must be an integer between 0 and 20");
+    if (!logprobs) return invalid("top_logprobs requires logprobs: true");
+    top = static_cast<int>(*k);
+  }
+  o->erase("logprobs");
+  o->erase("top_logprobs");
+  o->erase("echo");
   // The remaining fields are those of /v1/completions.
-  if (!o->contains("max_tokens") && o->contains("max_completion_tokens")) {
+  if (!present("max_tokens") && present("max_completion_tokens")) {
     (*o)["max_tokens"] = o->at("max_completion_tokens");
+  }
+  if (present("max_tokens")) {
+    const json::value& m = o->at("max_tokens");
+    if ((m.is_int64() && m.get_int64() == 0) || (m.is_uint64() && m.get_uint64() == 0)) {
+      return invalid("max_tokens must be at least 1 in chat completions");
+    }
   }
   o->erase("messages");
   (*o)["prompt"] = "";
   Result<CompletionRequest> request = decode_completion_request(json::serialize(doc));
   if (!request) return request;
   request->chat = std::move(chat);
+  if (logprobs) request->logprobs = top.value_or(0);
   return request;
 }
 

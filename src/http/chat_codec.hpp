@@ -45,4 +45,26 @@ struct ChatChunk {
 };
 std::string encode_chat_chunk(const ChatChunk& chunk);
 
+/// One choice of a chat completion or chunk.
+struct ChatChoice {
+  int index = 0;
+  bool role = false;  ///< chunk: the delta says role "assistant" (a full message always does)
+  std::optional<std::string> content;
+  std::optional<std::string> finish_reason;
+  /// With logprobs requested: `content` entries; nullopt: "logprobs": null.
+  std::optional<std::vector<TokenLogprobs>> logprobs{};
+};
+/// A `chat.completion` (chunk = false: choices carry `message`) or a
+/// `chat.completion.chunk` (choices carry `delta`).
+struct ChatResponse {
+  std::string id;
+  std::string model;
+  std::int64_t created = 0;
+  bool chunk = false;
+  std::vector<ChatChoice> choices{};
+  std::optional<Usage> usage{};
+  bool usage_null = false;  ///< write "usage": null when usage is absent (stream_options.include_usage)
+};
+std::string encode_chat_response(const ChatResponse& response);
+
 }  // namespace vg

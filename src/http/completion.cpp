@@ -58,9 +58,15 @@ struct RequestScope {
   }
 };
 
+/// Characters `bytes` add to a text (UTF-8 lead bytes).
+std::int64_t json_fields_text_chars(std::string_view bytes) {
+  std::int64_t n = 0;
+  for (char c : bytes) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 /// What the engine said about one request so far.
 struct Outcome {
-  std::string text;  // non-streaming only
   double queue_ms = 0;
   std::optional<FinishedEvent> finished;
   std::optional<FailedEvent> failed;
@@ -124,7 +130,6 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   log.reserved_bytes = sub.cost_bytes;
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + sub.handle->id();
-  bool role_sent = false;  // chat: the first chunk carries role "assistant"
   const std::string model = sub.model.empty() ? request.model : sub.model;
   const std::int64_t created = unix_now();
   const bool stream = request.stream;
@@ -139,24 +144,83 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
 
   if (stream && !co_await begin_stream(ex, sub.queue_position)) lose_client("before the stream started");
 
+  // Each choice's text, logprobs and text offsets (characters of the
+  // choice's whole text, the echoed prompt included).
+  const bool logprobs = request.logprobs.has_value();
+  const bool echo_waits = request.echo && logprobs;  // the prompt's logprobs come with a PromptEvent
+  struct Choice {
+    std::string text;  // non-streaming (and logged): all of it
+    std::vector<TokenLogprobs> logprobs;
+    std::vector<std::int64_t> offsets;
+    std::int64_t chars = 0;  // characters of its tokens so far
+    std::optional<std::string> finish_reason;
+    bool echoed = false;
+    bool role_sent = false;  // chat chunks: the first says role "assistant"
+  };
+  std::vector<Choice> choices(static_cast<std::size_t>(std::max(1, request.n)));
+  const auto chunk = [&](int index, std::optional<std::string> text, std::vector<TokenLogprobs>* lp,
+                         std::vector<std::int64_t> offsets, std::optional<std::string> finish,
+                         std::optional<Usage> usage) {
+    Choice& c = choices[static_cast<std::size_t>(index)];
+    std::optional<std::vector<TokenLogprobs>> entries;
+    if (logprobs) entries = lp ? std::move(*lp) : std::vector<TokenLogprobs>();
+    if (chat) {
+      ChatResponse r{id, model, created, true, {}, std::move(usage), request.include_usage};
+      r.choices.push_back(ChatChoice{index, !std::exchange(c.role_sent, true), std::move(text), std::move(finish),
+                                     std::move(entries)});
+      return sse_data(encode_chat_response(r));
+    }
+    CompletionResponse r{id, model, created, {}, std::move(usage), request.include_usage};
+    r.choices.push_back(CompletionChoice{index, text.value_or(std::string()), std::move(finish), std::move(entries),
+                                         std::move(offsets)});
+    return sse_data(encode_completion_response(r));
+  };
+  // Records `text` and its tokens' logprobs for choice `index` (and, streaming, its chunk).
+  const auto add = [&](std::string& sse, int index, std::string text, std::vector<TokenLogprobs> lp) {
+    Choice& c = choices[static_cast<std::size_t>(index)];
+    std::vector<std::int64_t> offsets;
+    for (const TokenLogprobs& t : lp) {
+      offsets.push_back(c.chars);
+      c.chars += json_fields_text_chars(t.token);
+    }
+    if (!stream || log_text) c.text += text;
+    if (stream) {
+      sse += chunk(index, std::move(text), &lp, std::move(offsets), std::nullopt, std::nullopt);
+    } else if (logprobs) {
+      c.offsets.insert(c.offsets.end(), offsets.begin(), offsets.end());
+      for (TokenLogprobs& t : lp) c.logprobs.push_back(std::move(t));
+    }
+  };
+  // echo: the prompt first, in every choice (with its logprobs when asked).
+  const auto echo = [&](std::string& sse, const std::vector<TokenLogprobs>* prompt_lp) {
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      if (std::exchange(choices[i].echoed, true)) continue;
+      add(sse, static_cast<int>(i), sub.echo_text, prompt_lp ? *prompt_lp : std::vector<TokenLogprobs>());
+      choices[i].chars = json_fields_text_chars(sub.echo_text);
+    }
+  };
+
   Outcome out;
   while (!out.ended()) {
     std::string sse;
     for (EngineEvent& event : queue->take()) {
       if (out.ended()) break;
+      if (request.echo && !echo_waits && !std::holds_alternative<QueuedEvent>(event)) echo(sse, nullptr);
       if (const auto* q = std::get_if<QueuedEvent>(&event)) {
         if (stream) sse += ": queue position " + std::to_string(q->position) + "\n\n";
       } else if (const auto* s = std::get_if<StartedEvent>(&event)) {
         out.queue_ms = s->queue_ms;
+      } else if (auto* pe = std::get_if<PromptEvent>(&event)) {
+        if (request.echo) echo(sse, &pe->logprobs);
       } else if (auto* t = std::get_if<TextEvent>(&event)) {
-        if (!stream || log_text) out.text += t->text;
-        if (stream) {
-          sse += sse_data(chat ? encode_chat_chunk({id, model, created, !std::exchange(role_sent, true),
-                                                    std::move(t->text), std::nullopt, std::nullopt})
-                               : encode_completion_chunk({id, model, created, std::move(t->text), std::nullopt,
-                                                          std::nullopt}));
-        }
+        if (t->choice < 0 || static_cast<std::size_t>(t->choice) >= choices.size()) continue;
+        add(sse, t->choice, std::move(t->text), std::move(t->logprobs));
+      } else if (auto* ce = std::get_if<ChoiceEndEvent>(&event)) {
+        if (ce->choice < 0 || static_cast<std::size_t>(ce->choice) >= choices.size()) continue;
+        choices[static_cast<std::size_t>(ce->choice)].finish_reason = ce->finish_reason;
+        if (stream) sse += chunk(ce->choice, std::nullopt, nullptr, {}, ce->finish_reason, std::nullopt);
       } else if (auto* f = std::get_if<FinishedEvent>(&event)) {
+        if (request.echo) echo(sse, nullptr);  // a request that failed to send its prompt logprobs still echoes
         out.finished = std::move(*f);
       } else if (auto* e = std::get_if<FailedEvent>(&event)) {
         out.failed = std::move(*e);
@@ -178,7 +242,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   }
   scope.ended = true;
 
-  if (log_text) log.output = out.text;
+  if (log_text) log.output = choices.front().text;
   if (out.finished || out.failed) {
     const Usage& usage = out.finished ? out.finished->usage : out.failed->usage;
     const Timings& t = out.finished ? out.finished->timings : out.failed->timings;
@@ -223,22 +287,44 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
 
   const FinishedEvent& fin = *out.finished;
   const double queue_ms = std::max(fin.timings.queue_ms, out.queue_ms);
+  const int last = fin.choice >= 0 && static_cast<std::size_t>(fin.choice) < choices.size() ? fin.choice : 0;
+  choices[static_cast<std::size_t>(last)].finish_reason = fin.finish_reason;
   log.queue_ms = queue_ms;
   log_end("completed", fin.finish_reason, 200);
   if (stream) {
-    const std::string last =
-        chat ? encode_chat_chunk({id, model, created, !role_sent, std::nullopt, fin.finish_reason, fin.usage})
-             : encode_completion_chunk({id, model, created, std::string(), fin.finish_reason, fin.usage});
-    if (!co_await write_stream(ex, sse_data(last) + sse_data("[DONE]"))) co_return false;
+    // The last choice's end; usage with it, or (include_usage) in a chunk of its own with no choices.
+    std::string tail = chunk(last, std::nullopt, nullptr, {}, fin.finish_reason,
+                             request.include_usage ? std::nullopt : std::optional<Usage>(fin.usage));
+    if (request.include_usage) {
+      tail += sse_data(chat ? encode_chat_response(ChatResponse{id, model, created, true, {}, fin.usage, false})
+                            : encode_completion_response(CompletionResponse{id, model, created, {}, fin.usage, false}));
+    }
+    if (!co_await write_stream(ex, tail + sse_data("[DONE]"))) co_return false;
     co_return co_await end_stream(ex);
   }
   Reply reply;
   if (infer) {
-    reply.body = encode_infer_response(
-        {std::move(out.text), ms_between(ex.start, Clock::now()), queue_ms, fin.finish_reason, fin.usage});
+    reply.body = encode_infer_response({std::move(choices.front().text), ms_between(ex.start, Clock::now()), queue_ms,
+                                        fin.finish_reason, fin.usage});
+  } else if (chat) {
+    ChatResponse r{id, model, created, false, {}, fin.usage, false};
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      Choice& c = choices[i];
+      std::optional<std::vector<TokenLogprobs>> lp;
+      if (logprobs) lp = std::move(c.logprobs);
+      r.choices.push_back(ChatChoice{static_cast<int>(i), true, std::move(c.text), c.finish_reason, std::move(lp)});
+    }
+    reply.body = encode_chat_response(r);
   } else {
-    reply.body = chat ? encode_chat_completion({id, model, created, std::move(out.text), fin.finish_reason, fin.usage})
-                      : encode_completion({id, model, created, std::move(out.text), fin.finish_reason, fin.usage});
+    CompletionResponse r{id, model, created, {}, fin.usage, false};
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      Choice& c = choices[i];
+      std::optional<std::vector<TokenLogprobs>> lp;
+      if (logprobs) lp = std::move(c.logprobs);
+      r.choices.push_back(CompletionChoice{static_cast<int>(i), std::move(c.text), c.finish_reason, std::move(lp),
+                                           std::move(c.offsets)});
+    }
+    reply.body = encode_completion_response(r);
   }
   reply.headers.emplace_back("X-Queue-Position", std::to_string(sub.queue_position));
   reply.headers.emplace_back("X-Queue-Wait-Ms", std::to_string(std::llround(queue_ms)));

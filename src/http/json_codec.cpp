@@ -3,7 +3,10 @@
 // sanitize_utf8 (common/utf8) so the output is always well-formed JSON.
 #include "http/json_codec.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 
 #include <boost/json.hpp>
@@ -38,6 +41,8 @@ using json_fields::usage_json;
 
 constexpr double kMaxTimeoutS = 86400;  // one day: keeps deadlines far from overflow
 constexpr std::size_t kMaxStops = 4;
+constexpr std::int64_t kMaxChoices = 256;  // the service's --max-n is the real limit
+constexpr std::int64_t kMaxLogprobs = 20;
 
 /// Short printable rendering of a JSON value for error messages.
 std::string shown(const json::value& v) {
@@ -156,6 +161,44 @@ Status decode_sampling(const json::object& o, SamplingParams& s) {
     if (!k) return invalid("top_k must be an integer >= 0 (got " + shown(*v) + ")");
     s.top_k = static_cast<int>(*k);
   }
+  const auto penalty = [&](const char* name, double& out) -> Status {
+    const json::value* v = field(o, name);
+    if (v == nullptr) return {};
+    auto x = as_number(*v);
+    if (!x || *x < -2 || *x > 2) {
+      return invalid(std::string(name) + " must be a number between -2 and 2 (got " + shown(*v) + ")");
+    }
+    out = *x;
+    return {};
+  };
+  if (Status st = penalty("presence_penalty", s.presence_penalty); !st) return st;
+  if (Status st = penalty("frequency_penalty", s.frequency_penalty); !st) return st;
+  if (const json::value* v = field(o, "repetition_penalty")) {
+    auto x = as_number(*v);
+    if (!x || *x <= 0 || *x > 100) return invalid("repetition_penalty must be a number in (0, 100] (got " + shown(*v) + ")");
+    s.repetition_penalty = *x;
+  }
+  if (const json::value* v = field(o, "logit_bias")) {
+    if (!v->is_object()) return invalid("logit_bias must be an object of token id -> bias (got " + shown(*v) + ")");
+    constexpr std::size_t kMaxBias = 1024;
+    if (v->get_object().size() > kMaxBias) return invalid("logit_bias may hold at most 1024 token ids");
+    for (const auto& kv : v->get_object()) {
+      const std::string key(kv.key());
+      std::int64_t id = -1;
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (digits) id = std::stoll(key);
+      if (!digits || id > std::numeric_limits<std::int32_t>::max()) {
+        return invalid("logit_bias keys must be token ids (decimal strings), got \"" + sanitize_utf8(key) + "\"");
+      }
+      auto bias = as_number(kv.value());
+      if (!bias || *bias < -100 || *bias > 100) {
+        return invalid("logit_bias[\"" + key + "\"] must be a number between -100 and 100 (got " + shown(kv.value()) +
+                       ")");
+      }
+      s.logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(*bias));
+    }
+  }
   if (const json::value* v = field(o, "seed")) {
     if (v->is_uint64()) {
       s.seed = v->get_uint64();
@@ -170,9 +213,16 @@ Status decode_sampling(const json::object& o, SamplingParams& s) {
 }
 
 Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out) {
+  if (const json::value* v = field(o, "echo")) {
+    if (!v->is_bool()) return invalid("echo must be a boolean (got " + shown(*v) + ")");
+    out.echo = v->get_bool();
+  }
   if (const json::value* v = field(o, "max_tokens")) {
-    auto n = as_integer(*v, 1, std::numeric_limits<int>::max());
-    if (!n) return invalid("max_tokens must be an integer between 1 and 2147483647 (got " + shown(*v) + ")");
+    auto n = as_integer(*v, 0, std::numeric_limits<int>::max());
+    if (!n || (*n == 0 && !out.echo)) {
+      return invalid("max_tokens must be an integer between 1 and 2147483647 (0 only with echo: true) (got " +
+                     shown(*v) + ")");
+    }
     out.max_tokens = static_cast<int>(*n);
   }
   if (const json::value* v = field(o, "model")) {
@@ -202,7 +252,96 @@ Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out)
     out.priority = *p;
   }
   if (const json::value* v = field(o, "n")) {
-    if (as_integer(*v, 1, 1) != 1) return invalid("n must be 1: one choice per request (got " + shown(*v) + ")");
+    auto n = as_integer(*v, 1, kMaxChoices);
+    if (!n) return invalid("n must be an integer between 1 and 256 (got " + shown(*v) + ")");
+    out.n = static_cast<int>(*n);
+  }
+  if (const json::value* v = field(o, "logprobs")) {
+    auto n = as_integer(*v, 0, kMaxLogprobs);
+    if (!n) return invalid("logprobs must be an integer between 0 and 20 (got " + shown(*v) + ")");
+    out.logprobs = static_cast<int>(*n);
+  }
+  if (const json::value* v = field(o, "stream_options")) {
+    const json::object* so = v->if_object();
+    if (!so) return invalid("stream_options must be an object (got " + shown(*v) + ")");
+    if (!out.stream) return invalid("stream_options is only allowed with stream: true");
+    if (const json::value* u = field(*so, "include_usage")) {
+      if (!u->is_bool()) return invalid("stream_options.include_usage must be a boolean (got " + shown(*u) + ")");
+      out.include_usage = u->get_bool();
+    }
+  }
+  if (const json::value* v = field(o, "best_of")) {
+    // best_of = n generates nothing more; anything else would pick among hidden samples.
+    if (as_integer(*v, out.n, out.n) != out.n) {
+      return invalid("best_of is not supported (got " + shown(*v) + "): vramgate returns every sampled choice; use n");
+    }
+  }
+  if (infer && (out.n != 1 || out.logprobs || out.echo)) {
+    return invalid("n, logprobs and echo are not supported by /infer; use /v1/completions");
+  }
+  return {};
+}
+
+/// Fields vramgate does not implement that would change the answer: a
+/// request that sets one (to anything but the value that changes nothing)
+/// is refused, naming it, rather than answered as if it were absent.
+Status refuse_unimplemented(const json::object& o) {
+  auto empty_array = [](const json::value& v) { return v.is_array() && v.get_array().empty(); };
+  auto is_string = [](const json::value& v, std::initializer_list<std::string_view> ok) {
+    return v.is_string() && std::find(ok.begin(), ok.end(), std::string_view(v.get_string())) != ok.end();
+  };
+  struct Rule {
+    std::string_view name;
+    std::function<bool(const json::value&)> harmless;
+    std::string_view why;
+  };
+  const Rule rules[] = {
+      {"suffix", [](const json::value& v) { return v.is_string() && v.get_string().empty(); }, "insertion"},
+      {"tools", empty_array, "tool calling"},
+      {"functions", empty_array, "function calling"},
+      {"tool_choice", [&](const json::value& v) { return is_string(v, {"none", "auto"}); }, "tool calling"},
+      {"function_call", [&](const json::value& v) { return is_string(v, {"none", "auto"}); }, "function calling"},
+      {"response_format",
+       [](const json::value& v) {
+         const json::object* f = v.if_object();
+         const json::value* t = f ? f->if_contains("type") : nullptr;
+         return t && t->is_string() && t->get_string() == "text";
+       },
+       "structured output (only {\"type\": \"text\"})"},
+      {"modalities",
+       [](const json::value& v) {
+         return v.is_array() && std::all_of(v.get_array().begin(), v.get_array().end(), [](const json::value& m) {
+                  return m.is_string() && m.get_string() == "text";
+                });
+       },
+       "output modalities other than text"},
+      {"audio", [](const json::value&) { return false; }, "audio output"},
+      {"min_p", [](const json::value& v) { return v.is_number() && v.to_number<double>() == 0; }, "min-p sampling"},
+      {"min_tokens", [](const json::value& v) { return v.is_number() && v.to_number<double>() == 0; }, "min_tokens"},
+      {"use_beam_search", [](const json::value& v) { return v.is_bool() && !v.get_bool(); }, "beam search"},
+      {"length_penalty", [](const json::value& v) { return v.is_number() && v.to_number<double>() == 1; },
+       "beam search"},
+      {"stop_token_ids", empty_array, "stop token ids"},
+      {"prompt_logprobs", [](const json::value&) { return false; }, "prompt_logprobs (use echo with logprobs)"},
+      {"guided_json", [](const json::value&) { return false; }, "guided decoding"},
+      {"guided_regex", [](const json::value&) { return false; }, "guided decoding"},
+      {"guided_choice", [](const json::value&) { return false; }, "guided decoding"},
+      {"guided_grammar", [](const json::value&) { return false; }, "guided decoding"},
+      {"logits_processors", [](const json::value&) { return false; }, "logits processors"},
+  };
+  for (const Rule& r : rules) {
+    const json::value* v = field(o, r.name);
+    if (v == nullptr) continue;
+    bool harmless = false;
+    try {
+      harmless = r.harmless(*v);
+    } catch (const std::exception&) {  // to_number of a number that does not convert
+      harmless = false;
+    }
+    if (!harmless) {
+      return invalid(std::string(r.name) + " is not supported: vramgate does not implement " + std::string(r.why) +
+                     " (got " + shown(*v) + ")");
+    }
   }
   return {};
 }
@@ -215,6 +354,7 @@ Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
   const json::object& o = root.get_object();
 
   CompletionRequest out;
+  if (Status st = refuse_unimplemented(o); !st) return st.error();
   if (Status st = decode_prompt(o, out); !st) return st.error();
   if (Status st = decode_scalars(o, infer, out); !st) return st.error();
   if (Status st = decode_sampling(o, out.sampling); !st) return st.error();

@@ -50,6 +50,28 @@ struct CompletionChunk {
 };
 std::string encode_completion_chunk(const CompletionChunk& chunk);
 
+/// One choice of a completion response or SSE chunk.
+struct CompletionChoice {
+  int index = 0;
+  std::string text;
+  std::optional<std::string> finish_reason;  ///< null until the choice's last chunk
+  /// With logprobs requested: the tokens of `text` with their logprobs and
+  /// each one's offset in the choice's whole text (characters, echoed prompt
+  /// included); nullopt: "logprobs": null.
+  std::optional<std::vector<TokenLogprobs>> logprobs{};
+  std::vector<std::int64_t> text_offset{};  ///< one per logprobs entry
+};
+/// A completion (`text_completion`) body or chunk with any number of choices.
+struct CompletionResponse {
+  std::string id;
+  std::string model;
+  std::int64_t created = 0;
+  std::vector<CompletionChoice> choices{};
+  std::optional<Usage> usage{};
+  bool usage_null = false;  ///< write "usage": null when usage is absent (stream_options.include_usage)
+};
+std::string encode_completion_response(const CompletionResponse& response);
+
 /// The short /infer answer: `{result, latency_ms, queue_ms, finish_reason, usage}`.
 struct InferBody {
   std::string result;

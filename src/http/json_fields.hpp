@@ -3,8 +3,10 @@
 // src/http: the only headers outside it that see Boost.JSON.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -22,5 +24,20 @@ boost::json::object usage_json(const Usage& u);
 
 /// A kInvalidRequest error (400) with `message`.
 Error invalid(std::string message);
+
+/// How OpenAI shows a token: its bytes when they are whole UTF-8, else
+/// "bytes:\\xNN..." (the raw bytes go in a `bytes` array where there is one).
+std::string token_text(std::string_view bytes);
+/// A logprob as JSON: -infinity (and anything below) as -9999.0, as OpenAI does.
+boost::json::value logprob_json(double logprob);
+/// Completions' logprobs object: {tokens, token_logprobs, top_logprobs, text_offset};
+/// each top_logprobs entry maps token -> logprob, most likely first, with
+/// the chosen token added where it is not among the top ones (OpenAI).
+boost::json::object completion_logprobs_json(const std::vector<TokenLogprobs>& tokens,
+                                             const std::vector<std::int64_t>& text_offset);
+/// Chat's logprobs object: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], refusal: null}.
+boost::json::object chat_logprobs_json(const std::vector<TokenLogprobs>& tokens);
+/// Characters the bytes add to a text (UTF-8 lead bytes; a split character counts once).
+std::int64_t text_chars(std::string_view bytes);
 
 }  // namespace vg::json_fields

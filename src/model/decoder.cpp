@@ -178,12 +178,25 @@ Result<std::vector<std::vector<float>>> DecoderModel::step(std::span<const StepI
   c10::InferenceMode inference;
   try {
     const Plan p = plan(inputs, caches);
-    const at::Tensor last = head(hidden(p).index_select(0, p.last_rows)).contiguous();  // [inputs, vocab]
+    const bool all = std::any_of(inputs.begin(), inputs.end(), [](const StepInput& in) { return in.all_logits; });
+    at::Tensor rows = p.last_rows;
+    if (all) {
+      // Every row of the inputs that asked for all of them, the last row of the others.
+      std::vector<std::int64_t> pick;
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const auto t = static_cast<std::int64_t>(inputs[i].tokens.size());
+        for (std::int64_t j = inputs[i].all_logits ? 0 : t - 1; j < t; ++j) pick.push_back(p.first_rows[i] + j);
+      }
+      rows = at::tensor(pick, at::TensorOptions().dtype(at::kLong)).to(torch_device());
+    }
+    const at::Tensor last = head(hidden(p).index_select(0, rows)).contiguous();  // [picked rows, vocab]
     std::vector<std::vector<float>> logits;
     logits.reserve(inputs.size());
     const float* row = last.data_ptr<float>();
-    for (std::size_t i = 0; i < inputs.size(); ++i, row += config_.vocab_size) {
-      logits.emplace_back(row, row + config_.vocab_size);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const std::int64_t n = inputs[i].all_logits ? static_cast<std::int64_t>(inputs[i].tokens.size()) : 1;
+      logits.emplace_back(row, row + n * config_.vocab_size);
+      row += n * config_.vocab_size;
     }
     // Lengths move only once the whole step has succeeded: a failed step
     // leaves all caches as they were (positions past length() are scratch).
@@ -191,6 +204,28 @@ Result<std::vector<std::vector<float>>> DecoderModel::step(std::span<const StepI
     return logits;
   } catch (...) {
     return current_exception_error("step of " + std::to_string(inputs.size()) + " inputs on " + device_->name());
+  }
+}
+
+Status DecoderModel::copy_cache(const KvCache& from, KvCache& to) {
+  const auto* src = dynamic_cast<const DecoderCache*>(&from);
+  auto* dst = dynamic_cast<DecoderCache*>(&to);
+  if (src == nullptr || dst == nullptr || src->owner() != this || dst->owner() != this) {
+    return Error{ErrorCode::kInvalidRequest, "copy_cache: not KV caches of this model"};
+  }
+  if (src->length() > dst->capacity()) {
+    return Error{ErrorCode::kInvalidRequest, "copy_cache: " + std::to_string(src->length()) +
+                                                 " cached tokens do not fit a cache of " +
+                                                 std::to_string(dst->capacity())};
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    dst->storage().narrow(3, 0, src->length()).copy_(src->storage().narrow(3, 0, src->length()));
+    dst->set_length(src->length());
+    return Status::Ok();
+  } catch (...) {
+    return current_exception_error("copy of a KV cache on " + device_->name());
   }
 }
 
@@ -230,6 +265,7 @@ Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCach
     }
   }
   std::vector<std::int64_t> ids, positions, last_rows(inputs.size());
+  p.first_rows.resize(inputs.size());
   for (std::size_t i : order) {
     Segment s;
     s.cache = caches[i];
@@ -238,6 +274,7 @@ Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCach
     s.row0 = p.rows;
     p.rows += s.t;
     last_rows[i] = p.rows - 1;
+    p.first_rows[i] = s.row0;
     for (std::int64_t j = 0; j < s.t; ++j) {
       ids.push_back(inputs[i].tokens[static_cast<std::size_t>(j)]);
       positions.push_back(s.pos0 + j);

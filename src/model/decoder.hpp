@@ -69,6 +69,9 @@ class DecoderCache final : public KvCache {
   const at::Tensor& k(int layer) const { return k_[static_cast<std::size_t>(layer)]; }
   const at::Tensor& v(int layer) const { return v_[static_cast<std::size_t>(layer)]; }
   void advance(int tokens) { length_ += tokens; }
+  void set_length(int tokens) { length_ = tokens; }
+  /// [n_layer, 2, n_kv_head, capacity, head_dim]
+  const at::Tensor& storage() const { return storage_; }
 
  private:
   const DecoderModel* owner_;
@@ -97,6 +100,7 @@ struct Plan {
   std::int64_t n_decode = 0;      ///< leading decode segments
   at::Tensor ids, positions;      ///< [rows] int64 on the device
   at::Tensor last_rows;           ///< [inputs] int64: each input's last row, in input order
+  std::vector<std::int64_t> first_rows;  ///< each input's first row, in input order (host)
 };
 
 /// A decoder-only transformer: a family supplies hidden() (embedding and
@@ -110,6 +114,7 @@ class DecoderModel : public Model {
   const Tokenizer& tokenizer() const final { return *tokenizer_; }
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) final;
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) final;
+  Status copy_cache(const KvCache& from, KvCache& to) final;
   Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) final;
 
  protected:

@@ -56,6 +56,9 @@ class KvCache {
 struct StepInput {
   KvCache* cache = nullptr;
   std::span<const std::int32_t> tokens;
+  /// Return the logits of every token of `tokens` (prompt logprobs), not
+  /// only of the last one.
+  bool all_logits = false;
 };
 
 class Model {
@@ -87,9 +90,16 @@ class Model {
   /// Errors: kOutOfMemory when the device cannot hold it.
   virtual Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) = 0;
 
+  /// Makes `to` hold the same cached tokens as `from` (a prompt prefilled
+  /// once, shared by the n choices of a request): copies from's length()
+  /// tokens of every layer into `to`, whose capacity must hold them. Errors:
+  /// kInvalidRequest for caches of another model or too small.
+  virtual Status copy_cache(const KvCache& from, KvCache& to) = 0;
+
   /// Runs one step over several sequences (prefill chunks and/or single decode
   /// tokens) as one batched forward pass, appending to each cache. Returns, per
-  /// input, the logits of its last token ([vocab_size] float32). Errors:
+  /// input, the logits of its last token ([vocab_size] float32), or with
+  /// all_logits those of each of its tokens ([tokens * vocab_size], row-major). Errors:
   /// kOutOfMemory (the caches are left as before the step), kInvalidRequest
   /// when a cache would overflow, kInternal for other libtorch errors.
   virtual Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) = 0;

@@ -1,5 +1,6 @@
-// Sampler: greedy, temperature, top-k and top-p over float logits. Pure; one
-// instance per sequence, used by the thread that owns the sequence.
+// Sampler: logit bias and penalties, then greedy, temperature, top-k and
+// top-p over float logits. Pure; one instance per sequence, used by the
+// thread that owns the sequence.
 #include "model/sampler.hpp"
 
 #include <algorithm>
@@ -29,11 +30,57 @@ double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
+void adjust_logits(const SamplingParams& params, std::span<float> logits, std::span<const int> generated_count,
+                   const std::vector<bool>& seen) {
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += bias;
+  }
+  if (params.repetition_penalty != 1.0) {
+    const auto p = static_cast<float>(params.repetition_penalty);
+    for (std::size_t i = 0; i < logits.size() && i < seen.size(); ++i) {
+      if (!seen[i]) continue;
+      logits[i] = logits[i] > 0 ? logits[i] / p : logits[i] * p;
+    }
+  }
+  if (params.presence_penalty != 0 || params.frequency_penalty != 0) {
+    for (std::size_t i = 0; i < logits.size() && i < generated_count.size(); ++i) {
+      const int c = generated_count[i];
+      if (c == 0) continue;
+      logits[i] -= static_cast<float>(c * params.frequency_penalty + params.presence_penalty);
+    }
+  }
+}
+
+Sampler::Sampler(const SamplingParams& params, std::span<const std::int32_t> prompt)
+    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
+  if (params_.repetition_penalty != 1.0) prompt_.assign(prompt.begin(), prompt.end());
+}
 
 std::int32_t Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) return 0;
+  if (!params_.adjusts_logits()) return pick(logits);
+  if (generated_count_.size() != logits.size()) {
+    generated_count_.resize(logits.size(), 0);
+    seen_.resize(logits.size(), false);
+    for (std::int32_t id : prompt_) {
+      if (id >= 0 && static_cast<std::size_t>(id) < seen_.size()) seen_[static_cast<std::size_t>(id)] = true;
+    }
+    prompt_.clear();
+  }
+  scratch_.assign(logits.begin(), logits.end());
+  adjust_logits(params_, scratch_, generated_count_, seen_);
+  const std::int32_t token = pick(scratch_);
+  record(token);
+  return token;
+}
+
+void Sampler::record(std::int32_t token) {
+  if (token < 0 || static_cast<std::size_t>(token) >= generated_count_.size()) return;
+  ++generated_count_[static_cast<std::size_t>(token)];
+  seen_[static_cast<std::size_t>(token)] = true;
+}
+
+std::int32_t Sampler::pick(std::span<const float> logits) {
   const std::int32_t best = argmax(logits);
   if (!(params_.temperature > 0)) return best;
 

@@ -44,6 +44,16 @@ struct CompletionRequest {
   /// Admission class (vramgate extension `priority`: "low", "normal", "high"
   /// or 0..2); the HTTP layer resolves it with X-Priority and the API key's cap.
   std::optional<Priority> priority;
+  /// Choices to generate (OpenAI n), 1..--max-n.
+  int n = 1;
+  /// Alternatives reported per token (completions `logprobs` 0..20; chat
+  /// `top_logprobs` with `logprobs: true`); nullopt: no logprobs.
+  std::optional<int> logprobs;
+  /// Completions `echo`: the prompt precedes each choice's text (and, with
+  /// logprobs, the prompt tokens' logprobs come first). max_tokens may be 0.
+  bool echo = false;
+  /// stream_options.include_usage: a last chunk with usage and no choices.
+  bool include_usage = false;
 };
 
 /// What /v1/models shows for one model.

@@ -266,12 +266,30 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
                      " exceeds the context length of model '" + entry->info.id + "' (" +
                      std::to_string(mc.n_positions) + " tokens)");
   }
+  if (request.n < 1 || request.n > config_.max_n) {
+    return Error(ErrorCode::kInvalidRequest, "n must be between 1 and " + std::to_string(config_.max_n) +
+                                                 " (--max-n); got " + std::to_string(request.n));
+  }
+  if (request.n > config_.max_batch && parse_admission_policy(config_.admission)->kind != AdmissionPolicy::Kind::kNone) {
+    return Error(ErrorCode::kInvalidRequest, "n (" + std::to_string(request.n) +
+                                                 ") exceeds --max-batch (" + std::to_string(config_.max_batch) +
+                                                 "): the choices of a request run together");
+  }
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= mc.vocab_size) {
+      return Error(ErrorCode::kInvalidRequest, "logit_bias token id " + std::to_string(id) +
+                                                   " is outside the vocabulary 0.." + std::to_string(mc.vocab_size - 1));
+    }
+  }
   gen.id = request.request_id.empty() ? "req-" + std::to_string(next_id_.fetch_add(1)) : request.request_id;
   gen.max_tokens = request.max_tokens;
   gen.sampling = request.sampling;
   gen.stop = std::move(stop);
   gen.ignore_eos = request.ignore_eos;
   gen.priority = request.priority.value_or(Priority::kNormal);
+  gen.n = request.n;
+  gen.logprobs = request.logprobs;
+  gen.prompt_logprobs = request.echo && request.logprobs.has_value();
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
@@ -290,7 +308,11 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   Submission sub;
   sub.model = entry->info.id;
   sub.prompt_tokens = static_cast<int>(gen.prompt.size());
-  sub.cost_bytes = engine->cost(sub.prompt_tokens, gen.max_tokens);
+  sub.cost_bytes = engine->cost(gen);
+  if (request.echo) {
+    const auto* text = std::get_if<std::string>(&request.prompt);
+    sub.echo_text = text ? *text : tok.decode(gen.prompt);
+  }
   auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position);
   if (!handle.ok()) return std::move(handle).error();
   sub.handle = std::move(handle).value();

@@ -21,6 +21,8 @@ struct Submission {
   int prompt_tokens = 0;
   int queue_position = 0; ///< on entry (0 = started at once)
   std::int64_t cost_bytes = 0;  ///< device bytes the request reserves (admission cost)
+  /// With echo: the prompt as text (a text prompt as sent; token ids decoded).
+  std::string echo_text{};
 };
 
 class Service {

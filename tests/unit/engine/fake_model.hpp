@@ -79,15 +79,35 @@ class FakeModel final : public Model {
       if (c->length_ + static_cast<int>(in.tokens.size()) > c->capacity()) {
         return Error(ErrorCode::kInvalidRequest, "cache overflow");
       }
+      const int first = in.all_logits ? 1 : static_cast<int>(in.tokens.size());
+      std::vector<float> logits;
+      for (int j = first; j <= static_cast<int>(in.tokens.size()); ++j) {
+        const int length = c->length_ + j;  // the cache length once this token is in
+        std::vector<float> row(257, 0.0f);
+        const int next = eos_at_ && length == *eos_at_
+                             ? 256
+                             : static_cast<unsigned char>(script_[static_cast<std::size_t>(length) % script_.size()]);
+        row[static_cast<std::size_t>(next)] = 10.0f;
+        row[static_cast<std::size_t>((next + 1) % 256)] = 9.0f;  // a runner-up, for sampling and logprobs
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
       c->length_ += static_cast<int>(in.tokens.size());
-      std::vector<float> logits(257, 0.0f);
-      const int next = eos_at_ && c->length_ == *eos_at_
-                           ? 256
-                           : static_cast<unsigned char>(script_[static_cast<std::size_t>(c->length_) % script_.size()]);
-      logits[static_cast<std::size_t>(next)] = 10.0f;
       out.push_back(std::move(logits));
     }
     return out;
+  }
+
+  Status copy_cache(const KvCache& from, KvCache& to) override {
+    auto& dst = static_cast<FakeCache&>(to);
+    if (from.length() > dst.capacity()) return Error(ErrorCode::kInvalidRequest, "cache too small");
+    dst.length_ = from.length();
+    std::lock_guard lk(mu_);
+    ++cache_copies_;
+    return Status::Ok();
+  }
+  int cache_copies() {
+    std::lock_guard lk(mu_);
+    return cache_copies_;
   }
 
   Result<std::vector<float>> forward_full(std::span<const std::int32_t>) override {
@@ -175,6 +195,7 @@ class FakeModel final : public Model {
   int fail_count_ = 1;
   std::vector<int> inputs_log_;
   std::optional<int> eos_at_;
+  int cache_copies_ = 0;
 };
 
 }  // namespace vg::testing

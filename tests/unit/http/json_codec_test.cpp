@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <boost/json.hpp>
 
 namespace vg {
@@ -149,7 +151,106 @@ TEST(DecodeCompletion, StreamModelTimeoutN) {
   expect_invalid(R"({"prompt":"x","timeout":-1})", "timeout");
   expect_invalid(R"({"prompt":"x","timeout":1e9})", "timeout");
   EXPECT_EQ(decode_ok(R"({"prompt":"x","n":1})").max_tokens, 16);
-  expect_invalid(R"({"prompt":"x","n":2})", "n must be 1");
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","n":3})").n, 3);
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","n":null})").n, 1);
+  expect_invalid(R"({"prompt":"x","n":0})", "n must be");
+  expect_invalid(R"({"prompt":"x","n":"2"})", "n must be");
+  expect_invalid(R"({"prompt":"x","n":257})", "n must be");
+}
+
+TEST(DecodeCompletion, LogprobsEchoAndStreamOptions) {
+  const CompletionRequest r = decode_ok(R"({"prompt":"x","logprobs":5,"echo":true,"max_tokens":0})");
+  ASSERT_TRUE(r.logprobs.has_value());
+  EXPECT_EQ(*r.logprobs, 5);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.max_tokens, 0);
+  EXPECT_FALSE(decode_ok(R"({"prompt":"x","logprobs":null})").logprobs.has_value());
+  expect_invalid(R"({"prompt":"x","logprobs":21})", "logprobs must be");
+  expect_invalid(R"({"prompt":"x","logprobs":true})", "logprobs must be");
+  expect_invalid(R"({"prompt":"x","max_tokens":0})", "0 only with echo");
+  expect_invalid(R"({"prompt":"x","echo":"yes"})", "echo must be");
+  EXPECT_TRUE(decode_ok(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})").include_usage);
+  EXPECT_FALSE(decode_ok(R"({"prompt":"x","stream":true,"stream_options":{}})").include_usage);
+  expect_invalid(R"({"prompt":"x","stream_options":{"include_usage":true}})", "only allowed with stream");
+  expect_invalid(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})", "include_usage");
+}
+
+TEST(DecodeCompletion, PenaltiesAndLogitBias) {
+  const CompletionRequest r = decode_ok(
+      R"({"prompt":"x","presence_penalty":-1.5,"frequency_penalty":2,"repetition_penalty":1.3,"logit_bias":{"65":-100,"7":2.5}})");
+  EXPECT_DOUBLE_EQ(r.sampling.presence_penalty, -1.5);
+  EXPECT_DOUBLE_EQ(r.sampling.frequency_penalty, 2);
+  EXPECT_DOUBLE_EQ(r.sampling.repetition_penalty, 1.3);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.sampling.logit_bias[0].first, 65);
+  EXPECT_FLOAT_EQ(r.sampling.logit_bias[0].second, -100.0f);
+  EXPECT_EQ(r.sampling.logit_bias[1].first, 7);
+  expect_invalid(R"({"prompt":"x","presence_penalty":2.1})", "presence_penalty");
+  expect_invalid(R"({"prompt":"x","frequency_penalty":"1"})", "frequency_penalty");
+  expect_invalid(R"({"prompt":"x","repetition_penalty":0})", "repetition_penalty");
+  expect_invalid(R"({"prompt":"x","logit_bias":[1]})", "logit_bias");
+  expect_invalid(R"({"prompt":"x","logit_bias":{"-1":1}})", "token ids");
+  expect_invalid(R"({"prompt":"x","logit_bias":{"12345678901":1}})", "token ids");
+  expect_invalid(R"({"prompt":"x","logit_bias":{"1":-100.5}})", "between -100 and 100");
+}
+
+TEST(DecodeCompletion, FieldsThatWouldChangeTheAnswerAreRefusedByName) {
+  for (const char* field : {R"("best_of":2)", R"("suffix":"end")", R"("tools":[{}])", R"("tool_choice":"required")",
+                            R"("functions":[{}])", R"("function_call":{"name":"f"})",
+                            R"("response_format":{"type":"json_schema"})", R"("min_p":0.1)", R"("min_tokens":2)",
+                            R"("use_beam_search":true)", R"("stop_token_ids":[2])", R"("guided_regex":"a+")",
+                            R"("audio":{})", R"("modalities":["audio"])", R"("prompt_logprobs":1)"}) {
+    const std::string body = std::string(R"({"prompt":"x",)") + field + "}";
+    const std::string name = std::string(field).substr(1, std::string(field).find('"', 1) - 1);
+    expect_invalid(body, name + " is not supported");
+  }
+  // Values that change nothing, and fields that change nothing, pass.
+  decode_ok(R"({"prompt":"x","best_of":1,"suffix":"","tools":[],"tool_choice":"auto","response_format":{"type":"text"},
+               "modalities":["text"],"min_tokens":0,"use_beam_search":false,"user":"u","metadata":{},"store":true,
+               "best_of":null,"tools":null})");
+  EXPECT_EQ(decode_ok(R"({"prompt":"x","n":2,"best_of":2})").n, 2);
+}
+
+TEST(DecodeInfer, RefusesChoicesLogprobsAndEcho) {
+  for (const char* body : {R"({"prompt":"x","n":2})", R"({"prompt":"x","logprobs":1})", R"({"prompt":"x","echo":true})"}) {
+    auto r = decode_infer_request(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_NE(r.error().message.find("/infer"), std::string::npos);
+  }
+}
+
+TEST(EncodeCompletion, LogprobsInOpenAIsShape) {
+  CompletionResponse r{"cmpl-1", "m", 7, {}, Usage{2, 2}, false};
+  std::vector<TokenLogprobs> lp;
+  lp.push_back(TokenLogprobs{"a", -0.5, {{"b", -0.25}, {"c", -1.0}}});     // chosen not in the top 2
+  lp.push_back(TokenLogprobs{"\xe2", -1.5, {{"\xe2", -1.5}}});           // part of a character
+  r.choices.push_back(CompletionChoice{0, "a", std::string("length"), lp, {0, 1}});
+  const auto v = boost::json::parse(encode_completion_response(r));
+  const auto& l = v.at("choices").at(0).at("logprobs");
+  EXPECT_EQ(l.at("tokens").at(0).as_string(), "a");
+  EXPECT_EQ(l.at("tokens").at(1).as_string(), "bytes:\\xe2");
+  EXPECT_DOUBLE_EQ(l.at("token_logprobs").at(0).as_double(), -0.5);
+  const auto& top = l.at("top_logprobs").at(0).as_object();
+  ASSERT_EQ(top.size(), 3u);  // the chosen token is added in its place
+  std::vector<std::string> keys;
+  for (const auto& kv : top) keys.emplace_back(kv.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_EQ(l.at("text_offset").at(1).as_int64(), 1);
+}
+
+TEST(EncodeCompletion, PromptLogprobsStartWithNullAndInfinityIsFloored) {
+  CompletionResponse r{"cmpl-1", "m", 7, {}, std::nullopt, true};
+  std::vector<TokenLogprobs> lp;
+  lp.push_back(TokenLogprobs{"H", std::nullopt, {}});
+  lp.push_back(TokenLogprobs{"i", -std::numeric_limits<double>::infinity(), {}});
+  r.choices.push_back(CompletionChoice{1, "Hi", std::nullopt, lp, {0, 1}});
+  const auto v = boost::json::parse(encode_completion_response(r));
+  EXPECT_TRUE(v.at("usage").is_null());
+  const auto& l = v.at("choices").at(0).at("logprobs");
+  EXPECT_EQ(v.at("choices").at(0).at("index").as_int64(), 1);
+  EXPECT_TRUE(l.at("token_logprobs").at(0).is_null());
+  EXPECT_TRUE(l.at("top_logprobs").at(0).is_null());
+  EXPECT_DOUBLE_EQ(l.at("token_logprobs").at(1).as_double(), -9999.0);
 }
 
 TEST(DecodeCompletion, BadJsonAndNonObjects) {

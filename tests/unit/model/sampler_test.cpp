@@ -129,3 +129,55 @@ TEST(ByteTokenizer, EncodesBytesAndDecodesBack) {
 
 }  // namespace
 }  // namespace vg
+
+namespace vg {
+namespace {
+
+TEST(Sampler, LogitBiasMovesGreedyChoice) {
+  SamplingParams p = params(0.0);
+  p.logit_bias = {{2, 10.0f}};
+  Sampler s(p);
+  EXPECT_EQ(s.sample(kLogits), 2);  // -1 + 10 beats 2.0
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesFollowOpenAIsFormula) {
+  SamplingParams p;
+  p.frequency_penalty = 0.5;
+  p.presence_penalty = 0.25;
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f};
+  const std::vector<int> counts = {0, 1, 3};
+  adjust_logits(p, logits, counts, std::vector<bool>(3, false));
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);
+  EXPECT_FLOAT_EQ(logits[1], 1.0f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(logits[2], 1.0f - 1.5f - 0.25f);
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeSeenLogits) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0;
+  std::vector<float> logits = {4.0f, -1.0f, 3.0f};
+  adjust_logits(p, logits, {}, std::vector<bool>{true, true, false});
+  EXPECT_FLOAT_EQ(logits[0], 2.0f);
+  EXPECT_FLOAT_EQ(logits[1], -2.0f);
+  EXPECT_FLOAT_EQ(logits[2], 3.0f);
+}
+
+TEST(Sampler, PenaltiesCountWhatWasGeneratedAndThePrompt) {
+  // Greedy over flat logits: a strong frequency penalty makes it move on.
+  SamplingParams p = params(0.0);
+  p.frequency_penalty = 2.0;
+  Sampler s(p);
+  const std::vector<float> flat = {1.0f, 0.9f, 0.8f};
+  EXPECT_EQ(s.sample(flat), 0);
+  EXPECT_EQ(s.sample(flat), 1);
+  EXPECT_EQ(s.sample(flat), 2);
+  // The repetition penalty sees the prompt: token 0 was in it.
+  SamplingParams r = params(0.0);
+  r.repetition_penalty = 2.0;
+  const std::vector<std::int32_t> prompt = {0};
+  Sampler t(r, prompt);
+  EXPECT_EQ(t.sample(flat), 1);  // 1.0 / 2 < 0.9
+}
+
+}  // namespace
+}  // namespace vg
