@@ -68,6 +68,7 @@ int run_server(const ServeConfig& config) {
   ho.max_connections = config.max_connections;
   ho.metrics = &metrics;
   ho.log_request_text = config.log_request_text;
+  ho.cors_allow_origins = config.cors_allow_origin;
   ho.trim_heap_on_admission = config.test_trim_heap;
   ho.traffic.api_keys = api_keys;
   ho.traffic.metrics_auth = config.metrics_auth;
