@@ -10,6 +10,7 @@
 #include <csignal>
 #include <thread>
 
+#include "common/decimal.hpp"
 #include "http/http_server.hpp"
 #include "metrics/registry.hpp"
 #include "metrics/server_metrics.hpp"
@@ -85,7 +86,7 @@ int run_server(const ServeConfig& config) {
 
   const int sig = wait_for_shutdown_signal();
   spdlog::info("received {}: draining for up to {} s", sig == SIGINT ? "SIGINT" : "SIGTERM",
-               config.shutdown_grace_s);
+               format_decimal(config.shutdown_grace_s));
 
   // 1. Not ready (/ready 503) and new completions refused with 503 +
   //    Retry-After. The listener stays open meanwhile, so load balancers
