@@ -77,6 +77,7 @@ class NumberScraper(HTMLParser):
         super().__init__()
         self.by_id, self.devices, self.body = {}, {}, {}
         self.stack = []  # data-device of each open element
+        self.output, self.output_attrs, self.in_output = "", {}, False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -85,13 +86,21 @@ class NumberScraper(HTMLParser):
             self.stack.append(device)
         if tag == "body":
             self.body = a
+        if a.get("id") == "completion-output":
+            self.output_attrs, self.in_output = a, True
         if "data-value" in a:
             if "id" in a:
                 self.by_id[a["id"]] = a["data-value"]
             if "data-field" in a and device:
                 self.devices.setdefault(device, {})[a["data-field"]] = a["data-value"]
 
+    def handle_data(self, data):
+        if self.in_output:
+            self.output += data
+
     def handle_endtag(self, tag):
+        if tag == "pre":
+            self.in_output = False
         if tag not in ("meta", "link", "input", "br", "img") and self.stack:
             self.stack.pop()
 
@@ -110,8 +119,8 @@ def chromium(url, *mode):
     return out.stdout
 
 
-def page_numbers(server):
-    html = chromium(server.url + "/", "--dump-dom")
+def page_numbers(server, path="/"):
+    html = chromium(server.url + path, "--dump-dom")
     scraper = NumberScraper()
     scraper.feed(html)
     assert scraper.body.get("data-loaded") == "1", html[:2000]
@@ -171,3 +180,18 @@ def test_page_in_chromium_matches_admission_before_and_under_load(make_server):
     finally:
         for sock in socks:
             sock.close()
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"{CHROMIUM} is not installed (scripts/install-deps --test)")
+def test_page_form_streams_a_completion_in_chromium(server):
+    """A link that prefills and sends the form (?prompt=...&send): the page
+    streams the answer into #completion-output; greedy, so it is the text
+    /v1/completions gives for the same request."""
+    prompt, n = "Once upon a time", 24
+    expected = server.post("/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0}).json()
+    for stream in ("1", "0"):
+        scraper = page_numbers(server, f"/?prompt=Once%20upon%20a%20time&max_tokens={n}&temperature=0"
+                                       f"&stream={stream}&send")
+        assert scraper.output_attrs.get("data-state") == "done", (scraper.output_attrs, scraper.output)
+        assert scraper.output_attrs.get("data-finish-reason") == expected["choices"][0]["finish_reason"]
+        assert scraper.output == expected["choices"][0]["text"]

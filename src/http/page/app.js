@@ -182,6 +182,8 @@ async function sendCompletion(ev) {
   const body = { prompt: $("prompt").value, max_tokens: Number($("max-tokens").value),
                  temperature: Number($("temperature").value), stream };
   out.textContent = "";
+  out.dataset.state = "sending";
+  delete out.dataset.finishReason;
   status.className = "status";
   status.textContent = "sending…";
   button.disabled = true;
@@ -196,11 +198,14 @@ async function sendCompletion(ev) {
       status.className = "status error";
       status.textContent = `HTTP ${r.status} ${err.error.type}: ${err.error.message}` +
                            (retry ? ` — retry after ${retry} s` : "") + ` (request ${id})`;
+      out.dataset.state = "error";
       return;
     }
     if (!stream) {
       const j = await r.json();
       out.textContent = j.choices[0].text;
+      out.dataset.state = "done";
+      out.dataset.finishReason = j.choices[0].finish_reason;
       status.textContent = `HTTP 200, ${j.usage.completion_tokens} tokens, finish_reason ${j.choices[0].finish_reason}, ` +
                            `queued ${r.headers.get("X-Queue-Wait-Ms")} ms (request ${id})`;
       return;
@@ -212,26 +217,43 @@ async function sendCompletion(ev) {
       if (chunk.error) {
         status.className = "status error";
         status.textContent = `${chunk.error.type}: ${chunk.error.message}`;
+        out.dataset.state = "error";
         return;
       }
       const choice = chunk.choices[0];
       out.textContent += choice.text;
+      out.dataset.state = "streaming";
       tokens += 1;
       if (choice.finish_reason) finish = choice.finish_reason;
       status.textContent = `streaming… ${tokens} chunks`;
     }, (comment) => { status.textContent = comment; });
     if (!status.classList.contains("error")) {
+      out.dataset.state = "done";
+      out.dataset.finishReason = finish;
       status.textContent = `done in ${Math.round(performance.now() - started)} ms, finish_reason ${finish} (request ${id})`;
     }
   } catch (e) {
     status.className = "status error";
     status.textContent = "request failed: " + e.message;
+    out.dataset.state = "error";
   } finally {
     button.disabled = false;
   }
 }
 
+/// A link may prefill the form (?prompt=...&max_tokens=...&temperature=...&stream=0|1)
+/// and, with &send, send it at once.
+function prefill() {
+  const q = new URLSearchParams(location.search);
+  if (q.has("prompt")) $("prompt").value = q.get("prompt");
+  if (q.has("max_tokens")) $("max-tokens").value = q.get("max_tokens");
+  if (q.has("temperature")) $("temperature").value = q.get("temperature");
+  if (q.has("stream")) $("stream").checked = q.get("stream") !== "0";
+  return q.has("send");
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("completion-form").addEventListener("submit", sendCompletion);
+  if (prefill()) $("completion-form").requestSubmit();
   poll();
 });
