@@ -20,6 +20,10 @@ import torch.nn.functional as F
 
 from tinylm import GPT2, save_safetensors
 
+CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                   "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                   "{% endif %}")
+
 EOT = 256
 
 
@@ -119,6 +123,11 @@ def main():
     save_safetensors(os.path.join(args.out, "model.safetensors"),
                      {k: v.detach() for k, v in model.state_tensors().items()},
                      metadata={"format": "pt"})
+    # ChatML, so that /v1/chat/completions works without a request chat_template.
+    # The byte vocabulary has no special tokens: the markers are plain text.
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": CHATML_TEMPLATE}, f, indent=2)
+        f.write("\n")
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump({"steps": args.steps, "seed": args.seed, "batch": args.batch, "window": args.window,
                    "final_train_loss": round(loss.item(), 4), "validation_loss": round(val_loss, 4),

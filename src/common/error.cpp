@@ -6,6 +6,7 @@ int http_status(ErrorCode code) {
   switch (code) {
     case ErrorCode::kInvalidRequest: return 400;
     case ErrorCode::kUnauthorized: return 401;
+    case ErrorCode::kForbidden: return 403;
     case ErrorCode::kModelNotFound: return 404;
     case ErrorCode::kNotFound: return 404;
     case ErrorCode::kMethodNotAllowed: return 405;
@@ -31,6 +32,7 @@ const char* error_type(ErrorCode code) {
   switch (code) {
     case ErrorCode::kInvalidRequest: return "invalid_request";
     case ErrorCode::kUnauthorized: return "unauthorized";
+    case ErrorCode::kForbidden: return "forbidden";
     case ErrorCode::kModelNotFound: return "model_not_found";
     case ErrorCode::kNotFound: return "not_found";
     case ErrorCode::kMethodNotAllowed: return "method_not_allowed";

@@ -16,6 +16,7 @@ namespace vg {
 enum class ErrorCode {
   kInvalidRequest,       ///< 400 bad JSON, wrong types, values out of range
   kUnauthorized,         ///< 401 missing or wrong API key
+  kForbidden,            ///< 403 a CORS preflight from an origin that is not allowed
   kModelNotFound,        ///< 404 unknown model
   kNotFound,             ///< 404 unknown route
   kMethodNotAllowed,     ///< 405 wrong method on a known route

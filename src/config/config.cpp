@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "admission/admission_policy.hpp"
+#include "common/origin.hpp"
 #include "config/config_fields.hpp"
 #include "device/device.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -74,6 +75,9 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (model_dir.empty()) return bad("model_dir", "must not be empty");
   if (std::string p = device_list_problem(device); !p.empty()) return bad("device", std::move(p));
   if (threads < 0) return bad("threads", "must be >= 0");
+  for (const std::string& origin : cors_allow_origin) {
+    if (Status st = check_origin(origin); !st) return bad("cors_allow_origin", st.error().message);
+  }
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16" && dtype != "float64") {
     return bad("dtype", "must be float32, bfloat16, float16 or float64");
   }

@@ -46,6 +46,9 @@ struct ServeConfig {
   double read_timeout_s = 30;                ///< request headers + body must arrive within this (s) -> 408
   double idle_timeout_s = 60;                ///< keep-alive idle limit (s)
   int max_connections = 1024;                ///< open connections; more are closed at once
+  /// Origins whose browser requests get CORS headers: scheme://host[:port]
+  /// each, or "*" for any; empty = CORS off.
+  std::vector<std::string> cors_allow_origin;
 
   // -- admission
   std::string admission = "memory";  ///< memory | fixed:N | none (the naive baseline)

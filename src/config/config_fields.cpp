@@ -38,6 +38,10 @@ const ConfigField kFields[] = {
      &C::read_timeout_s},
     {"idle_timeout", "http", "Seconds a keep-alive connection may sit idle", &C::idle_timeout_s},
     {"max_connections", "http", "Open connections at most; more are closed at once", &C::max_connections},
+    {"cors_allow_origin", "http",
+     "Origin allowed to call the API from a browser (CORS), as scheme://host[:port], or * for any; may be given "
+     "several times (in the file an array of strings); none: no CORS headers, preflights get 403",
+     &C::cors_allow_origin},
 
     {"admission", "memory",
      "Admission policy: memory (bytes against the device budget), fixed:N (at most N sequences), none (the "

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/decimal.hpp"
 #include "config/config_fields.hpp"
 
 namespace vg {
@@ -174,13 +176,12 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
-// Shortest text that reads back as the same double, always with a '.' or 'e'
-// so that TOML reads it as a float.
+// Shortest plain decimal that reads back as the same double (common/decimal),
+// always with a '.' or 'e' so that TOML reads it as a float.
 std::string float_text(double d) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
-  std::string s(buf, ec == std::errc() ? end : buf);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  if (!std::isfinite(d)) return std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf");
+  std::string s = format_decimal(d);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
 }
 

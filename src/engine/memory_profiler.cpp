@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
 
@@ -107,7 +108,7 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
   device.reset_peak();
   spdlog::info("memory profile on {}: resident {} B, workspace {} B, KV cache {} B/token + {} B/sequence, safety x{}",
                device.name(), p.resident_bytes, p.workspace_bytes, p.kv_bytes_per_token, p.sequence_overhead_bytes,
-               p.safety_factor);
+               format_decimal(p.safety_factor));
   return p;
 }
 

@@ -102,7 +102,7 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
   }
   o->erase("messages");
   (*o)["prompt"] = "";
-  Result<CompletionRequest> request = decode_completion_request(json::serialize(doc));
+  Result<CompletionRequest> request = decode_completion_request(json_fields::serialize(doc));
   if (!request) return request;
   request->chat = std::move(chat);
   if (logprobs) request->logprobs = top.value_or(0);
@@ -125,7 +125,7 @@ std::string encode_chat_completion(const ChatBody& body) {
   o["model"] = safe(body.model);
   o["choices"] = json::array{std::move(choice)};
   o["usage"] = usage_json(body.usage);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_chat_chunk(const ChatChunk& chunk) {
@@ -148,7 +148,7 @@ std::string encode_chat_chunk(const ChatChunk& chunk) {
   o["model"] = safe(chunk.model);
   o["choices"] = json::array{std::move(choice)};
   if (chunk.usage) o["usage"] = usage_json(*chunk.usage);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 }  // namespace vg

@@ -338,6 +338,7 @@ net::awaitable<bool> Connection::begin_stream(Exchange& ex, int queue_position) 
   res.set(bhttp::field::cache_control, "no-cache");
   res.set("X-Accel-Buffering", "no");
   res.set("X-Request-Id", ex.request_id);
+  for (const auto& [name, value] : ex.cors) res.set(name, value);
   res.set("X-Queue-Position", std::to_string(queue_position));
   ex.chunked = ex.version >= 11;
   if (ex.chunked) {

@@ -17,6 +17,7 @@
 
 #include "http/json_codec.hpp"
 #include "http/metrics_route.hpp"
+#include "http/page.hpp"
 #include "http/request_parse.hpp"
 
 namespace vg::httpd {
@@ -74,6 +75,14 @@ HeadLimits head_limits(const HttpServer::Options& opt) {
   return limits;
 }
 
+/// The metrics route label of a page file: its path, from static storage.
+std::string_view file_route(std::string_view path) {
+  for (std::string_view known : {"/", "/page/app.js", "/page/app.css"}) {
+    if (known == path) return known;
+  }
+  return "other";
+}
+
 std::string shorten(std::string_view s, std::size_t max) {
   return s.size() <= max ? std::string(s) : std::string(s.substr(0, max)) + "...";
 }
@@ -124,6 +133,11 @@ Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* rec
   return reply;
 }
 
+/// OPTIONS on a known route. A preflight (with Access-Control-Request-Method)
+/// gets cors_preflight's answer, which replaces the request's CORS headers;
+/// a plain OPTIONS gets 204 with Allow.
+Reply options_reply(Exchange& ex, const Request& request, const Route& route, const CorsPolicy& cors);
+
 }  // namespace
 
 Reply error_reply(const Error& error) {
@@ -137,6 +151,31 @@ Reply error_reply(const Error& error) {
   }
   return reply;
 }
+
+namespace {
+
+Reply options_reply(Exchange& ex, const Request& request, const Route& route, const CorsPolicy& cors) {
+  Reply reply;
+  if (request.find(bhttp::field::access_control_request_method) == request.end()) {
+    reply.status = 204;
+    reply.content_type.clear();
+    reply.headers.emplace_back("Allow", route.verb == bhttp::verb::get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+    return reply;
+  }
+  PreflightAnswer answer =
+      cors_preflight(cors, request[bhttp::field::origin], request[bhttp::field::access_control_request_headers]);
+  ex.cors.clear();
+  if (answer.error) {
+    reply = error_reply(*answer.error);
+  } else {
+    reply.status = answer.status;
+    reply.content_type.clear();
+  }
+  for (auto& h : answer.headers) reply.headers.push_back(std::move(h));
+  return reply;
+}
+
+}  // namespace
 
 Connection::Connection(std::shared_ptr<ServerState> state, tcp::socket socket)
     : state_(std::move(state)),
@@ -288,6 +327,7 @@ net::awaitable<bool> Connection::serve(Request& request) {
   ex.keep_alive = request.keep_alive();
   ex.request_id = request_id_for(request);
   ex.start = Clock::now();
+  ex.cors = cors_response_headers(state_->cors(), request[bhttp::field::origin]);
 
   std::string what;
   try {
@@ -316,7 +356,14 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
     if (r.path == path) match = &r;
   }
   if (match == nullptr) {
+    if (const PageFile* file = find_page_file(path)) co_return co_await serve_page_file(ex, request, path, *file);
     co_return co_await send(ex, error_reply(Error(ErrorCode::kNotFound, "no route for " + shorten(path, 200))));
+  }
+  // OPTIONS on every route: a CORS preflight, or the methods it allows.
+  // Answered before the API key check: browsers send preflights without one.
+  if (request.method() == bhttp::verb::options) {
+    ex.route = match->path;
+    co_return co_await send(ex, options_reply(ex, request, *match, state_->cors()));
   }
   // HEAD is answered on every GET route, with the GET headers and no body.
   if (request.method() != match->verb && !(ex.head && match->verb == bhttp::verb::get)) {
@@ -345,17 +392,39 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
   }
 }
 
+net::awaitable<bool> Connection::serve_page_file(Exchange& ex, const Request& request, std::string_view path,
+                                                 const PageFile& file) {
+  // The page is static and holds no data, so it needs no API key; what it
+  // shows comes from /v1/admission, which does.
+  ex.route = path == "/index.html" ? std::string_view("/") : file_route(path);
+  Reply reply;
+  const bhttp::verb verb = request.method();
+  if (verb != bhttp::verb::get && verb != bhttp::verb::head) {
+    reply = error_reply(Error(ErrorCode::kMethodNotAllowed, std::string(path) + " accepts only GET, HEAD"));
+    reply.headers.emplace_back("Allow", "GET, HEAD");
+    co_return co_await send(ex, std::move(reply));
+  }
+  reply.body = std::string(file.body);
+  reply.content_type = std::string(file.content_type);
+  reply.headers.emplace_back("Content-Security-Policy", std::string(kPageCsp));
+  reply.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  reply.headers.emplace_back("Referrer-Policy", "no-referrer");
+  reply.headers.emplace_back("Cache-Control", "no-cache");
+  co_return co_await send(ex, std::move(reply));
+}
+
 net::awaitable<bool> Connection::send(Exchange& ex, Reply reply) {
   bhttp::response<bhttp::string_body> res;
   res.version(ex.version);
   res.result(static_cast<unsigned>(reply.status));
   res.set(bhttp::field::server, "vramgate");
-  res.set(bhttp::field::content_type, reply.content_type);
+  if (!reply.content_type.empty()) res.set(bhttp::field::content_type, reply.content_type);
   res.set("X-Request-Id", ex.request_id);
+  for (const auto& [name, value] : ex.cors) res.set(name, value);
   for (auto& [name, value] : reply.headers) res.set(name, value);
   res.keep_alive(ex.keep_alive && !reply.close && !closing_);
   res.body() = std::move(reply.body);
-  res.prepare_payload();
+  if (reply.status != 204) res.prepare_payload();  // a 204 carries no Content-Length
   if (ex.head) res.body().clear();  // Content-Length stays that of the full response
   ex.response_started = true;
   count_response(ex, reply.status);

@@ -19,6 +19,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/clock.hpp"
+#include "http/page.hpp"
 #include "http/server_state.hpp"
 #include "http/traffic_gate.hpp"
 
@@ -43,7 +44,7 @@ using Request = bhttp::request<bhttp::string_body>;
 struct Reply {
   int status = 200;
   std::string body;
-  std::string content_type = "application/json";
+  std::string content_type = "application/json";  ///< empty: no Content-Type (a 204)
   std::vector<std::pair<std::string, std::string>> headers;
   bool close = false;  ///< close the connection after it
 };
@@ -62,6 +63,7 @@ struct Exchange {
   bool chunked = false;           ///< streaming with chunked transfer encoding
   bool head = false;              ///< HEAD on a GET route: headers only
   TrafficTicket traffic;          ///< API key, X-Priority, Idempotency-Key (traffic_gate.hpp)
+  HeaderList cors;                ///< CORS headers every response to this request carries (cors.hpp)
 };
 
 /// The API a completion request came through (decoding and response shape).
@@ -91,6 +93,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Answers `error` with Connection: close, then lingers (see linger()).
   net::awaitable<void> reply_error_and_close(Error error);
   net::awaitable<bool> send(Exchange& ex, Reply reply);
+  /// GET / (and /index.html) and the page's script and style sheet.
+  net::awaitable<bool> serve_page_file(Exchange& ex, const Request& request, std::string_view path,
+                                       const PageFile& file);
   /// connection_traffic.cpp: API key, rate limit and traffic headers; the
   /// refusal (401/429/400) to send, or nullopt to go on. Fills ex.traffic.
   std::optional<Reply> check_traffic(Exchange& ex, const Request& request, bool metered);

@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/origin.hpp"
 #include "http/connection.hpp"
 
 namespace vg {
@@ -189,6 +190,9 @@ Status validate(const HttpServer::Options& o) {
   if (!(o.read_timeout_s > 0)) return Error(ErrorCode::kConfig, "read_timeout_s must be > 0");
   if (!(o.idle_timeout_s > 0)) return Error(ErrorCode::kConfig, "idle_timeout_s must be > 0");
   if (o.max_connections < 1) return Error(ErrorCode::kConfig, "max_connections must be >= 1");
+  for (const std::string& origin : o.cors_allow_origins) {
+    if (Status st = check_origin(origin); !st) return Error(ErrorCode::kConfig, "cors_allow_origin: " + st.error().message);
+  }
   return {};
 }
 

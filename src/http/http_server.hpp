@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "server/service.hpp"
@@ -43,6 +44,10 @@ class HttpServer {
     bool trim_heap_on_admission = false;
     /// API keys, rate limits, Idempotency-Key replay (README "Traffic policies").
     traffic::TrafficOptions traffic;
+    /// Origins whose browser requests get CORS headers (exact
+    /// scheme://host[:port] values, or "*" for any); empty: CORS off.
+    /// create() refuses a value that is not an origin (kConfig).
+    std::vector<std::string> cors_allow_origins;
   };
 
   /// Binds and listens (errors: kConfig naming host:port), starts the I/O threads.

@@ -11,6 +11,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/decimal.hpp"
 #include "common/utf8.hpp"
 #include "http/json_fields.hpp"
 
@@ -30,6 +31,69 @@ boost::json::object usage_json(const Usage& u) {
 
 Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
 
+namespace {
+
+void write_json(const boost::json::value& v, std::string& out);
+
+void write_array(const boost::json::array& a, std::string& out) {
+  out += '[';
+  bool first = true;
+  for (const boost::json::value& e : a) {
+    if (!first) out += ',';
+    first = false;
+    write_json(e, out);
+  }
+  out += ']';
+}
+
+void write_object(const boost::json::object& o, std::string& out) {
+  out += '{';
+  bool first = true;
+  for (const boost::json::key_value_pair& kv : o) {
+    if (!first) out += ',';
+    first = false;
+    out += boost::json::serialize(kv.key());
+    out += ':';
+    write_json(kv.value(), out);
+  }
+  out += '}';
+}
+
+void write_json(const boost::json::value& v, std::string& out) {
+  switch (v.kind()) {
+    case boost::json::kind::null: out += "null"; return;
+    case boost::json::kind::bool_: out += v.get_bool() ? "true" : "false"; return;
+    case boost::json::kind::int64: out += std::to_string(v.get_int64()); return;
+    case boost::json::kind::uint64: out += std::to_string(v.get_uint64()); return;
+    case boost::json::kind::double_:
+      out += std::isfinite(v.get_double()) ? format_decimal(v.get_double()) : "null";
+      return;
+    case boost::json::kind::string: out += boost::json::serialize(v.get_string()); return;
+    case boost::json::kind::array: write_array(v.get_array(), out); return;
+    case boost::json::kind::object: write_object(v.get_object(), out); return;
+  }
+}
+
+}  // namespace
+
+std::string serialize(const boost::json::value& v) {
+  std::string out;
+  write_json(v, out);
+  return out;
+}
+
+std::string serialize(const boost::json::object& o) {
+  std::string out;
+  write_object(o, out);
+  return out;
+}
+
+std::string serialize(const boost::json::array& a) {
+  std::string out;
+  write_array(a, out);
+  return out;
+}
+
 }  // namespace json_fields
 
 namespace {
@@ -46,7 +110,7 @@ constexpr std::int64_t kMaxLogprobs = 20;
 
 /// Short printable rendering of a JSON value for error messages.
 std::string shown(const json::value& v) {
-  std::string s = json::serialize(v);
+  std::string s = json_fields::serialize(v);
   constexpr std::size_t kMax = 40;
   if (s.size() > kMax) {
     s.resize(kMax);
@@ -369,7 +433,7 @@ json::array string_array(const std::vector<std::string>& items) {
   return out;
 }
 
-/// Integral values as JSON integers ("2", not "2E0"); others as doubles.
+/// Integral values as JSON integers; others as doubles (written as plain decimals).
 json::value number(double x) {
   if (std::isfinite(x) && std::trunc(x) == x && std::fabs(x) < 9.0e15) return static_cast<std::int64_t>(x);
   if (!std::isfinite(x)) return nullptr;
@@ -418,16 +482,16 @@ std::string encode_error(const Error& error) {
   if (error.retry_after_s) e["retry_after_s"] = number(*error.retry_after_s);
   json::object o;
   o["error"] = std::move(e);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_completion(const CompletionBody& body) {
-  return json::serialize(
+  return json_fields::serialize(
       completion_json(body.id, body.model, body.created, body.text, body.finish_reason, body.usage));
 }
 
 std::string encode_completion_chunk(const CompletionChunk& chunk) {
-  return json::serialize(
+  return json_fields::serialize(
       completion_json(chunk.id, chunk.model, chunk.created, chunk.text, chunk.finish_reason, chunk.usage));
 }
 
@@ -438,7 +502,7 @@ std::string encode_infer_response(const InferBody& body) {
   o["queue_ms"] = millis(body.queue_ms);
   o["finish_reason"] = safe(body.finish_reason);
   o["usage"] = usage_json(body.usage);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_models(const std::vector<ModelInfo>& models) {
@@ -465,7 +529,7 @@ std::string encode_models(const std::vector<ModelInfo>& models) {
   json::object o;
   o["object"] = "list";
   o["data"] = std::move(data);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_admission(const AdmissionState& state) {
@@ -511,14 +575,14 @@ std::string encode_admission(const AdmissionState& state) {
   o["oom_budget_cuts"] = state.oom_budget_cuts;
   o["preemptions"] = state.preemptions;
   o["not_ready_trips"] = state.not_ready_trips;
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_status(std::string_view status, std::string_view reason) {
   json::object o;
   o["status"] = safe(status);
   if (!reason.empty()) o["reason"] = safe(reason);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_ready(std::string_view reason, const std::vector<DeviceState>& devices) {
@@ -534,7 +598,7 @@ std::string encode_ready(std::string_view reason, const std::vector<DeviceState>
     list.push_back(std::move(e));
   }
   o["devices"] = std::move(list);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string sse_data(std::string_view payload) {

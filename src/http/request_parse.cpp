@@ -5,7 +5,8 @@
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
-#include <spdlog/fmt/fmt.h>
+
+#include "common/decimal.hpp"
 
 namespace vg::httpd {
 namespace {
@@ -38,7 +39,7 @@ std::optional<Error> read_error(beast::error_code ec, std::string_view buffered,
                                 const HeadLimits& limits) {
   if (ec == beast::error::timeout) {
     return Error(ErrorCode::kRequestTimeout,
-                 fmt::format("request not received within {:g} s", limits.read_timeout_s));
+                 "request not received within " + format_decimal(limits.read_timeout_s) + " s");
   }
   if (ec == bhttp::error::body_limit) {
     return Error(ErrorCode::kBodyTooLarge,

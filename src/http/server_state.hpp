@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "http/cors.hpp"
 #include "http/http_server.hpp"
 #include "http/traffic_gate.hpp"
 
@@ -25,12 +26,17 @@ class EventQueue;
 class ServerState {
  public:
   ServerState(Service& service, const HttpServer::Options& options)
-      : service_(service), options_(options), traffic_(options.traffic, options.metrics) {}
+      : service_(service),
+        options_(options),
+        traffic_(options.traffic, options.metrics),
+        cors_{options.cors_allow_origins} {}
 
   Service& service() const { return service_; }
   const HttpServer::Options& options() const { return options_; }
   /// API keys, rate limits, priorities and Idempotency-Keys of this server.
   TrafficGate& traffic() { return traffic_; }
+  /// The allowed origins of cross-origin browser requests (immutable).
+  const CorsPolicy& cors() const { return cors_; }
 
   /// Requests being answered right now.
   std::atomic<int> active_requests{0};
@@ -60,6 +66,7 @@ class ServerState {
   Service& service_;
   const HttpServer::Options options_;
   TrafficGate traffic_;
+  const CorsPolicy cors_;
 
   std::mutex mu_;
   std::condition_variable no_connections_;

@@ -2,10 +2,10 @@
 #include "metrics/registry.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <variant>
+
+#include "common/decimal.hpp"
 
 namespace vg::metrics {
 
@@ -181,17 +181,6 @@ std::string escape_help(std::string_view v) {
   return out;
 }
 
-std::string format_value(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  if (v == std::trunc(v) && std::fabs(v) < 1e15) {
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-  }
-  // Shortest text that reads back as the same double (0.1, not 0.10000000000000001).
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
-}
+std::string format_value(double v) { return format_decimal(v); }
 
 }  // namespace vg::metrics

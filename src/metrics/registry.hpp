@@ -155,7 +155,8 @@ inline constexpr std::string_view kExpositionContentType = "text/plain; version=
 std::string escape_label_value(std::string_view v);
 /// Escapes HELP text (backslash, newline).
 std::string escape_help(std::string_view v);
-/// A sample value: integers without a fraction, +Inf, -Inf, NaN.
+/// A sample value in plain decimal (common/decimal: "0.0005", not "5e-04";
+/// integers without a fraction), +Inf, -Inf, NaN.
 std::string format_value(double v);
 
 }  // namespace vg::metrics

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/decimal.hpp"
+
 namespace vg {
 namespace json = boost::json;
 
@@ -55,8 +57,8 @@ class Keys {
     }
     const double x = v->to_number<double>();
     if (!(x > low && x < high)) {
-      fail("'" + std::string(key) + "' = " + json::serialize(*v) + " is out of range (" + json::serialize(json::value(low)) +
-           ", " + json::serialize(json::value(high)) + ")");
+      fail("'" + std::string(key) + "' = " + format_decimal(x) + " is out of range (" + format_decimal(low) + ", " +
+           format_decimal(high) + ")");
       return fallback;
     }
     return x;

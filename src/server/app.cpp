@@ -10,6 +10,7 @@
 #include <csignal>
 #include <thread>
 
+#include "common/decimal.hpp"
 #include "http/http_server.hpp"
 #include "metrics/registry.hpp"
 #include "metrics/server_metrics.hpp"
@@ -68,6 +69,7 @@ int run_server(const ServeConfig& config) {
   ho.max_connections = config.max_connections;
   ho.metrics = &metrics;
   ho.log_request_text = config.log_request_text;
+  ho.cors_allow_origins = config.cors_allow_origin;
   ho.trim_heap_on_admission = config.test_trim_heap;
   ho.traffic.api_keys = api_keys;
   ho.traffic.metrics_auth = config.metrics_auth;
@@ -84,7 +86,7 @@ int run_server(const ServeConfig& config) {
 
   const int sig = wait_for_shutdown_signal();
   spdlog::info("received {}: draining for up to {} s", sig == SIGINT ? "SIGINT" : "SIGTERM",
-               config.shutdown_grace_s);
+               format_decimal(config.shutdown_grace_s));
 
   // 1. Not ready (/ready 503) and new completions refused with 503 +
   //    Retry-After. The listener stays open meanwhile, so load balancers

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "admission/admission_policy.hpp"
+#include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "engine/memory_profiler.hpp"
 #include "model/model.hpp"
@@ -63,7 +64,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
   out.budget_bytes =
       device_budget(capacity, config.memory_utilization, out.resident_bytes, out.workspace_bytes, out.reserve_bytes);
   spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", out.device->name(),
-               format_bytes(out.budget_bytes), format_bytes(capacity), config.memory_utilization,
+               format_bytes(out.budget_bytes), format_bytes(capacity), format_decimal(config.memory_utilization),
                format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes));
   if (config.admission != "none") {
     for (std::size_t i = 0; i < models.size(); ++i) {

@@ -105,8 +105,22 @@ def test_bad_chat_requests_are_400_streaming_or_not(chat_server, body, words):
     assert plain.json() == streamed.json()
 
 
-def test_model_without_a_known_template(make_server):
-    s = make_server()  # models/tinylm has no tokenizer_config.json
+def test_default_model_chats_without_extra_fields(make_server):
+    """A stock OpenAI chat call to models/tinylm: its tokenizer_config.json carries ChatML."""
+    s = make_server()
+    r = s.post("/v1/chat/completions", {"model": "tinylm", "messages": MESSAGES, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert r.json()["object"] == "chat.completion"
+    assert r.json()["usage"]["prompt_tokens"] == len(CHATML_PROMPT.encode())
+    assert re.search(r"chat format of 'tinylm': chatml", s.logs())
+
+
+def test_model_without_a_known_template(make_server, tmp_path):
+    model = tmp_path / "tinylm-plain"  # tinylm's weights without its tokenizer_config.json
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(f"{MODEL_DIR}/{name}", model / name)
+    s = make_server(model_dir=str(model))
     r = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4})
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "invalid_request"

@@ -2,11 +2,15 @@
 // of the OpenAI fields), error bodies, responses, SSE framing, UTF-8 safety.
 #include "http/json_codec.hpp"
 
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include <limits>
 
 #include <boost/json.hpp>
+
+#include "http/json_fields.hpp"
 
 namespace vg {
 namespace {
@@ -303,6 +307,39 @@ TEST(EncodeError, ShapeWithOptionalNumbers) {
   const json::object e3 = parse_object(encode_error(busy)).at("error").as_object();
   EXPECT_EQ(e3.at("type").as_string(), "overloaded");
   EXPECT_DOUBLE_EQ(e3.at("retry_after_s").to_number<double>(), 2.5);
+}
+
+// Doubles appear in the text as people write them, not as Boost.JSON's "4.19E0".
+TEST(EncodeNumbers, PlainDecimalsInTheText) {
+  Error busy(ErrorCode::kOverloaded, "queue full");
+  busy.retry_after_s = 4.19;
+  EXPECT_NE(encode_error(busy).find("\"retry_after_s\":4.19}"), std::string::npos) << encode_error(busy);
+  busy.retry_after_s = 3.0;
+  EXPECT_NE(encode_error(busy).find("\"retry_after_s\":3}"), std::string::npos) << encode_error(busy);
+
+  const std::string infer = encode_infer_response({"out", 12.3456, 0.007, "stop", {1, 2}});
+  EXPECT_NE(infer.find("\"latency_ms\":12.346,"), std::string::npos) << infer;
+  EXPECT_NE(infer.find("\"queue_ms\":0.007,"), std::string::npos) << infer;
+
+  ModelInfo m;
+  m.safety_factor = 1.1;
+  const std::string models = encode_models({m});
+  EXPECT_NE(models.find("\"safety_factor\":1.1}"), std::string::npos) << models;
+  for (const std::string& text : {encode_error(busy), infer, models}) {
+    EXPECT_EQ(text.find("E0"), std::string::npos) << text;
+    EXPECT_EQ(text.find("e-"), std::string::npos) << text;
+  }
+}
+
+TEST(EncodeNumbers, SerializeMatchesBoostExceptForDoubles) {
+  const json::value v = json::parse(R"({"a":[1,-2,18446744073709551615,true,false,null],"b":"x\"\n\u00e9","c":{}})");
+  EXPECT_EQ(json_fields::serialize(v), json::serialize(v));
+  json::object o;
+  o["d"] = 0.25;
+  o["big"] = 1e300;
+  o["inf"] = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(json_fields::serialize(o), R"({"d":0.25,"big":1e+300,"inf":null})");
+  EXPECT_EQ(json::parse(json_fields::serialize(o)).at("big").as_double(), 1e300);
 }
 
 TEST(EncodeCompletion, OpenAIShape) {

@@ -129,6 +129,8 @@ TEST(FormatValue, IntegersShortestFloatsAndSpecials) {
   EXPECT_EQ(format_value(-3), "-3");
   EXPECT_EQ(format_value(0.1), "0.1");
   EXPECT_EQ(format_value(0.001), "0.001");
+  EXPECT_EQ(format_value(0.0005), "0.0005");  // a bucket bound: not "5e-04"
+  EXPECT_EQ(format_value(1e17), "100000000000000000");
   EXPECT_EQ(format_value(1.0 / 0.0), "+Inf");
   EXPECT_EQ(format_value(-1.0 / 0.0), "-Inf");
   EXPECT_EQ(format_value(0.0 / 0.0), "NaN");
