@@ -156,7 +156,7 @@ std::string encode_completion_response(const CompletionResponse& r) {
   o["model"] = safe(r.model);
   o["choices"] = std::move(choices);
   put_usage(o, r.usage, r.usage_null);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 std::string encode_chat_response(const ChatResponse& r) {
@@ -187,7 +187,7 @@ std::string encode_chat_response(const ChatResponse& r) {
   o["model"] = safe(r.model);
   o["choices"] = std::move(choices);
   put_usage(o, r.usage, r.usage_null);
-  return json::serialize(o);
+  return json_fields::serialize(o);
 }
 
 }  // namespace vg
