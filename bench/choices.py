@@ -22,13 +22,13 @@ import requests
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Server, raise_priority  # noqa: E402
 
-PROMPT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
-          "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light")
+PROMPT = "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of"
 
 
 def post(url, body):
     r = requests.post(url + "/v1/completions", json=body, timeout=600)
-    r.raise_for_status()
+    if r.status_code != 200:
+        raise SystemExit(f"{r.status_code} {r.text}")
     return r.json(), int(r.headers.get("X-Queue-Position", "0"))
 
 
