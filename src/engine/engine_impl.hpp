@@ -101,7 +101,9 @@ struct Request final : RequestHandle {
   TimePoint enqueued;
   std::atomic<bool> cancelled{false};
   std::weak_ptr<EngineFront> front;
-  int reported_position = 0;        ///< engine thread only: last QueuedEvent sent
+  /// Last QueuedEvent sent. While queued, guarded by EngineFront::mu (any
+  /// engine of the front reports positions); otherwise the thread that runs it.
+  int reported_position = 0;
   int model_index = 0;              ///< the model it runs on (admission topology)
   int preemptions = 0;              ///< the thread that runs it only
   std::optional<Progress> resume;   ///< the thread that runs it only: set while requeued after preemption

@@ -90,6 +90,9 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
   s.cache.reset();
   s.lease.release();
   req->resume.emplace(std::move(s.p));
+  // Reset while only this thread sees it: once put() makes it visible, any
+  // engine of the front reports its position under the front's mutex.
+  req->reported_position = 0;
   front->put(req);
   {
     std::lock_guard lk(shared->mu);
@@ -107,7 +110,6 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
     req->sink->push(engine_detail::failed(*req, st.error()));
     return;
   }
-  req->reported_position = 0;
   front->notify_all();  // another device may take it now
   spdlog::warn("request {} preempted after {} generated tokens (preemption {} of at most {}); requeued at the "
                "head to be recomputed",

@@ -254,7 +254,7 @@ TEST(EncodeCompletion, PromptLogprobsStartWithNullAndInfinityIsFloored) {
   EXPECT_EQ(v.at("choices").at(0).at("index").as_int64(), 1);
   EXPECT_TRUE(l.at("token_logprobs").at(0).is_null());
   EXPECT_TRUE(l.at("top_logprobs").at(0).is_null());
-  EXPECT_DOUBLE_EQ(l.at("token_logprobs").at(1).as_double(), -9999.0);
+  EXPECT_DOUBLE_EQ(l.at("token_logprobs").at(1).to_number<double>(), -9999.0);
 }
 
 TEST(DecodeCompletion, BadJsonAndNonObjects) {
