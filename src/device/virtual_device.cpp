@@ -1,4 +1,4 @@
-// VirtualDevice, DeviceScope and the capped CPU allocator that charges each
+// VirtualDevice and the capped CPU allocator that charges each
 // libtorch allocation to the device bound to the allocating thread. Any thread
 // may allocate; the counters are atomics. The allocator is installed once per
 // process and lives until exit (tensors may be freed during static teardown).
@@ -14,8 +14,6 @@
 namespace vg {
 namespace {
 
-thread_local Device* t_device = nullptr;
-thread_local VirtualDevice* t_virtual = nullptr;
 
 /// Every block handed out by the capped allocator starts kHeaderBytes before
 /// its data pointer; the header records whom to credit and how to free the
@@ -56,7 +54,7 @@ class CappedAllocator final : public compat::AllocatorAdapter {
   c10::DataPtr do_allocate(std::size_t n) const override {
     const c10::Device cpu(c10::DeviceType::CPU);
     if (n == 0) return {nullptr, nullptr, &free_block, cpu};
-    VirtualDevice* device = t_virtual;
+    auto* device = dynamic_cast<VirtualDevice*>(current_device());  // bound by DeviceScope (device_scope.cpp)
     const auto bytes = static_cast<std::int64_t>(n);
     if (device != nullptr && !device->try_charge(bytes)) {
       const DeviceMemory m = device->memory();
@@ -137,17 +135,5 @@ bool VirtualDevice::try_charge(std::int64_t bytes) {
 }
 
 void VirtualDevice::release(std::int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
-
-DeviceScope::DeviceScope(Device* device) : previous_(t_device) {
-  t_device = device;
-  t_virtual = dynamic_cast<VirtualDevice*>(device);
-}
-
-DeviceScope::~DeviceScope() {
-  t_device = previous_;
-  t_virtual = dynamic_cast<VirtualDevice*>(previous_);
-}
-
-Device* current_device() { return t_device; }
 
 }  // namespace vg

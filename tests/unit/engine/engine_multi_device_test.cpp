@@ -20,11 +20,7 @@ constexpr std::int64_t kBudget = 900;
 class MultiDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < 2; ++i) {
-      auto d = VirtualDevice::create(i, 1 << 30);
-      ASSERT_TRUE(d.ok());
-      devices_[i] = std::move(d).value();
-    }
+    for (int i = 0; i < 2; ++i) devices_[i] = std::make_unique<testing::FakeDevice>(i);
   }
 
   Engine::Options options() const {
@@ -62,7 +58,7 @@ class MultiDeviceTest : public ::testing::Test {
   }
 
   FakeModel models_[2];
-  std::unique_ptr<VirtualDevice> devices_[2];
+  std::unique_ptr<testing::FakeDevice> devices_[2];
   std::unique_ptr<Engine> engines_[2];  // declared last: stopped before the models go
 };
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "device/device.hpp"
+#include "fake_device.hpp"
 #include "engine/engine.hpp"
 #include "fake_model.hpp"
 #include "metrics/registry.hpp"
@@ -16,6 +17,7 @@
 namespace vg {
 namespace {
 
+using testing::FakeDevice;
 using testing::FakeModel;
 using namespace std::chrono_literals;
 
@@ -56,9 +58,7 @@ bool eventually(F cond) {
 class EngineOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto d = VirtualDevice::create(0, 1 << 30);
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(d).value();
+    device_ = std::make_unique<FakeDevice>();
   }
   std::unique_ptr<Engine> make(metrics::ServerMetrics* m = nullptr, int max_preemptions = 3) {
     Engine::Options o;
@@ -83,7 +83,7 @@ class EngineOpsTest : public ::testing::Test {
   }
 
   FakeModel model_;
-  std::unique_ptr<VirtualDevice> device_;
+  std::unique_ptr<FakeDevice> device_;
 };
 
 TEST_F(EngineOpsTest, HeartbeatShowsAStepInProgressAndIdleOtherwise) {

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "device/device.hpp"
+#include "fake_device.hpp"
 #include "engine/engine.hpp"
 #include "fake_model.hpp"
 
@@ -98,9 +99,7 @@ class Collector final : public EventSink {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto d = VirtualDevice::create(0, 1 << 30);
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(d).value();
+    device_ = std::make_unique<FakeDevice>();
   }
   // Defaults: fixed:max_batch admission, 100 bytes of cost per token.
   static Engine::Options options(int max_batch = 8, int max_queue = 64) {
@@ -128,7 +127,7 @@ class EngineTest : public ::testing::Test {
   }
 
   FakeModel model_;
-  std::unique_ptr<VirtualDevice> device_;
+  std::unique_ptr<FakeDevice> device_;
 };
 
 }  // namespace vg::testing

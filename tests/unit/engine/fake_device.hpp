@@ -1,0 +1,33 @@
+// A Device for engine tests that allocates nothing (the fake model holds no
+// tensors): counts what the engine asks of it, torch-free so the engine
+// tests also run under ThreadSanitizer.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "device/device.hpp"
+
+namespace vg::testing {
+
+class FakeDevice final : public Device {
+ public:
+  explicit FakeDevice(int index = 0, std::int64_t capacity = 1 << 30)
+      : name_("virt:" + std::to_string(index)), capacity_(capacity) {}
+  const std::string& name() const override { return name_; }
+  std::string torch_device() const override { return "cpu"; }
+  DeviceMemory memory() const override { return DeviceMemory{capacity_, 0, 0, 0, 0, 0}; }
+  void reset_peak() override {}
+  void inject_out_of_memory() override { ++injected_; }
+  void release_cached_memory() override { ++released_; }
+  int injected() const { return injected_.load(); }
+  int released() const { return released_.load(); }
+
+ private:
+  std::string name_;
+  std::int64_t capacity_;
+  std::atomic<int> injected_{0};
+  std::atomic<int> released_{0};
+};
+
+}  // namespace vg::testing
