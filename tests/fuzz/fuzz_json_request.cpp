@@ -25,7 +25,16 @@ void check(const vg::Result<vg::CompletionRequest>& r) {
     return;
   }
   const vg::CompletionRequest& req = r.value();
-  if (req.max_tokens < 0) __builtin_trap();
+  if (req.max_tokens < 0 || (req.max_tokens == 0 && !req.echo)) __builtin_trap();
+  if (req.n < 1 || req.n > 256) __builtin_trap();
+  if (req.logprobs && (*req.logprobs < 0 || *req.logprobs > 20)) __builtin_trap();
+  if (req.include_usage && !req.stream) __builtin_trap();
+  const vg::SamplingParams& sp = req.sampling;
+  if (!(std::fabs(sp.presence_penalty) <= 2) || !(std::fabs(sp.frequency_penalty) <= 2)) __builtin_trap();
+  if (!(sp.repetition_penalty > 0)) __builtin_trap();
+  for (const auto& [id, bias] : sp.logit_bias) {
+    if (id < 0 || !(std::fabs(bias) <= 100)) __builtin_trap();
+  }
   if (req.stop.size() > 4) __builtin_trap();
   for (const std::string& s : req.stop) {
     if (s.empty()) __builtin_trap();
