@@ -29,6 +29,14 @@ struct Entry {
   QueuedRequest request;
   TimePoint expires_at{};  // min(enqueued + queue_timeout, deadline)
   bool by_deadline = false;  // expires_at comes from the request's own deadline
+  std::int64_t tokens = 0;   // tokens it will produce
+  std::optional<RetryIdentity> retry;     // books its retry if the queue wait limit refuses it
+  std::optional<TimePoint> promised_at;   // a claimed booking: the promised grant time
+};
+
+struct Running {
+  std::int64_t tokens = 0;
+  TimePoint granted_at{};
 };
 
 }  // namespace
@@ -55,13 +63,16 @@ struct AdmissionController::State final : LeaseLedger {
   std::vector<DeviceState> devices VG_GUARDED_BY(mu);
   std::vector<EngineState> engines VG_GUARDED_BY(mu);
   std::unordered_map<RequestId, int> holders VG_GUARDED_BY(mu);  // granted lease -> its engine
+  std::unordered_map<RequestId, Running> running VG_GUARDED_BY(mu);  // granted lease -> its work
+  mutable RetryBookings bookings VG_GUARDED_BY(mu);  // swept lazily, also by const readers
+  double mean_cost VG_GUARDED_BY(mu) = 0;  // moving mean of granted costs (bytes)
   std::vector<Entry> queue VG_GUARDED_BY(mu);  // FIFO
   DrainRateEstimator drain VG_GUARDED_BY(mu);
   AdmissionCounters counters VG_GUARDED_BY(mu);
   std::shared_ptr<const Callback> on_release VG_GUARDED_BY(mu);
 
   State(const AdmissionOptions& o, const AdmissionTopology& topology, Callback cb)
-      : options(o), drain(o.drain_rate),
+      : options(o), bookings(o.retry_booking), drain(o.drain_rate),
         on_release(cb ? std::make_shared<const Callback>(std::move(cb)) : nullptr) {
     MutexLock lock(mu);
     for (const auto& d : topology.devices) devices.push_back(DeviceState{d, d.budget_bytes});
@@ -77,6 +88,7 @@ struct AdmissionController::State final : LeaseLedger {
         e = it->second;
         holders.erase(it);
       }
+      running.erase(id);
       EngineState& engine = engines[static_cast<std::size_t>(e)];
       DeviceState& device = devices[static_cast<std::size_t>(engine.config.device)];
       device.reserved -= bytes;
@@ -146,8 +158,81 @@ struct AdmissionController::State final : LeaseLedger {
     return std::nullopt;
   }
 
+  bool booking_on() const { return options.retry_booking.enabled && options.policy.kind != AdmissionPolicy::Kind::kNone; }
+
+  /// Sequences all engines decode per step (the unmeasured estimate's batch).
+  std::int64_t batch() const VG_REQUIRES(mu) {
+    std::int64_t b = 0;
+    for (const EngineState& e : engines) b += e.config.max_running > 0 ? e.config.max_running : 1;
+    return std::max<std::int64_t>(b, 1);
+  }
+
+  /// Tokens the running work still has to produce at `now` (its max_tokens,
+  /// less one per step time since its grant).
+  std::int64_t running_tokens(TimePoint now) const VG_REQUIRES(mu) {
+    const double step = to_s(options.step_time);
+    std::int64_t n = 0;
+    for (const auto& [id, r] : running) {
+      const double done = step > 0 ? to_s(now - r.granted_at) / step : 0;
+      n += std::max<std::int64_t>(0, r.tokens - static_cast<std::int64_t>(done));
+    }
+    return n;
+  }
+
+  /// The refusal of a request that cannot have a place now (queue full, or
+  /// its queue wait limit): the promise for a place behind the first
+  /// `ahead` waiting entries (queue order) and every booking held, and a
+  /// booking of that place when `retry` is bookable. `what` starts the message.
+  Error refuse(const std::string& what, const QueuedRequest& r, std::int64_t tokens, const RetryIdentity* retry,
+               std::size_t ahead, TimePoint now) VG_REQUIRES(mu) {
+    if (!booking_on()) {
+      const double retry_s = retry_after(static_cast<std::int64_t>(ahead) + 1, now);
+      Error e(ErrorCode::kOverloaded, what + "; this request needs " + format_bytes(r.cost_bytes) + ", " +
+                                          reserved_text() + "; retry after " + seconds_text(retry_s));
+      e.retry_after_s = retry_s;
+      e.retry_position = static_cast<std::int64_t>(ahead) + 1;
+      return e;
+    }
+    bookings.sweep(now);
+    DrainView v;
+    v.bytes_ahead = r.cost_bytes;
+    v.tokens_ahead = tokens + running_tokens(now);
+    std::size_t counted = 0;
+    for (const Entry& e : queue) {
+      if (counted == ahead) break;
+      if (e.request.id == r.id) continue;
+      ++counted;
+      v.bytes_ahead += e.request.cost_bytes;
+      v.tokens_ahead += e.tokens;
+    }
+    for (const RetryBooking& b : bookings.held()) {
+      v.bytes_ahead += b.cost_bytes;
+      v.tokens_ahead += b.tokens;
+    }
+    v.requests_ahead = static_cast<std::int64_t>(counted + bookings.held().size());
+    v.requests_per_s = drain.rate_per_s(now);
+    v.mean_cost_bytes = mean_cost;
+    v.step_s = to_s(options.step_time);
+    v.batch = batch();
+    v.unmeasured_rate_per_s = options.retry_after.unmeasured_rate_per_s;
+    const double promise = std::min(promise_seconds(v), 86400.0);
+    const double rate = v.requests_per_s ? *v.requests_per_s : implied_rate_per_s(v.requests_ahead, promise);
+    const std::int64_t position = v.requests_ahead + 1;
+    const RetryBookings::Decision d =
+        retry ? bookings.book(*retry, now, promise, position, rate, r.cost_bytes, tokens) : RetryBookings::Decision{};
+    std::string msg = what + "; this request needs " + format_bytes(r.cost_bytes) + ", " + reserved_text() +
+                      "; place " + std::to_string(position) + " in line, expected in " + seconds_text(promise);
+    msg += d.booked ? "; retry booked: retry then with its X-Retry-Token"
+                    : (d.reason.empty() ? std::string() : "; " + d.reason);
+    Error e(ErrorCode::kOverloaded, std::move(msg));
+    e.retry_after_s = promise;
+    e.retry_position = position;
+    if (d.booked) e.retry_token = d.booking.token;
+    return e;
+  }
+
   Entry make_entry(const QueuedRequest& r, TimePoint now, std::optional<TimePoint> deadline) const {
-    Entry entry{r, now + options.queue_timeout, false};
+    Entry entry{r, now + options.queue_timeout, false, 0, std::nullopt, std::nullopt};
     if (deadline && *deadline < entry.expires_at) {
       entry.expires_at = *deadline;
       entry.by_deadline = true;
@@ -198,6 +283,13 @@ Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const A
   if (!(o.retry_after.min_s >= 1 && o.retry_after.max_s >= o.retry_after.min_s)) {
     return Error(ErrorCode::kConfig, "retry_after needs 1 <= min_s <= max_s");
   }
+  const RetryBookingOptions& rb = o.retry_booking;
+  if (rb.max_bookings < 1 || rb.early < Duration::zero() || rb.grace <= Duration::zero() ||
+      rb.max_after <= Duration::zero()) {
+    return Error(ErrorCode::kConfig,
+                 "retry bookings need max_retry_bookings >= 1, retry_early >= 0, retry_grace > 0 and "
+                 "max_retry_after > 0");
+  }
   auto state = std::make_shared<State>(o, topology, std::move(on_release));
   return std::unique_ptr<AdmissionController>(new AdmissionController(std::move(state)));
 }
@@ -213,6 +305,15 @@ AdmissionController::~AdmissionController() {
 
 Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
                                                      std::optional<TimePoint> deadline, Priority priority, int model) {
+  EnqueueOptions eo;
+  eo.deadline = deadline;
+  eo.priority = priority;
+  eo.model = model;
+  return enqueue(id, cost_bytes, now, eo);
+}
+
+Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
+                                                     const EnqueueOptions& eo) {
   State& s = *state_;
   const AdmissionOptions& o = s.options;
   if (cost_bytes < 0) {
@@ -220,8 +321,8 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   }
   const bool limited = o.policy.kind != AdmissionPolicy::Kind::kNone;
   MutexLock lock(s.mu);
-  const std::optional<std::int64_t> largest = s.largest_budget(model);
-  if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(model));
+  const std::optional<std::int64_t> largest = s.largest_budget(eo.model);
+  if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(eo.model));
   if (limited && cost_bytes > *largest) {
     ++s.counters.rejected_never_fits;
     const bool one = s.devices.size() == 1;
@@ -234,29 +335,67 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
     return e;
   }
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
-  const QueuedRequest request{id, cost_bytes, now, priority, model};
-  if (limited) {
+  QueuedRequest request{id, cost_bytes, now, eo.priority, eo.model};
+  const bool bookable = s.booking_on() && eo.retry != nullptr;
+  std::optional<TimePoint> promised;
+  const char* claimed_by = "";
+  if (bookable) {
+    const RetryBookings::Lookup found = s.bookings.recognise(*eo.retry, now);
+    switch (found.match) {
+      case RetryBookings::Match::kMismatch:
+        return Error(ErrorCode::kInvalidRequest,
+                     "X-Retry-Token was issued for a different request (route and body must be the same)");
+      case RetryBookings::Match::kEarly: {
+        const double left = to_s(found.left);
+        Error e(ErrorCode::kOverloaded, "retry came " + seconds_text(left) + " before its booked place " +
+                                            std::to_string(found.booking.position) +
+                                            "; the booking is kept: retry in " + seconds_text(left));
+        e.retry_after_s = left;
+        e.retry_position = found.booking.position;
+        e.retry_token = found.booking.token;
+        return e;
+      }
+      case RetryBookings::Match::kClaimed:
+        request.enqueued_at = found.booking.booked_at;  // its place: ahead of later arrivals
+        promised = found.booking.promised_at;
+        claimed_by = found.by;
+        break;
+      case RetryBookings::Match::kNone:
+        break;
+    }
+  }
+  if (limited && !promised) {
     std::vector<QueuedRequest> q = s.requests();
     q.push_back(request);
     const std::vector<GrantAssignment> grants = s.assign(q, now);
     const bool starts_now = std::any_of(grants.begin(), grants.end(),
                                         [&](const GrantAssignment& g) { return g.index == q.size() - 1; });
     const std::int64_t waiting = static_cast<std::int64_t>(q.size() - grants.size());
-    if (!starts_now && waiting > o.max_queue) {
+    const std::int64_t held = bookable ? s.bookings.open_places(now) : 0;
+    if (!starts_now && waiting + held > o.max_queue) {
       ++s.counters.rejected_queue_full;
       const std::int64_t ahead = waiting - 1;
-      const double retry = s.retry_after(ahead + 1, now);
-      Error e(ErrorCode::kOverloaded, "queue full: " + std::to_string(ahead) + " requests waiting (max " +
-                                          std::to_string(o.max_queue) + "); this request needs " +
-                                          format_bytes(cost_bytes) + ", " + s.reserved_text() + "; retry after " +
-                                          seconds_text(retry));
-      e.retry_after_s = retry;
-      return e;
+      return s.refuse("queue full: " + std::to_string(ahead) + " requests waiting" +
+                          (held > 0 ? " and " + std::to_string(held) + " places booked for retries" : std::string()) +
+                          " (max " + std::to_string(o.max_queue) + ")",
+                      request, eo.tokens, bookable ? eo.retry : nullptr, static_cast<std::size_t>(ahead), now);
     }
   }
-  s.queue.push_back(s.make_entry(request, now, deadline));
+  Entry entry = s.make_entry(request, now, eo.deadline);
+  entry.tokens = eo.tokens;
+  entry.promised_at = promised;
+  if (bookable && eo.retry->bookable()) entry.retry = *eo.retry;
+  // Queue order is entry-time order: a claimed booking goes before every
+  // entry that arrived after its booking.
+  auto at = s.queue.end();
+  if (promised) {
+    at = std::find_if(s.queue.begin(), s.queue.end(),
+                      [&](const Entry& e) { return e.request.enqueued_at > request.enqueued_at; });
+  }
+  const auto index = static_cast<std::size_t>(at - s.queue.begin());
+  s.queue.insert(at, std::move(entry));
   ++s.counters.enqueued;
-  return AdmissionTicket{id, s.rank(s.queue.size() - 1, now)};
+  return AdmissionTicket{id, s.rank(index, now), claimed_by};
 }
 
 Status AdmissionController::requeue_front(RequestId id, std::int64_t cost_bytes, TimePoint enqueued_at,
@@ -284,6 +423,7 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
   State& s = *state_;
   std::vector<AdmissionExpiry> out;
   MutexLock lock(s.mu);
+  s.bookings.sweep(now);
   std::int64_t position = 0;  // 1-based place among the requests that stay or go
   for (auto it = s.queue.begin(); it != s.queue.end();) {
     ++position;
@@ -298,12 +438,10 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
       e = Error(ErrorCode::kTimeout, "request deadline passed while queued (waited " + seconds_text(waited) + ")");
     } else {
       ++s.counters.queue_timeout;
-      const double retry = s.retry_after(position, now);
-      e = Error(ErrorCode::kOverloaded,
-                "queue wait limit of " + seconds_text(to_s(s.options.queue_timeout)) + " reached at position " +
-                    std::to_string(position) + "; this request needs " + format_bytes(it->request.cost_bytes) + ", " +
-                    s.reserved_text() + "; retry after " + seconds_text(retry));
-      e.retry_after_s = retry;
+      e = s.refuse("queue wait limit of " + seconds_text(to_s(s.options.queue_timeout)) + " reached at position " +
+                       std::to_string(position),
+                   it->request, it->tokens, it->retry ? &*it->retry : nullptr,
+                   static_cast<std::size_t>(position - 1), now);
     }
     out.push_back(AdmissionExpiry{it->request.id, std::move(e)});
     it = s.queue.erase(it);
@@ -338,7 +476,14 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
     ++eng.active_leases;
     ++s.counters.admitted;
     s.holders[r.id] = engine;
-    out.push_back(AdmissionGrant{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority});
+    const Entry& entry = s.queue[i];
+    s.running[r.id] = Running{entry.tokens, now};
+    constexpr double kCostWeight = 0.1;  // moving mean over about the last ten grants
+    s.mean_cost = s.mean_cost > 0 ? s.mean_cost + kCostWeight * (static_cast<double>(r.cost_bytes) - s.mean_cost)
+                                  : static_cast<double>(r.cost_bytes);
+    AdmissionGrant g{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority, std::nullopt};
+    if (entry.promised_at) g.promise_error = now - *entry.promised_at;
+    out.push_back(std::move(g));
   }
   dev.peak_reserved = std::max(dev.peak_reserved, dev.reserved);
   // Remove the granted entries (picked is in grant order, not sorted),
@@ -435,10 +580,17 @@ AdmissionSnapshot AdmissionController::snapshot(TimePoint now) const {
     snap.devices.push_back(DeviceAdmission{d.config.name, d.config.budget_bytes, d.effective_budget, d.reserved,
                                            d.peak_reserved, d.active_leases});
   }
-  snap.queue_depth = static_cast<int>(s.queue.size());
+  s.bookings.sweep(now);
+  const std::vector<QueuedRequest> q = s.requests();
+  const std::size_t grantable = s.options.policy.kind == AdmissionPolicy::Kind::kNone ? 0 : s.assign(q, now).size();
+  snap.queue_depth = static_cast<int>(q.size() - std::min(grantable, q.size()));
+  snap.queued = static_cast<int>(q.size());
+  snap.retry_bookings = static_cast<int>(s.bookings.held().size());
+  snap.retry_places = static_cast<int>(s.bookings.open_places(now));
+  snap.retry_booking_counters = s.bookings.counters();
   snap.queue.reserve(s.queue.size());
   int position = 0;
-  for (std::size_t i : grant_order(s.requests(), s.options.priority_aging, now)) {
+  for (std::size_t i : grant_order(q, s.options.priority_aging, now)) {
     const QueuedRequest& r = s.queue[i].request;
     snap.queue.push_back(QueuedView{r.id, ++position, r.cost_bytes, now - r.enqueued_at, r.priority});
   }

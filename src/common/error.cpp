@@ -1,5 +1,8 @@
 #include "common/error.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace vg {
 
 int http_status(ErrorCode code) {
@@ -50,6 +53,36 @@ const char* error_type(ErrorCode code) {
     case ErrorCode::kConfig: return "config_error";
   }
   return "internal_error";
+}
+
+std::int64_t retry_after_ms(double seconds) {
+  const double ms = std::ceil(seconds * 1e3);
+  if (!std::isfinite(ms) || ms < 1) return std::isfinite(ms) || ms < 0 ? 1 : 86400000;
+  return static_cast<std::int64_t>(std::min(ms, 86400000.0));
+}
+
+std::int64_t retry_after_whole_s(double seconds) {
+  const double s = std::ceil(seconds);
+  if (!std::isfinite(s) || s < 1) return std::isfinite(s) || s < 0 ? 1 : 86400;
+  return static_cast<std::int64_t>(std::min(s, 86400.0));
+}
+
+bool retry_can_help(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidRequest:
+    case ErrorCode::kUnauthorized:
+    case ErrorCode::kModelNotFound:
+    case ErrorCode::kNotFound:
+    case ErrorCode::kMethodNotAllowed:
+    case ErrorCode::kBodyTooLarge:
+    case ErrorCode::kUriTooLong:
+    case ErrorCode::kHeaderTooLarge:
+    case ErrorCode::kExceedsDeviceMemory:
+    case ErrorCode::kIdempotencyKeyReused:
+      return false;
+    default:
+      return true;
+  }
 }
 
 }  // namespace vg
