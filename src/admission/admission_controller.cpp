@@ -283,13 +283,7 @@ Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const A
   if (!(o.retry_after.min_s >= 1 && o.retry_after.max_s >= o.retry_after.min_s)) {
     return Error(ErrorCode::kConfig, "retry_after needs 1 <= min_s <= max_s");
   }
-  const RetryBookingOptions& rb = o.retry_booking;
-  if (rb.max_bookings < 1 || rb.early < Duration::zero() || rb.grace <= Duration::zero() ||
-      rb.max_after <= Duration::zero()) {
-    return Error(ErrorCode::kConfig,
-                 "retry bookings need max_retry_bookings >= 1, retry_early >= 0, retry_grace > 0 and "
-                 "max_retry_after > 0");
-  }
+  if (Status st = validate(o.retry_booking); !st) return st.error();
   auto state = std::make_shared<State>(o, topology, std::move(on_release));
   return std::unique_ptr<AdmissionController>(new AdmissionController(std::move(state)));
 }

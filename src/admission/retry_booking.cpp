@@ -20,6 +20,16 @@ double to_s(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
+Status validate(const RetryBookingOptions& o) {
+  if (o.max_bookings < 1 || o.early < Duration::zero() || o.grace <= Duration::zero() ||
+      o.max_after <= Duration::zero()) {
+    return Error(ErrorCode::kConfig,
+                 "retry bookings need max_retry_bookings >= 1, retry_early >= 0, retry_grace > 0 and "
+                 "max_retry_after > 0");
+  }
+  return Status::Ok();
+}
+
 double promise_seconds(const DrainView& v) {
   const double ahead = static_cast<double>(std::max<std::int64_t>(v.requests_ahead, 0)) + 1;
   double s = 0;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "common/error.hpp"
 
 namespace vg {
 
@@ -47,6 +48,9 @@ struct RetryBookingOptions {
   Duration grace = std::chrono::seconds(2);         ///< and this much after it (> 0)
   Duration max_after = std::chrono::seconds(30);    ///< a longer promise books nothing (> 0)
 };
+
+/// Ok when the bounds above hold; else kConfig naming them.
+Status validate(const RetryBookingOptions& options);
 
 /// One booked place.
 struct RetryBooking {

@@ -122,6 +122,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   log.model = sub.model;
   log.prompt_tokens = sub.prompt_tokens;
   log.reserved_bytes = sub.cost_bytes;
+  log.retry = sub.retry_claimed_by;
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + sub.handle->id();
   bool role_sent = false;  // chat: the first chunk carries role "assistant"

@@ -21,6 +21,8 @@ struct Submission {
   int prompt_tokens = 0;
   int queue_position = 0; ///< on entry (0 = started at once)
   std::int64_t cost_bytes = 0;  ///< device bytes the request reserves (admission cost)
+  /// A retry that took its booked place: "token", "idempotency_key" or "body".
+  std::string retry_claimed_by;
 };
 
 class Service {
