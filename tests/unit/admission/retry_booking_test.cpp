@@ -213,6 +213,21 @@ EnqueueOptions with(const RetryIdentity& id, std::int64_t tokens = 10) {
   return eo;
 }
 
+TEST(AdmissionBookings, CreateRejectsBadBookingOptions) {
+  AdmissionOptions o = booking_options(1);
+  o.retry_booking.max_bookings = 0;
+  EXPECT_EQ(AdmissionController::create(o).error().code, ErrorCode::kConfig);
+  o = booking_options(1);
+  o.retry_booking.grace = 0s;
+  EXPECT_FALSE(AdmissionController::create(o).ok());
+  o = booking_options(1);
+  o.retry_booking.early = -1s;
+  EXPECT_FALSE(AdmissionController::create(o).ok());
+  o = booking_options(1);
+  o.retry_booking.max_after = 0s;
+  EXPECT_FALSE(AdmissionController::create(o).ok());
+}
+
 TEST(AdmissionBookings, QueueFullBooksAPlacePromisedFromTheMeasuredDrainRate) {
   ManualClock c;
   auto ac = make(booking_options(1));
