@@ -96,7 +96,7 @@ class Loop:
                     if retries == 1:
                         self.first_retry.append(False)
                 if now + wait >= self.end:
-                    break  # the run is over before the retry could be sent
+                    return  # the run is over before the retry could be sent: this client stops
                 promised = now + wait
                 retries += 1
                 with self.lock:
@@ -106,6 +106,20 @@ class Loop:
     def run(self, clients):
         with concurrent.futures.ThreadPoolExecutor(clients) as pool:
             list(pool.map(self.client, range(clients)))
+
+
+def histogram_quantiles(metrics_text, name, qs=(50, 99)):
+    """Quantiles of a Prometheus histogram as the upper bound of the bucket
+    that holds them (None when it has no samples)."""
+    buckets = []
+    for line in metrics_text.splitlines():
+        if line.startswith(name + "_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
+    if not buckets or buckets[-1][1] == 0:
+        return {q: None for q in qs}
+    total = buckets[-1][1]
+    return {q: next(le for le, n in buckets if n >= q / 100 * total) for q in qs}
 
 
 def goodput(loop, start, end):
@@ -145,6 +159,8 @@ def run_mode(args, mode):
         loop, overload = phase(server.url, args.clients, args.overload_s, args.warmup_s, args.max_tokens,
                                f"{mode} overload")
         admission = requests.get(server.url + "/v1/admission", timeout=30).json()
+        server_error = histogram_quantiles(requests.get(server.url + "/metrics", timeout=30).text,
+                                           "vramgate_retry_promise_error_seconds")
         sdk = None if args.skip_sdk else sdk_phase(server.url, model, args.clients, args.sdk_s, args.max_tokens)
     finally:
         server.stop()
@@ -160,6 +176,8 @@ def run_mode(args, mode):
         "first_retry_admitted_share": sum(first) / len(first) if first else None,
         "admitted_minus_promised_p50_s": percentile(loop.lateness, 50),
         "admitted_minus_promised_p99_s": percentile(loop.lateness, 99),
+        "server_grant_minus_promise_p50_bucket_s": server_error[50],
+        "server_grant_minus_promise_p99_bucket_s": server_error[99],
         "client_wait_total_s": loop.waited_s,
         "latency_p50_s": percentile(latencies, 50),
         "latency_p99_s": percentile(latencies, 99),
@@ -205,6 +223,9 @@ def report_md(args, results):
         f"{fmt(off['admitted_minus_promised_p50_s'])} s |",
         f"| admitted - promised, p99 | {fmt(on['admitted_minus_promised_p99_s'])} s | "
         f"{fmt(off['admitted_minus_promised_p99_s'])} s |",
+        f"| server's grant - promise (histogram bucket bound), p50 / p99 | "
+        f"{fmt(on['server_grant_minus_promise_p50_bucket_s'])} / {fmt(on['server_grant_minus_promise_p99_bucket_s'])} s"
+        " | (no bookings) |",
         f"| unloaded peak goodput | {fmt(on['peak_goodput_rps'], '{:.1f}')} req/s | "
         f"{fmt(off['peak_goodput_rps'], '{:.1f}')} req/s |",
         f"| goodput under overload | {fmt(on['overload_goodput_rps'], '{:.1f}')} req/s | "

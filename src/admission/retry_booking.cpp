@@ -115,7 +115,7 @@ std::size_t RetryBookings::clients_with(const std::string& client) const {
 
 RetryBookings::Decision RetryBookings::book(const RetryIdentity& id, TimePoint now, double promise_s,
                                             std::int64_t position, double rate_per_s, std::int64_t cost_bytes,
-                                            std::int64_t tokens) {
+                                            std::int64_t tokens, int model, Priority priority) {
   Decision d;
   if (!options_.enabled || !id.bookable()) return d;
   sweep(now);
@@ -151,6 +151,8 @@ RetryBookings::Decision RetryBookings::book(const RetryIdentity& id, TimePoint n
   b.position = position;
   b.cost_bytes = cost_bytes;
   b.tokens = tokens;
+  b.model = model;
+  b.priority = priority;
   bookings_.push_back(b);
   ++counters_.booked;
   d.booked = true;
@@ -164,6 +166,37 @@ std::int64_t RetryBookings::open_places(TimePoint now) const {
   }));
 }
 
+Duration RetryBookings::slot_hold() const { return std::min<Duration>(options_.grace, std::chrono::milliseconds(500)); }
+
+std::vector<const RetryBooking*> RetryBookings::holding(TimePoint now) const {
+  std::vector<const RetryBooking*> out;
+  for (const RetryBooking& b : bookings_) {
+    if (now >= b.promised_at && now <= b.promised_at + slot_hold()) out.push_back(&b);
+  }
+  return out;
+}
+
+QueueWithTurns with_held_turns(std::span<const QueuedRequest> queue, const std::vector<const RetryBooking*>& holding) {
+  QueueWithTurns out;
+  out.entries.reserve(queue.size() + holding.size());
+  out.origin.reserve(queue.size() + holding.size());
+  std::size_t h = 0;
+  const auto add_turns_before = [&](std::optional<TimePoint> t) {
+    for (; h < holding.size() && (!t || holding[h]->booked_at < *t); ++h) {
+      const RetryBooking& b = *holding[h];
+      out.entries.push_back(QueuedRequest{0, b.cost_bytes, b.booked_at, b.priority, b.model});
+      out.origin.push_back(-1);
+    }
+  };
+  for (std::size_t i = 0; i < queue.size(); ++i) {
+    add_turns_before(queue[i].enqueued_at);
+    out.entries.push_back(queue[i]);
+    out.origin.push_back(static_cast<std::ptrdiff_t>(i));
+  }
+  add_turns_before(std::nullopt);
+  return out;
+}
+
 std::optional<TimePoint> RetryBookings::next_change(TimePoint now) const {
   std::optional<TimePoint> t;
   const auto consider = [&](TimePoint x) {
@@ -171,6 +204,8 @@ std::optional<TimePoint> RetryBookings::next_change(TimePoint now) const {
   };
   for (const RetryBooking& b : bookings_) {
     consider(b.promised_at - options_.early);
+    consider(b.promised_at);
+    consider(b.promised_at + slot_hold() + Duration(1));
     consider(b.promised_at + options_.grace + Duration(1));
   }
   return t;

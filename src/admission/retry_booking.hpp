@@ -15,7 +15,13 @@
 //   - at promised + grace an unclaimed booking is released (expired).
 // From the start of its window until it is claimed or released a booking
 // occupies one place of the queue (open_places()), so new arrivals cannot
-// take the place its retry was promised.
+// take the place its retry was promised; and from its promise until
+// slot_hold() after it, it also holds its turn in the grant order
+// (holding()): the admission controller places it, at its booking time,
+// among the queued requests, so a slot free at the promise is not given to a
+// request that arrived after the booking while the retry is on its way. (A
+// slot that frees before the promise goes to whoever is first: holding it
+// would idle the device.)
 #pragma once
 
 #include <cstddef>
@@ -24,8 +30,10 @@
 #include <string>
 #include <vector>
 
+#include "admission/admission_policy.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/priority.hpp"
 
 namespace vg {
 
@@ -63,6 +71,8 @@ struct RetryBooking {
   std::int64_t position = 0;  ///< 1-based place in line when booked (1 = next grant)
   std::int64_t cost_bytes = 0;
   std::int64_t tokens = 0;  ///< tokens it will produce (the unmeasured estimate counts them)
+  int model = 0;            ///< the model it runs on
+  Priority priority = Priority::kNormal;
 };
 
 /// The work that must be granted before a new place (the refused request's)
@@ -75,7 +85,7 @@ struct DrainView {
   // Before any completion was measured:
   double step_s = 0;                ///< the memory profile's measured step time (0: unknown)
   std::int64_t tokens_ahead = 0;    ///< tokens running and queued work still has to produce, own included
-  std::int64_t batch = 1;           ///< sequences one step decodes (>= 1)
+  std::int64_t batch = 1;           ///< sequences one step decodes (>= 1): the batch, or fewer when memory holds fewer
   double unmeasured_rate_per_s = 1;  ///< last resort: completions/s assumed
 };
 
@@ -137,7 +147,8 @@ class RetryBookings {
   /// is beyond max_after; or the drain rate `rate_per_s` cannot honour one
   /// more (bookings + 1 > rate × max_after). Releases expired bookings first.
   Decision book(const RetryIdentity& id, TimePoint now, double promise_s, std::int64_t position,
-                double rate_per_s, std::int64_t cost_bytes, std::int64_t tokens);
+                double rate_per_s, std::int64_t cost_bytes, std::int64_t tokens, int model = 0,
+                Priority priority = Priority::kNormal);
 
   /// Releases the bookings whose grace deadline has passed; returns how many.
   std::int64_t sweep(TimePoint now);
@@ -145,6 +156,14 @@ class RetryBookings {
   /// Bookings whose window has opened at `now` and are not yet claimed or
   /// released: each occupies a queue place.
   std::int64_t open_places(TimePoint now) const;
+
+  /// Bookings that hold their turn at `now` (promised <= now <= promised +
+  /// slot_hold()), in booking order.
+  std::vector<const RetryBooking*> holding(TimePoint now) const;
+  /// How long after its promise a booking still holds its turn: min(grace,
+  /// 500 ms), so a retry that never comes idles a slot only briefly (it stays
+  /// claimable, with its queue place, until the grace deadline).
+  Duration slot_hold() const;
 
   /// Bookings held (open or not yet open), in booking order.
   const std::vector<RetryBooking>& held() const { return bookings_; }
@@ -164,5 +183,16 @@ class RetryBookings {
   std::vector<RetryBooking> bookings_;  // booking order = promise order
   RetryBookingCounters counters_;
 };
+
+/// `queue` (queue order) with the `holding` bookings (booking order) placed
+/// among its entries at their booking time, for assign_grants(): a booking
+/// is a request of its cost, model and class that entered the queue when it
+/// was booked. origin[i] is the index in `queue` of entry i, or -1 for a
+/// booking (whose placement, if any, holds a slot and is not a grant).
+struct QueueWithTurns {
+  std::vector<QueuedRequest> entries;
+  std::vector<std::ptrdiff_t> origin;
+};
+QueueWithTurns with_held_turns(std::span<const QueuedRequest> queue, const std::vector<const RetryBooking*>& holding);
 
 }  // namespace vg

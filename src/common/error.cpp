@@ -56,15 +56,13 @@ const char* error_type(ErrorCode code) {
 }
 
 std::int64_t retry_after_ms(double seconds) {
-  const double ms = std::ceil(seconds * 1e3);
-  if (!std::isfinite(ms) || ms < 1) return std::isfinite(ms) || ms < 0 ? 1 : 86400000;
-  return static_cast<std::int64_t>(std::min(ms, 86400000.0));
+  if (std::isnan(seconds)) return 1;
+  return static_cast<std::int64_t>(std::clamp(std::ceil(seconds * 1e3), 1.0, 86400000.0));
 }
 
 std::int64_t retry_after_whole_s(double seconds) {
-  const double s = std::ceil(seconds);
-  if (!std::isfinite(s) || s < 1) return std::isfinite(s) || s < 0 ? 1 : 86400;
-  return static_cast<std::int64_t>(std::min(s, 86400.0));
+  if (std::isnan(seconds)) return 1;
+  return static_cast<std::int64_t>(std::clamp(std::ceil(seconds), 1.0, 86400.0));
 }
 
 bool retry_can_help(ErrorCode code) {

@@ -60,10 +60,10 @@ struct Error {
   Error(ErrorCode c, std::string msg) : code(c), message(std::move(msg)) {}
 };
 
-/// A retry wait in whole milliseconds, rounded up (retry-after-ms), in
-/// [1, 86400000]; 1 for a non-finite or non-positive wait.
+/// A retry wait in whole milliseconds, rounded up (retry-after-ms), clamped
+/// to [1, 86400000]; NaN gives 1.
 std::int64_t retry_after_ms(double seconds);
-/// The same in whole seconds, rounded up (Retry-After), in [1, 86400].
+/// The same in whole seconds, rounded up (Retry-After), clamped to [1, 86400].
 std::int64_t retry_after_whole_s(double seconds);
 
 /// Whether retrying the same request can succeed (x-should-retry): false for

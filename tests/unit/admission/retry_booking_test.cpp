@@ -292,6 +292,73 @@ TEST(AdmissionBookings, ABookedPlaceIsHeldAgainstNewArrivalsAndTheRetryGoesFirst
   EXPECT_EQ(snap.queue_depth, 1);  // waiting: the slot is held by request 2
 }
 
+TEST(AdmissionBookings, ASlotFreeAtThePromiseWaitsForTheRetryNotForALaterArrival) {
+  ManualClock c;
+  auto ac = make(booking_options(0));
+  ac->record_completion(c.now());
+  c.advance(1s);
+  ac->record_completion(c.now());  // 2/s
+  ASSERT_TRUE(ac->enqueue(1, 10, c.now(), with(who("x", "1"))).ok());
+  auto running = ac->grant(c.now());
+  ASSERT_EQ(running.size(), 1u);
+  const RetryIdentity r = who("y", "r");
+  auto refused = ac->enqueue(2, 10, c.now(), with(r));
+  ASSERT_FALSE(refused.ok());
+  const Duration promise =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*refused.error().retry_after_s));
+  // Just after the promise, before the retry arrives, the running request
+  // ends: its slot is the retry's turn, so a newcomer neither starts nor queues.
+  c.advance(promise + 10ms);
+  running.clear();
+  auto newcomer = ac->enqueue(3, 10, c.now(), with(who("z", "3")));
+  ASSERT_FALSE(newcomer.ok());
+  EXPECT_EQ(newcomer.error().code, ErrorCode::kOverloaded);
+  EXPECT_TRUE(ac->grant(c.now()).empty());  // nothing queued: the slot waits for the retry
+  auto claimed = ac->enqueue(4, 10, c.now(), with(who("y", "r")));
+  ASSERT_TRUE(claimed.ok()) << claimed.error().message;
+  auto granted = ac->grant(c.now());
+  ASSERT_EQ(granted.size(), 1u);
+  EXPECT_EQ(granted[0].id, 4u);
+  EXPECT_NEAR(secs(*granted[0].promise_error), 0.010, 1e-6);
+}
+
+TEST(AdmissionBookings, ARetryThatDoesNotComeHoldsItsTurnOnlyBriefly) {
+  ManualClock c;
+  AdmissionOptions o = booking_options(1);
+  auto ac = make(o);
+  ac->record_completion(c.now());
+  c.advance(1s);
+  ac->record_completion(c.now());
+  ASSERT_TRUE(ac->enqueue(1, 10, c.now(), with(who("x", "1"))).ok());
+  auto running = ac->grant(c.now());
+  ASSERT_TRUE(ac->enqueue(2, 10, c.now(), with(who("x", "2"))).ok());
+  auto refused = ac->enqueue(3, 10, c.now(), with(who("y", "r")));
+  ASSERT_FALSE(refused.ok());
+  const Duration promise =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*refused.error().retry_after_s));
+  auto second = ac->grant(c.now());
+  EXPECT_TRUE(second.empty());  // request 1 holds the slot
+  running.clear();
+  second = ac->grant(c.now());  // request 2 was queued before the booking: it goes first
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].id, 2u);
+  // The retry does not come. A later arrival waits while the booking holds
+  // its turn, then runs once the turn is over (min(grace, 500 ms) after the
+  // promise), long before the grace deadline releases the booking.
+  c.advance(promise);
+  second.clear();
+  ASSERT_TRUE(ac->enqueue(4, 10, c.now(), with(who("z", "4"))).ok());
+  EXPECT_TRUE(ac->grant(c.now()).empty());
+  const auto wake = ac->next_wakeup(c.now());
+  ASSERT_TRUE(wake);
+  EXPECT_LE(*wake, c.now() + 500ms + 1ms);
+  c.advance(501ms);
+  auto later = ac->grant(c.now());
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].id, 4u);
+  EXPECT_EQ(ac->snapshot(c.now()).retry_bookings, 1);  // still claimable until promise + 1 s
+}
+
 TEST(AdmissionBookings, AClaimedRetryIsGrantedBeforeLaterArrivalsAndReportsItsPromiseError) {
   ManualClock c;
   AdmissionOptions o = booking_options(2);
@@ -362,6 +429,23 @@ TEST(AdmissionBookings, EarlyRetryGetsTheTimeLeftAndTheSameToken) {
   auto wrong = ac->enqueue(4, 10, c.now(), with(who("y", "other", r.offered_token)));
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.error().code, ErrorCode::kInvalidRequest);
+}
+
+TEST(AdmissionBookings, TheUnmeasuredPromiseCountsOnlyTheSequencesMemoryHolds) {
+  ManualClock c;
+  AdmissionOptions o = booking_options(0);
+  o.budget_bytes = 100;
+  o.max_running = 4;
+  o.step_time = 10ms;
+  auto ac = make(o);
+  ASSERT_TRUE(ac->enqueue(1, 60, c.now(), with(who("x", "1"), 50)).ok());
+  auto running = ac->grant(c.now());
+  ASSERT_EQ(running.size(), 1u);
+  auto refused = ac->enqueue(2, 60, c.now(), with(who("y", "r"), 50));
+  ASSERT_FALSE(refused.ok());
+  // Four slots, but the budget holds one 60-byte request: 100 tokens one
+  // step after another, not four at a time.
+  EXPECT_NEAR(*refused.error().retry_after_s, 1.0, 1e-6);
 }
 
 TEST(AdmissionBookings, OffKeepsWholeSecondEstimatesAndBooksNothing) {
