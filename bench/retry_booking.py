@@ -206,7 +206,8 @@ def report_md(args, results):
         f"Server: tinylm (`{args.model_dir}`), `--max-batch {args.max_batch} --max-queue {args.max_queue} "
         f"--test-step-delay-ms {args.step_delay_ms}`, one compute thread; requests of {args.max_tokens} tokens "
         "(`ignore_eos`), so device time bounds throughput. Same build and traffic for both modes; only "
-        "`--retry-bookings` changes.",
+        "`--retry-bookings` changes. 1-minute load average before / after the run: "
+        f"{args.load_average[0]} / {args.load_average[1]} (2 cores, shared with other work).",
         "",
         f"Unloaded peak: {args.max_batch} closed-loop clients for {args.peak_s} s. Overload: {args.clients} "
         f"closed-loop clients ({args.clients / args.max_batch:.0f}x the batch) for {args.overload_s} s, each "
@@ -283,7 +284,9 @@ def main():
         args.peak_s, args.overload_s, args.sdk_s, args.warmup_s = 1.5, 2.5, 2, 0.2
     if args.clients is None:
         args.clients = 3 * args.max_batch
+    load_before = os.getloadavg()[0]
     results = {mode: run_mode(args, mode) for mode in ("on", "off")}
+    args.load_average = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     os.makedirs(args.out_dir, exist_ok=True)
     config = {k: v for k, v in vars(args).items()}
     with open(os.path.join(args.out_dir, "retry-booking.json"), "w") as f:

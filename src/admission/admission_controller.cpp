@@ -106,6 +106,7 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
         return Error(ErrorCode::kInvalidRequest,
                      "X-Retry-Token was issued for a different request (route and body must be the same)");
       case RetryBookings::Match::kEarly: {
+        ++s.counters.rejected_queue_full;  // refused for now: its place is not due yet
         const double left = to_s(found.left);
         Error e(ErrorCode::kOverloaded, "retry came " + seconds_text(left) + " before its booked place " +
                                             std::to_string(found.booking.position) +

@@ -142,7 +142,7 @@ struct AdmissionCounters {
   std::int64_t admitted = 0;             ///< granted a lease
   std::int64_t released = 0;             ///< leases returned
   std::int64_t rejected_never_fits = 0;  ///< kExceedsDeviceMemory at enqueue
-  std::int64_t rejected_queue_full = 0;  ///< kOverloaded at enqueue
+  std::int64_t rejected_queue_full = 0;  ///< kOverloaded at enqueue (a booked retry before its window included)
   std::int64_t queue_timeout = 0;        ///< expired by the queue wait limit
   std::int64_t deadline_expired = 0;     ///< expired by the request's own deadline while queued
   std::int64_t cancelled = 0;            ///< removed from the queue by cancel()
