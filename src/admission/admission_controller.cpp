@@ -1,175 +1,11 @@
-// AdmissionController (see admission_controller.hpp). `State` is shared with
-// the leases it grants, so a lease may outlive the controller safely. Every
-// field of State below `mu` is guarded by it; policy decisions are delegated
-// to the pure functions of admission_policy.hpp and retry_after.hpp.
+// AdmissionController (see admission_controller.hpp): creation, enqueue,
+// requeue, cancel, expiry and grants. Its state and the read-mostly calls are
+// in admission_state.hpp and admission_queries.cpp.
 #include "admission/admission_controller.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <string>
-#include <unordered_map>
-#include <utility>
-
-#include "admission/memory_profile.hpp"
-#include "admission/thread_annotations.hpp"
+#include "admission/admission_state.hpp"
 
 namespace vg {
-namespace {
-
-double to_s(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g s", s);
-  return buf;
-}
-
-struct Entry {
-  QueuedRequest request;
-  TimePoint expires_at{};  // min(enqueued + queue_timeout, deadline)
-  bool by_deadline = false;  // expires_at comes from the request's own deadline
-};
-
-}  // namespace
-
-struct AdmissionController::State final : LeaseLedger {
-  using Callback = std::function<void()>;
-
-  struct DeviceState {
-    AdmissionTopology::Device config;
-    std::int64_t effective_budget = 0;
-    std::int64_t reserved = 0;
-    std::int64_t peak_reserved = 0;
-    int active_leases = 0;
-  };
-  struct EngineState {
-    AdmissionTopology::Engine config;
-    int active_leases = 0;
-    bool available = true;
-  };
-
-  const AdmissionOptions options;
-
-  mutable Mutex mu;
-  std::vector<DeviceState> devices VG_GUARDED_BY(mu);
-  std::vector<EngineState> engines VG_GUARDED_BY(mu);
-  struct Holder {
-    int engine = 0;
-    int slots = 1;  // sequences its lease counts for (until split off)
-  };
-  std::unordered_map<RequestId, Holder> holders VG_GUARDED_BY(mu);  // granted lease -> its engine
-  std::vector<Entry> queue VG_GUARDED_BY(mu);  // FIFO
-  DrainRateEstimator drain VG_GUARDED_BY(mu);
-  AdmissionCounters counters VG_GUARDED_BY(mu);
-  std::shared_ptr<const Callback> on_release VG_GUARDED_BY(mu);
-
-  State(const AdmissionOptions& o, const AdmissionTopology& topology, Callback cb)
-      : options(o), drain(o.drain_rate),
-        on_release(cb ? std::make_shared<const Callback>(std::move(cb)) : nullptr) {
-    MutexLock lock(mu);
-    for (const auto& d : topology.devices) devices.push_back(DeviceState{d, d.budget_bytes});
-    for (const auto& e : topology.engines) engines.push_back(EngineState{e});
-  }
-
-  void return_lease(RequestId id, std::int64_t bytes) noexcept override {
-    std::shared_ptr<const Callback> wake;
-    {
-      MutexLock lock(mu);
-      Holder h;
-      if (auto it = holders.find(id); it != holders.end()) {
-        h = it->second;
-        holders.erase(it);
-      }
-      EngineState& engine = engines[static_cast<std::size_t>(h.engine)];
-      DeviceState& device = devices[static_cast<std::size_t>(engine.config.device)];
-      device.reserved -= bytes;
-      device.active_leases -= h.slots;
-      engine.active_leases -= h.slots;
-      ++counters.released;
-      wake = on_release;
-    }
-    if (wake) (*wake)();
-  }
-
-  void split_lease(RequestId from, RequestId to) noexcept override {
-    MutexLock lock(mu);
-    auto it = holders.find(from);
-    if (it == holders.end() || it->second.slots <= 1) {
-      holders[to] = Holder{it == holders.end() ? 0 : it->second.engine, 0};  // counts no extra slot
-      return;
-    }
-    --it->second.slots;
-    holders[to] = Holder{it->second.engine, 1};
-  }
-
-  std::vector<GrantAssignment> assign(std::span<const QueuedRequest> q, TimePoint now,
-                                      std::optional<TimePoint>* bypass_closes = nullptr) const VG_REQUIRES(mu) {
-    std::vector<DeviceGrantState> dev;
-    for (const DeviceState& d : devices) dev.push_back(DeviceGrantState{d.effective_budget - d.reserved, d.active_leases});
-    std::vector<EngineGrantState> eng;
-    for (const EngineState& e : engines) {
-      eng.push_back(EngineGrantState{e.config.device, e.config.model, e.config.max_running, e.active_leases, e.available});
-    }
-    return assign_grants(options.policy, options.max_bypass, options.priority_aging, dev, eng, q, now, bypass_closes);
-  }
-
-  std::vector<QueuedRequest> requests() const VG_REQUIRES(mu) {
-    std::vector<QueuedRequest> out;
-    out.reserve(queue.size() + 1);
-    for (const Entry& e : queue) out.push_back(e.request);
-    return out;
-  }
-
-  double retry_after(std::int64_t work_ahead, TimePoint now) const VG_REQUIRES(mu) {
-    return retry_after_seconds(work_ahead, drain.rate_per_s(now), options.retry_after);
-  }
-
-  /// The largest configured budget among the devices that serve `model`;
-  /// nullopt when no engine serves it.
-  std::optional<std::int64_t> largest_budget(int model) const VG_REQUIRES(mu) {
-    std::optional<std::int64_t> out;
-    for (const EngineState& e : engines) {
-      if (e.config.model != model) continue;
-      const std::int64_t b = devices[static_cast<std::size_t>(e.config.device)].config.budget_bytes;
-      if (!out || b > *out) out = b;
-    }
-    return out;
-  }
-
-  std::string reserved_text() const VG_REQUIRES(mu) {
-    std::string s;
-    for (const DeviceState& d : devices) {
-      if (!s.empty()) s += "; ";
-      s += format_bytes(d.reserved) + " of " + format_bytes(d.effective_budget) + " reserved";
-      if (devices.size() > 1) s += " on " + d.config.name;
-      if (d.effective_budget != d.config.budget_bytes) s += " (budget cut from " + format_bytes(d.config.budget_bytes) + ")";
-    }
-    return s;
-  }
-
-  /// 1-based place of queue entry `index` in grant order at `now`.
-  int rank(std::size_t index, TimePoint now) const VG_REQUIRES(mu) {
-    const std::vector<std::size_t> order = grant_order(requests(), options.priority_aging, now);
-    return static_cast<int>(std::find(order.begin(), order.end(), index) - order.begin()) + 1;
-  }
-
-  std::optional<std::size_t> find(RequestId id) const VG_REQUIRES(mu) {
-    for (std::size_t i = 0; i < queue.size(); ++i) {
-      if (queue[i].request.id == id) return i;
-    }
-    return std::nullopt;
-  }
-
-  Entry make_entry(const QueuedRequest& r, TimePoint now, std::optional<TimePoint> deadline) const {
-    Entry entry{r, now + options.queue_timeout, false};
-    if (deadline && *deadline < entry.expires_at) {
-      entry.expires_at = *deadline;
-      entry.by_deadline = true;
-    }
-    return entry;
-  }
-};
 
 Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const AdmissionOptions& o,
                                                                           std::function<void()> on_release) {
@@ -213,6 +49,7 @@ Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const A
   if (!(o.retry_after.min_s >= 1 && o.retry_after.max_s >= o.retry_after.min_s)) {
     return Error(ErrorCode::kConfig, "retry_after needs 1 <= min_s <= max_s");
   }
+  if (Status st = validate(o.retry_booking); !st) return st.error();
   auto state = std::make_shared<State>(o, topology, std::move(on_release));
   return std::unique_ptr<AdmissionController>(new AdmissionController(std::move(state)));
 }
@@ -227,8 +64,16 @@ AdmissionController::~AdmissionController() {
 }
 
 Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
-                                                     std::optional<TimePoint> deadline, Priority priority, int model,
-                                                     int sequences) {
+                                                     std::optional<TimePoint> deadline, Priority priority, int model) {
+  EnqueueOptions eo;
+  eo.deadline = deadline;
+  eo.priority = priority;
+  eo.model = model;
+  return enqueue(id, cost_bytes, now, eo);
+}
+
+Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
+                                                     const EnqueueOptions& eo) {
   State& s = *state_;
   const AdmissionOptions& o = s.options;
   if (cost_bytes < 0) {
@@ -236,8 +81,8 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   }
   const bool limited = o.policy.kind != AdmissionPolicy::Kind::kNone;
   MutexLock lock(s.mu);
-  const std::optional<std::int64_t> largest = s.largest_budget(model);
-  if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(model));
+  const std::optional<std::int64_t> largest = s.largest_budget(eo.model);
+  if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(eo.model));
   if (limited && cost_bytes > *largest) {
     ++s.counters.rejected_never_fits;
     const bool one = s.devices.size() == 1;
@@ -250,30 +95,70 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
     return e;
   }
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
-  if (sequences < 1) return Error(ErrorCode::kInvalidRequest, "a request runs at least one sequence");
-  const QueuedRequest request{id, cost_bytes, now, priority, model, sequences};
-  if (limited) {
+  if (eo.sequences < 1) return Error(ErrorCode::kInvalidRequest, "a request runs at least one sequence");
+  QueuedRequest request{id, cost_bytes, now, eo.priority, eo.model, eo.sequences};
+  const bool bookable = s.booking_on() && eo.retry != nullptr;
+  std::optional<TimePoint> promised;
+  const char* claimed_by = "";
+  if (bookable) {
+    const RetryBookings::Lookup found = s.bookings.recognise(*eo.retry, now);
+    switch (found.match) {
+      case RetryBookings::Match::kMismatch:
+        return Error(ErrorCode::kInvalidRequest,
+                     "X-Retry-Token was issued for a different request (route and body must be the same)");
+      case RetryBookings::Match::kEarly: {
+        ++s.counters.rejected_queue_full;  // refused for now: its place is not due yet
+        const double left = to_s(found.left);
+        Error e(ErrorCode::kOverloaded, "retry came " + seconds_text(left) + " before its booked place " +
+                                            std::to_string(found.booking.position) +
+                                            "; the booking is kept: retry in " + seconds_text(left));
+        e.retry_after_s = left;
+        e.retry_position = found.booking.position;
+        e.retry_token = found.booking.token;
+        return e;
+      }
+      case RetryBookings::Match::kClaimed:
+        request.enqueued_at = found.booking.booked_at;  // its place: ahead of later arrivals
+        promised = found.booking.promised_at;
+        claimed_by = found.by;
+        break;
+      case RetryBookings::Match::kNone:
+        break;
+    }
+  }
+  if (limited && !promised) {
     std::vector<QueuedRequest> q = s.requests();
     q.push_back(request);
-    const std::vector<GrantAssignment> grants = s.assign(q, now);
+    std::int64_t placed = 0;  // open bookings given a slot: they wait for none of the queue places
+    const std::vector<GrantAssignment> grants = s.assign(q, now, nullptr, &placed);
     const bool starts_now = std::any_of(grants.begin(), grants.end(),
                                         [&](const GrantAssignment& g) { return g.index == q.size() - 1; });
     const std::int64_t waiting = static_cast<std::int64_t>(q.size() - grants.size());
-    if (!starts_now && waiting > o.max_queue) {
+    const std::int64_t held = bookable ? std::max<std::int64_t>(0, s.bookings.open_places(now) - placed) : 0;
+    if (!starts_now && waiting + held > o.max_queue) {
       ++s.counters.rejected_queue_full;
       const std::int64_t ahead = waiting - 1;
-      const double retry = s.retry_after(ahead + 1, now);
-      Error e(ErrorCode::kOverloaded, "queue full: " + std::to_string(ahead) + " requests waiting (max " +
-                                          std::to_string(o.max_queue) + "); this request needs " +
-                                          format_bytes(cost_bytes) + ", " + s.reserved_text() + "; retry after " +
-                                          seconds_text(retry));
-      e.retry_after_s = retry;
-      return e;
+      return s.refuse("queue full: " + std::to_string(ahead) + " requests waiting" +
+                          (held > 0 ? " and " + std::to_string(held) + " places booked for retries" : std::string()) +
+                          " (max " + std::to_string(o.max_queue) + ")",
+                      request, eo.tokens, bookable ? eo.retry : nullptr, static_cast<std::size_t>(ahead), now);
     }
   }
-  s.queue.push_back(s.make_entry(request, now, deadline));
+  Entry entry = s.make_entry(request, now, eo.deadline);
+  entry.tokens = eo.tokens;
+  entry.promised_at = promised;
+  if (bookable && eo.retry->bookable()) entry.retry = *eo.retry;
+  // Queue order is entry-time order: a claimed booking goes before every
+  // entry that arrived after its booking.
+  auto at = s.queue.end();
+  if (promised) {
+    at = std::find_if(s.queue.begin(), s.queue.end(),
+                      [&](const Entry& e) { return e.request.enqueued_at > request.enqueued_at; });
+  }
+  const auto index = static_cast<std::size_t>(at - s.queue.begin());
+  s.queue.insert(at, std::move(entry));
   ++s.counters.enqueued;
-  return AdmissionTicket{id, s.rank(s.queue.size() - 1, now)};
+  return AdmissionTicket{id, s.rank(index, now), claimed_by};
 }
 
 Status AdmissionController::requeue_front(RequestId id, std::int64_t cost_bytes, TimePoint enqueued_at,
@@ -301,6 +186,7 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
   State& s = *state_;
   std::vector<AdmissionExpiry> out;
   MutexLock lock(s.mu);
+  s.bookings.sweep(now);
   std::int64_t position = 0;  // 1-based place among the requests that stay or go
   for (auto it = s.queue.begin(); it != s.queue.end();) {
     ++position;
@@ -315,12 +201,10 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
       e = Error(ErrorCode::kTimeout, "request deadline passed while queued (waited " + seconds_text(waited) + ")");
     } else {
       ++s.counters.queue_timeout;
-      const double retry = s.retry_after(position, now);
-      e = Error(ErrorCode::kOverloaded,
-                "queue wait limit of " + seconds_text(to_s(s.options.queue_timeout)) + " reached at position " +
-                    std::to_string(position) + "; this request needs " + format_bytes(it->request.cost_bytes) + ", " +
-                    s.reserved_text() + "; retry after " + seconds_text(retry));
-      e.retry_after_s = retry;
+      e = s.refuse("queue wait limit of " + seconds_text(to_s(s.options.queue_timeout)) + " reached at position " +
+                       std::to_string(position),
+                   it->request, it->tokens, it->retry ? &*it->retry : nullptr,
+                   static_cast<std::size_t>(position - 1), now);
     }
     out.push_back(AdmissionExpiry{it->request.id, std::move(e)});
     it = s.queue.erase(it);
@@ -359,7 +243,14 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
     eng.active_leases += r.sequences;
     ++s.counters.admitted;
     s.holders[r.id] = State::Holder{engine, r.sequences};
-    out.push_back(AdmissionGrant{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority});
+    const Entry& entry = s.queue[i];
+    s.running[r.id] = Running{entry.tokens, now};
+    constexpr double kCostWeight = 0.1;  // moving mean over about the last ten grants
+    s.mean_cost = s.mean_cost > 0 ? s.mean_cost + kCostWeight * (static_cast<double>(r.cost_bytes) - s.mean_cost)
+                                  : static_cast<double>(r.cost_bytes);
+    AdmissionGrant g{r.id, Lease(state_, r.id, r.cost_bytes), now - r.enqueued_at, r.priority, std::nullopt};
+    if (entry.promised_at) g.promise_error = now - *entry.promised_at;
+    out.push_back(std::move(g));
   }
   dev.peak_reserved = std::max(dev.peak_reserved, dev.reserved);
   // Remove the granted entries (picked is in grant order, not sorted),
@@ -372,100 +263,6 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
   }
   s.queue.resize(keep);
   return out;
-}
-
-void AdmissionController::set_engine_available(int engine, bool available) {
-  MutexLock lock(state_->mu);
-  if (engine < 0 || static_cast<std::size_t>(engine) >= state_->engines.size()) return;
-  state_->engines[static_cast<std::size_t>(engine)].available = available;
-}
-
-bool AdmissionController::engine_available(int engine) const {
-  MutexLock lock(state_->mu);
-  if (engine < 0 || static_cast<std::size_t>(engine) >= state_->engines.size()) return false;
-  return state_->engines[static_cast<std::size_t>(engine)].available;
-}
-
-std::optional<TimePoint> AdmissionController::next_wakeup(TimePoint now) const {
-  const State& s = *state_;
-  MutexLock lock(s.mu);
-  std::optional<TimePoint> t;
-  for (const Entry& e : s.queue) t = t ? std::min(*t, e.expires_at) : e.expires_at;
-  if (t) {
-    const std::vector<QueuedRequest> q = s.requests();
-    std::optional<TimePoint> closes;
-    (void)s.assign(q, now, &closes);
-    if (closes) t = std::min(*t, *closes);
-    if (auto ages = priority_aging_due(q, s.options.priority_aging, now)) t = std::min(*t, *ages);
-  }
-  return t;
-}
-
-void AdmissionController::record_completion(TimePoint now) {
-  MutexLock lock(state_->mu);
-  state_->drain.record(now);
-}
-
-std::int64_t AdmissionController::set_effective_budget(std::int64_t bytes, int device) {
-  State& s = *state_;
-  MutexLock lock(s.mu);
-  if (device < 0 || static_cast<std::size_t>(device) >= s.devices.size()) return 0;
-  State::DeviceState& d = s.devices[static_cast<std::size_t>(device)];
-  d.effective_budget = std::clamp<std::int64_t>(bytes, 0, d.config.budget_bytes);
-  return d.effective_budget;
-}
-
-std::vector<RequestId> AdmissionController::drop_all() {
-  State& s = *state_;
-  MutexLock lock(s.mu);
-  std::vector<RequestId> out;
-  out.reserve(s.queue.size());
-  for (const Entry& e : s.queue) out.push_back(e.request.id);
-  s.counters.dropped += static_cast<std::int64_t>(s.queue.size());
-  s.queue.clear();
-  return out;
-}
-
-std::optional<int> AdmissionController::queue_position(RequestId id) const {
-  return queue_position(id, Clock::now());
-}
-
-std::optional<int> AdmissionController::queue_position(RequestId id, TimePoint now) const {
-  MutexLock lock(state_->mu);
-  const std::optional<std::size_t> i = state_->find(id);
-  if (!i) return std::nullopt;
-  return state_->rank(*i, now);
-}
-
-double AdmissionController::retry_after_s(std::int64_t work_ahead, TimePoint now) const {
-  MutexLock lock(state_->mu);
-  return state_->retry_after(work_ahead, now);
-}
-
-AdmissionSnapshot AdmissionController::snapshot(TimePoint now) const {
-  const State& s = *state_;
-  MutexLock lock(s.mu);
-  AdmissionSnapshot snap;
-  snap.policy = s.options.policy;
-  for (const State::DeviceState& d : s.devices) {
-    snap.budget_bytes += d.config.budget_bytes;
-    snap.effective_budget_bytes += d.effective_budget;
-    snap.reserved_bytes += d.reserved;
-    snap.peak_reserved_bytes += d.peak_reserved;
-    snap.active_leases += d.active_leases;
-    snap.devices.push_back(DeviceAdmission{d.config.name, d.config.budget_bytes, d.effective_budget, d.reserved,
-                                           d.peak_reserved, d.active_leases});
-  }
-  snap.queue_depth = static_cast<int>(s.queue.size());
-  snap.queue.reserve(s.queue.size());
-  int position = 0;
-  for (std::size_t i : grant_order(s.requests(), s.options.priority_aging, now)) {
-    const QueuedRequest& r = s.queue[i].request;
-    snap.queue.push_back(QueuedView{r.id, ++position, r.cost_bytes, now - r.enqueued_at, r.priority});
-  }
-  snap.drain_rate_per_s = s.drain.rate_per_s(now);
-  snap.counters = s.counters;
-  return snap;
 }
 
 }  // namespace vg

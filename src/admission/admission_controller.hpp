@@ -38,6 +38,7 @@
 #include "admission/admission_policy.hpp"
 #include "admission/lease.hpp"
 #include "admission/retry_after.hpp"
+#include "admission/retry_booking.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 
@@ -65,6 +66,29 @@ struct AdmissionOptions {
   Duration priority_aging = std::chrono::seconds(10);
   RetryAfterOptions retry_after;
   DrainRateEstimator::Options drain_rate;
+  /// Booked retries for requests refused as overloaded (queue full, queue
+  /// wait limit); retry_booking.enabled = false keeps whole-second
+  /// Retry-After estimates and books nothing (the baseline).
+  RetryBookingOptions retry_booking;
+  /// The memory profile's measured time of one engine step (decode of a full
+  /// batch); promises use it until the first completion is measured (0 = unknown).
+  Duration step_time{};
+};
+
+/// How enqueue() should queue one request.
+struct EnqueueOptions {
+  std::optional<TimePoint> deadline;  ///< total limit: still queued then -> kTimeout
+  Priority priority = Priority::kNormal;
+  int model = 0;
+  std::int64_t tokens = 0;  ///< tokens it will produce (max_tokens); the unmeasured promise counts them
+  /// Identifies the request as a possible retry of a booked refusal, and
+  /// books a place for its own retry if it is refused (null: neither).
+  const RetryIdentity* retry = nullptr;
+  /// Sequences it runs at once (its n choices, >= 1): they count against the
+  /// engines' max_running and fixed:N together, and the granted lease may be
+  /// split into one per sequence (Lease::split), each then counted and
+  /// returned on its own.
+  int sequences = 1;
 };
 
 /// The devices and engines that share one AdmissionController.
@@ -96,6 +120,9 @@ struct DeviceAdmission {
 struct AdmissionTicket {
   RequestId id = 0;
   int position = 0;  ///< 1-based place in the grant order on entry (1 = next); X-Queue-Position
+  /// A retry that took its booked place: how it was recognised ("token",
+  /// "idempotency_key" or "body"); "" otherwise.
+  const char* retry_claimed_by = "";
 };
 
 /// A request that may start now; the caller owns the lease from here on.
@@ -104,6 +131,8 @@ struct AdmissionGrant {
   Lease lease;
   Duration queue_wait{};  ///< now − enqueue time
   Priority priority = Priority::kNormal;  ///< the class it asked for (preempt the lowest first)
+  /// A retry that claimed its booked place: now − the promised grant time.
+  std::optional<Duration> promise_error;
 };
 
 /// A request removed from the queue by expire(): its `error` is kOverloaded
@@ -118,7 +147,7 @@ struct AdmissionCounters {
   std::int64_t admitted = 0;             ///< granted a lease
   std::int64_t released = 0;             ///< leases returned
   std::int64_t rejected_never_fits = 0;  ///< kExceedsDeviceMemory at enqueue
-  std::int64_t rejected_queue_full = 0;  ///< kOverloaded at enqueue
+  std::int64_t rejected_queue_full = 0;  ///< kOverloaded at enqueue (a booked retry before its window included)
   std::int64_t queue_timeout = 0;        ///< expired by the queue wait limit
   std::int64_t deadline_expired = 0;     ///< expired by the request's own deadline while queued
   std::int64_t cancelled = 0;            ///< removed from the queue by cancel()
@@ -144,7 +173,13 @@ struct AdmissionSnapshot {
   std::int64_t peak_reserved_bytes = 0;     ///< highest reserved_bytes so far (sum of the devices' peaks)
   int active_leases = 0;
   std::vector<DeviceAdmission> devices;     ///< per device, in topology order
+  /// Requests waiting for admission: queued and not grantable now (those the
+  /// engines will take at their next turn are not waiting; max_queue bounds this).
   int queue_depth = 0;
+  int queued = 0;            ///< every queue entry, grantable ones included
+  int retry_bookings = 0;    ///< booked places held (open or not yet open)
+  int retry_places = 0;      ///< of which open now, each occupying a queue place
+  RetryBookingCounters retry_booking_counters;
   std::vector<QueuedView> queue;              ///< grant order (higher class first, FIFO within a class)
   std::optional<double> drain_rate_per_s;     ///< nullopt until a completion was recorded
   AdmissionCounters counters;
@@ -183,13 +218,23 @@ class AdmissionController {
   /// `model` picks the engines that may run it; the never-fits check uses
   /// the largest budget among the devices serving that model (kInvalidRequest
   /// when no engine serves it).
-  /// `sequences` (>= 1) is how many sequences the request runs at once (its
-  /// n choices): they count against the engines' max_running and fixed:N
-  /// together, and the granted lease may be split into one per sequence
-  /// (Lease::split), each then counted and returned on its own.
   Result<AdmissionTicket> enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
                                   std::optional<TimePoint> deadline = std::nullopt,
-                                  Priority priority = Priority::kNormal, int model = 0, int sequences = 1);
+                                  Priority priority = Priority::kNormal, int model = 0);
+
+  /// The same with booked retries (retry_booking.hpp) when `options.retry`
+  /// is set and bookings are on:
+  ///  - a recognised retry inside its window is queued with its booking's
+  ///    entry time (ahead of later arrivals) without the max_queue check: its
+  ///    place was held for it;
+  ///  - one before its window: kOverloaded, retry_after_s = time left, the
+  ///    same retry_token (booking kept);
+  ///  - an X-Retry-Token of a different request: kInvalidRequest;
+  ///  - a refusal for a full queue (unclaimed open bookings count as
+  ///    occupied places) books a place: retry_after_s is the promise (not
+  ///    rounded), retry_token and retry_position say where.
+  Result<AdmissionTicket> enqueue(RequestId id, std::int64_t cost_bytes, TimePoint now,
+                                  const EnqueueOptions& options);
 
   /// Puts a preempted request back at the head of the queue: its lease was
   /// released to free device memory and it must run again. It skips the

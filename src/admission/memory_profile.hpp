@@ -17,6 +17,10 @@ struct MemoryProfile {
   std::int64_t kv_bytes_per_token = 0;       ///< KV cache bytes per token of one sequence
   std::int64_t sequence_overhead_bytes = 0;  ///< fixed bytes per sequence (cache headers, sampler state)
   double safety_factor = 1.0;                ///< multiplier >= 1 on the per-request cost (applied at 1e-6 resolution)
+  /// Measured seconds of one decode step of a full batch (max_batch
+  /// sequences) at full context; 0 = not measured. Retry-After promises use
+  /// it before the first completion is measured.
+  double step_seconds = 0;
 };
 
 /// Ok when every byte count is >= 0 and 1 <= safety_factor <= 16; else kConfig

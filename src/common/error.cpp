@@ -1,5 +1,8 @@
 #include "common/error.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace vg {
 
 int http_status(ErrorCode code) {
@@ -52,6 +55,34 @@ const char* error_type(ErrorCode code) {
     case ErrorCode::kConfig: return "config_error";
   }
   return "internal_error";
+}
+
+std::int64_t retry_after_ms(double seconds) {
+  if (std::isnan(seconds)) return 1;
+  return static_cast<std::int64_t>(std::clamp(std::ceil(seconds * 1e3), 1.0, 86400000.0));
+}
+
+std::int64_t retry_after_whole_s(double seconds) {
+  if (std::isnan(seconds)) return 1;
+  return static_cast<std::int64_t>(std::clamp(std::ceil(seconds), 1.0, 86400.0));
+}
+
+bool retry_can_help(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidRequest:
+    case ErrorCode::kUnauthorized:
+    case ErrorCode::kModelNotFound:
+    case ErrorCode::kNotFound:
+    case ErrorCode::kMethodNotAllowed:
+    case ErrorCode::kBodyTooLarge:
+    case ErrorCode::kUriTooLong:
+    case ErrorCode::kHeaderTooLarge:
+    case ErrorCode::kExceedsDeviceMemory:
+    case ErrorCode::kIdempotencyKeyReused:
+      return false;
+    default:
+      return true;
+  }
 }
 
 }  // namespace vg

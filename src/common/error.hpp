@@ -51,10 +51,25 @@ struct Error {
   /// For kExceedsDeviceMemory: bytes the request needs and the device budget.
   std::optional<std::int64_t> needed_bytes;
   std::optional<std::int64_t> budget_bytes;
+  /// For kOverloaded: the 1-based place in line the retry was promised, and
+  /// the token that claims a booked place (X-Retry-Token; empty when nothing
+  /// was booked). retry_after_s is then the promise itself, not rounded.
+  std::optional<std::int64_t> retry_position;
+  std::string retry_token;
 
   Error() = default;
   Error(ErrorCode c, std::string msg) : code(c), message(std::move(msg)) {}
 };
+
+/// A retry wait in whole milliseconds, rounded up (retry-after-ms), clamped
+/// to [1, 86400000]; NaN gives 1.
+std::int64_t retry_after_ms(double seconds);
+/// The same in whole seconds, rounded up (Retry-After), clamped to [1, 86400].
+std::int64_t retry_after_whole_s(double seconds);
+
+/// Whether retrying the same request can succeed (x-should-retry): false for
+/// refusals about the request itself (400, 401, 404, 405, 413, 414, 422, 431).
+bool retry_can_help(ErrorCode code);
 
 /// Either a value or an Error. Minimal stand-in for C++23 std::expected.
 template <class T>

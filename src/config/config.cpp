@@ -110,6 +110,13 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (queue_timeout_s <= 0) return bad("queue_timeout", "must be > 0");
   if (request_timeout_s <= 0) return bad("request_timeout", "must be > 0");
   if (shutdown_grace_s < 0) return bad("shutdown_grace", "must be >= 0");
+  if (retry_bookings != "on" && retry_bookings != "off") {
+    return bad("retry_bookings", "must be on or off, got '" + retry_bookings + "'");
+  }
+  if (max_retry_bookings < 1 || max_retry_bookings > 1000000) return bad("max_retry_bookings", "must be in 1..1000000");
+  if (!(retry_early_s >= 0 && retry_early_s <= 3600)) return bad("retry_early", "must be in [0, 3600]");
+  if (!(retry_grace_s > 0 && retry_grace_s <= 3600)) return bad("retry_grace", "must be in (0, 3600]");
+  if (!(max_retry_after_s > 0 && max_retry_after_s <= 86400)) return bad("max_retry_after", "must be in (0, 86400]");
   if (spdlog::level::from_str(log_level) == spdlog::level::off && log_level != "off") {
     return bad("log_level", "unknown level '" + log_level + "'");
   }

@@ -74,6 +74,12 @@ struct ServeConfig {
   double queue_timeout_s = 30;       ///< longest wait in the queue (s) -> 503 + Retry-After
   double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less
   double shutdown_grace_s = 10;      ///< on SIGTERM: how long in-flight work may drain (s)
+  // Booked retries (README "Booked retries").
+  std::string retry_bookings = "on"; ///< on: an overloaded refusal books its retry's place; off: the baseline
+  int max_retry_bookings = 256;      ///< booked places held at once, >= 1
+  double retry_early_s = 0.25;       ///< a booked retry may come this much before its promise (s), >= 0
+  double retry_grace_s = 2;          ///< and this much after it; then the booking is released (s), > 0
+  double max_retry_after_s = 30;     ///< a longer promise books nothing (s), > 0
 
   // -- traffic policies (README "Traffic policies")
   std::string api_keys;              ///< file of API keys, one a line; empty = no keys, no 401

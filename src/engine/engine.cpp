@@ -103,7 +103,7 @@ std::int64_t Engine::Impl::choice_cost(const GenerationRequest& request) const {
 }
 
 Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request, std::shared_ptr<EventSink> sink,
-                                                      int* queue_position) {
+                                                      int* queue_position, std::string* retry_claimed_by) {
   auto req = std::make_shared<Request>();
   req->gen = std::move(request);
   req->sink = std::move(sink);
@@ -132,8 +132,14 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   // Registered before it is queued, so an engine finds it the moment
   // admission grants it.
   impl_->front->put(req);
-  auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, req->gen.deadline,
-                                          req->gen.priority, req->model_index, std::max(1, req->gen.n));
+  EnqueueOptions eo;
+  eo.deadline = req->gen.deadline;
+  eo.priority = req->gen.priority;
+  eo.model = req->model_index;
+  eo.tokens = req->gen.max_tokens * std::max(1, req->gen.n);
+  eo.sequences = std::max(1, req->gen.n);
+  if (!req->gen.retry.fingerprint.empty()) eo.retry = &req->gen.retry;
+  auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, eo);
   if (!ticket.ok()) {
     impl_->front->take(req->admission_id);
     std::lock_guard lk(s.mu);
@@ -141,6 +147,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
     return std::move(ticket).error();
   }
   if (queue_position) *queue_position = ticket->position;
+  if (retry_claimed_by) *retry_claimed_by = ticket->retry_claimed_by;
   impl_->log_memory(*req, "enter");
   impl_->front->notify_all();
   return std::shared_ptr<RequestHandle>(req);

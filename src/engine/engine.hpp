@@ -66,6 +66,9 @@ struct GenerationRequest {
   std::optional<TimePoint> deadline;
   /// Admission class: higher classes are granted first (with aging).
   Priority priority = Priority::kNormal;
+  /// Recognises a retry of a booked refusal and books this request's retry
+  /// if it is refused as overloaded (empty fingerprint: neither).
+  RetryIdentity retry;
 };
 
 /// Counters and gauges an engine publishes (a snapshot).
@@ -148,9 +151,11 @@ class Engine {
   /// (nothing queued, no event sent): kExceedsDeviceMemory when it can never
   /// fit (needed_bytes, budget_bytes); kOverloaded when the queue is full or
   /// the engine is draining (retry_after_s). On success `*queue_position` is
-  /// the position on entry (1 = next).
+  /// the position on entry (1 = next), and `*retry_claimed_by` says how a
+  /// retry that took its booked place was recognised ("" otherwise).
   Result<std::shared_ptr<RequestHandle>> submit(GenerationRequest request, std::shared_ptr<EventSink> sink,
-                                                int* queue_position = nullptr);
+                                                int* queue_position = nullptr,
+                                                std::string* retry_claimed_by = nullptr);
 
   /// Refuses new requests from now on; queued and running work goes on.
   void begin_drain();

@@ -125,6 +125,9 @@ void Engine::Impl::admit(TimePoint now) {
   }
   std::vector<std::pair<std::shared_ptr<Request>, AdmissionGrant>> started;
   for (AdmissionGrant& g : grants) {
+    if (g.promise_error && options.metrics) {
+      options.metrics->retry_promise_error_seconds.observe(std::chrono::duration<double>(*g.promise_error).count());
+    }
     auto r = front->take(g.id);
     if (r) started.emplace_back(std::move(r), std::move(g));  // always found: registered before enqueue
   }

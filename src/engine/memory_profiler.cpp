@@ -89,6 +89,7 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
     }
     std::vector<std::int32_t> next = {32, 32};
     std::int64_t peaks[2] = {0, 0};
+    double step_s[2] = {0, 0};
     for (int n = 1; n <= 2; ++n) {
       std::vector<StepInput> inputs;
       for (int i = 0; i < n; ++i) {
@@ -96,19 +97,24 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
         inputs.push_back(StepInput{caches[static_cast<std::size_t>(i)].get(),
                                    std::span<const std::int32_t>(&next[static_cast<std::size_t>(i)], 1)});
       }
+      const auto started = std::chrono::steady_clock::now();
       auto peak = step_peak(model, device, inputs);
+      step_s[n - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       if (!peak.ok()) return std::move(peak).error();
       peaks[n - 1] = *peak;
     }
     const int batch = std::max(1, std::min(options.max_batch, options.max_batch_tokens));
     const std::int64_t per_sequence = std::max<std::int64_t>(0, peaks[1] - peaks[0]);
     workspace = std::max(workspace, peaks[0] + per_sequence * (batch - 1));
+    // The step time grows with the batch as the peak does: extrapolated the same way.
+    p.step_seconds = step_s[0] + std::max(0.0, step_s[1] - step_s[0]) * (batch - 1);
   }
   p.workspace_bytes = static_cast<std::int64_t>(static_cast<double>(workspace) * options.safety_factor);
   device.reset_peak();
-  spdlog::info("memory profile on {}: resident {} B, workspace {} B, KV cache {} B/token + {} B/sequence, safety x{}",
+  spdlog::info("memory profile on {}: resident {} B, workspace {} B, KV cache {} B/token + {} B/sequence, safety x{}, "
+               "full-batch decode step {} ms",
                device.name(), p.resident_bytes, p.workspace_bytes, p.kv_bytes_per_token, p.sequence_overhead_bytes,
-               format_decimal(p.safety_factor));
+               format_decimal(p.safety_factor), format_decimal(p.step_seconds * 1e3));
   return p;
 }
 

@@ -128,6 +128,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   log.model = sub.model;
   log.prompt_tokens = sub.prompt_tokens;
   log.reserved_bytes = sub.cost_bytes;
+  log.retry = sub.retry_claimed_by;
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + sub.handle->id();
   const std::string model = sub.model.empty() ? request.model : sub.model;

@@ -144,10 +144,16 @@ Reply error_reply(const Error& error) {
   Reply reply;
   reply.status = http_status(error.code);
   reply.body = encode_error(error);
+  // OpenAI's SDKs read retry-after-ms before Retry-After and obey x-should-retry.
   if (error.retry_after_s) {
-    const double s = std::ceil(*error.retry_after_s);
-    const long long secs = std::isfinite(s) ? std::max(1LL, static_cast<long long>(std::min(s, 86400.0))) : 1LL;
-    reply.headers.emplace_back("Retry-After", std::to_string(secs));
+    reply.headers.emplace_back("Retry-After", std::to_string(retry_after_whole_s(*error.retry_after_s)));
+    reply.headers.emplace_back("retry-after-ms", std::to_string(retry_after_ms(*error.retry_after_s)));
+  }
+  if (!error.retry_token.empty()) reply.headers.emplace_back("X-Retry-Token", error.retry_token);
+  if (!retry_can_help(error.code)) {
+    reply.headers.emplace_back("x-should-retry", "false");
+  } else if (error.retry_after_s) {
+    reply.headers.emplace_back("x-should-retry", "true");
   }
   return reply;
 }

@@ -19,6 +19,7 @@ std::optional<Reply> Connection::check_traffic(Exchange& ex, const Request& requ
   gate.remote_address = address;
   gate.x_priority = request["X-Priority"];
   gate.idempotency_key = request["Idempotency-Key"];
+  gate.retry_token = request["X-Retry-Token"];
   std::optional<Error> denied = state_->traffic().admit(gate, ex.traffic, Clock::now());
   if (!denied) return std::nullopt;
   if (metered) {

@@ -479,7 +479,13 @@ std::string encode_error(const Error& error) {
   e["message"] = safe(error.message);
   if (error.needed_bytes) e["needed_bytes"] = *error.needed_bytes;
   if (error.budget_bytes) e["budget_bytes"] = *error.budget_bytes;
-  if (error.retry_after_s) e["retry_after_s"] = number(*error.retry_after_s);
+  if (error.retry_after_s) {
+    e["retry_after_s"] = number(*error.retry_after_s);
+    e["retry_after_ms"] = retry_after_ms(*error.retry_after_s);
+  }
+  if (error.retry_position) e["retry_position"] = *error.retry_position;
+  if (error.retry_after_s && error.code == ErrorCode::kOverloaded) e["retry_booked"] = !error.retry_token.empty();
+  if (!error.retry_token.empty()) e["retry_token"] = safe(error.retry_token);
   json::object o;
   o["error"] = std::move(e);
   return json_fields::serialize(o);
@@ -575,6 +581,15 @@ std::string encode_admission(const AdmissionState& state) {
   o["oom_budget_cuts"] = state.oom_budget_cuts;
   o["preemptions"] = state.preemptions;
   o["not_ready_trips"] = state.not_ready_trips;
+  json::object retry;
+  retry["held"] = state.retry_bookings;
+  retry["open"] = state.retry_places;
+  retry["booked"] = state.retry_booked;
+  retry["claimed"] = state.retry_claimed;
+  retry["expired"] = state.retry_expired;
+  retry["early"] = state.retry_early;
+  retry["refused"] = state.retry_refused;
+  o["retry_bookings"] = std::move(retry);
   return json_fields::serialize(o);
 }
 

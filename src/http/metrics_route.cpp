@@ -36,6 +36,11 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
   s.cancelled = st.cancelled;
   s.out_of_memory = st.out_of_memory;
   s.preemptions = st.preemptions;
+  s.retry_claimed = st.retry_claimed;
+  s.retry_expired = st.retry_expired;
+  s.retry_early = st.retry_early;
+  s.retry_refused = st.retry_refused;
+  s.retry_bookings = st.retry_bookings;
   return s;
 }
 

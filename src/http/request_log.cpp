@@ -69,6 +69,7 @@ std::string encode_request_log(const RequestLogLine& l) {
   if (!l.key_id.empty()) w.field("key_id", l.key_id);
   if (!l.priority.empty()) w.field("priority", l.priority);
   if (!l.idempotency.empty()) w.field("idempotency", l.idempotency);
+  if (!l.retry.empty()) w.field("retry", l.retry);
   if (l.prompt) {
     if (const auto* text = std::get_if<std::string>(&*l.prompt)) {
       w.field("prompt", *text);

@@ -29,6 +29,7 @@ struct RequestLogLine {
   std::string key_id;       ///< the API key's id (8 hex characters of its SHA-256), never the key
   std::string priority;     ///< the class it was queued with: low, normal, high
   std::string idempotency;  ///< with an Idempotency-Key: new, attached or replayed
+  std::string retry;        ///< a retry that took its booked place: claimed by token, idempotency_key or body
   /// Only with --log-request-text.
   std::optional<std::variant<std::string, std::vector<std::int32_t>>> prompt;
   std::optional<std::string> output;

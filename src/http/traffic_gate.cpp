@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "metrics/server_metrics.hpp"
 #include "traffic/digest.hpp"
@@ -12,6 +13,18 @@ namespace vg::httpd {
 namespace {
 
 constexpr std::size_t kMaxIdempotencyKeyLength = 255;
+constexpr std::size_t kMaxRetryTokenLength = 128;
+
+std::string hex(const traffic::Digest& d) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(d.size() * 2);
+  for (std::uint8_t b : d) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
 
 bool valid_idempotency_key(std::string_view key) {
   if (key.empty() || key.size() > kMaxIdempotencyKeyLength) return false;
@@ -24,7 +37,8 @@ TrafficGate::TrafficGate(const traffic::TrafficOptions& options, metrics::Server
     : options_(options),
       metrics_(metrics),
       limiter_(options.max_rate_clients),
-      idempotency_(traffic::IdempotencyRegistry::create({options.idempotency_ttl, options.max_idempotency_keys})) {}
+      idempotency_(traffic::IdempotencyRegistry::create({options.idempotency_ttl, options.max_idempotency_keys})),
+      token_rng_(std::random_device{}()) {}
 
 std::optional<traffic::RateLimit> TrafficGate::limit_for(const traffic::ApiKey* key) const {
   const double rate = key && key->rate ? *key->rate : options_.rate_limit;
@@ -45,7 +59,14 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
                                                  : "the API key is not valid");
     }
   }
+  ticket.client = ticket.key ? "key:" + ticket.key->scope : "addr:" + std::string(r.remote_address);
   if (!r.metered) return std::nullopt;
+  if (!r.retry_token.empty()) {
+    if (r.retry_token.size() > kMaxRetryTokenLength || !valid_idempotency_key(r.retry_token)) {
+      return Error(ErrorCode::kInvalidRequest, "X-Retry-Token must be the token a 503 gave (printable ASCII)");
+    }
+    ticket.retry_token = std::string(r.retry_token);
+  }
   if (!r.x_priority.empty()) {
     ticket.header_priority = parse_priority(r.x_priority);
     if (!ticket.header_priority) {
@@ -60,8 +81,7 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
     ticket.idempotency_key = std::string(r.idempotency_key);
   }
   if (const auto limit = limit_for(ticket.key)) {
-    const std::string client = ticket.key ? "key:" + ticket.key->scope : "addr:" + std::string(r.remote_address);
-    const traffic::RateDecision d = limiter_.check(client, *limit, now);
+    const traffic::RateDecision d = limiter_.check(ticket.client, *limit, now);
     if (!d.allowed) {
       if (metrics_) metrics_->rate_limited_total.inc();
       char rate[32];
@@ -90,6 +110,20 @@ Result<Submission> TrafficGate::submit(Service& service, TrafficTicket& ticket, 
   const std::optional<Priority> asked = request.priority ? request.priority : ticket.header_priority;
   request.priority = min_priority(asked.value_or(deflt), cap);
   ticket.priority = request.priority;
+
+  request.retry.client = ticket.client;
+  request.retry.fingerprint = hex(traffic::sha256_parts({route, body}));
+  request.retry.token = ticket.retry_token;
+  if (!ticket.idempotency_key.empty()) {
+    request.retry.idempotency_key = (ticket.key ? ticket.key->scope : std::string()) + "\n" + ticket.idempotency_key;
+  }
+  {
+    std::lock_guard lock(token_mu_);
+    char token[40];
+    std::snprintf(token, sizeof token, "rt_%016llx%016llx", static_cast<unsigned long long>(token_rng_()),
+                  static_cast<unsigned long long>(token_rng_()));
+    request.retry.offered_token = token;
+  }
 
   if (ticket.idempotency_key.empty()) return service.submit(request, std::move(sink));
 

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <random>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +37,8 @@ struct TrafficTicket {
   const traffic::ApiKey* key = nullptr;  ///< the caller's key (keys on and authorized)
   std::optional<Priority> header_priority;  ///< X-Priority
   std::string idempotency_key;              ///< Idempotency-Key; empty when absent
+  std::string client;       ///< "key:<scope>" (keys on) or "addr:<ip>": whose retry bookings
+  std::string retry_token;  ///< X-Retry-Token; empty when absent
   // Set by submit(), for the request log.
   std::optional<Priority> priority;  ///< the class the request was queued with
   const char* idempotency = "";      ///< "", "new", "attached" or "replayed"
@@ -48,6 +52,7 @@ struct GateRequest {
   std::string_view remote_address;
   std::string_view x_priority;
   std::string_view idempotency_key;
+  std::string_view retry_token;  ///< X-Retry-Token
 };
 
 class TrafficGate {
@@ -56,13 +61,16 @@ class TrafficGate {
 
   /// Auth, rate and header checks. Errors: kUnauthorized (401),
   /// kRateLimited with retry_after_s (429), kInvalidRequest for a bad
-  /// X-Priority or Idempotency-Key header (400). Fills `ticket` on success.
+  /// X-Priority, Idempotency-Key or X-Retry-Token header (400). Fills
+  /// `ticket` on success.
   std::optional<Error> admit(const GateRequest& request, TrafficTicket& ticket, TimePoint now);
 
   /// Resolves `request.priority` (body field, else X-Priority, else the
   /// key's default; capped by the key) and submits, through the key's flight
   /// when the ticket has an Idempotency-Key. `route` and `body` identify the
-  /// request for the key (same key, other route or body -> 422).
+  /// request for the key (same key, other route or body -> 422). Sets
+  /// `request.retry` (client, route + body digest, keys, a fresh token) so
+  /// admission recognises a booked retry and books one for a refusal.
   Result<Submission> submit(Service& service, TrafficTicket& ticket, std::string_view route, std::string_view body,
                             CompletionRequest& request, std::shared_ptr<EventSink> sink);
 
@@ -75,6 +83,8 @@ class TrafficGate {
   metrics::ServerMetrics* metrics_;
   traffic::RateLimiter limiter_;
   std::shared_ptr<traffic::IdempotencyRegistry> idempotency_;
+  std::mutex token_mu_;
+  std::mt19937_64 token_rng_;  // guarded by token_mu_; seeded from std::random_device
 };
 
 }  // namespace httpd

@@ -31,6 +31,13 @@ ServerMetrics::ServerMetrics(Registry& r)
                              {1, 2, 4, 8, 16, 32, 64, 128, 256})
                      .with({})),
       generated_tokens_total(r.counter("vramgate_generated_tokens_total", "Tokens generated.").with({})),
+      retry_promise_error_seconds(
+          r.histogram("vramgate_retry_promise_error_seconds",
+                      "For retries that claimed their booked place: lease grant time minus the promised time "
+                      "(negative: granted before the promise).",
+                      {-10, -5, -2, -1, -0.5, -0.25, -0.1, -0.05, -0.025, -0.01, 0, 0.01, 0.025, 0.05, 0.1, 0.25,
+                       0.5, 1, 2, 5, 10})
+              .with({})),
       unauthorized_total(r.counter("vramgate_unauthorized_total",
                                    "Requests refused with 401: no API key, or one that is not valid.")
                              .with({})),
@@ -69,7 +76,13 @@ ServerMetrics::ServerMetrics(Registry& r)
       idempotent_replays_total_(r.counter("vramgate_idempotent_replays_total",
                                           "Requests answered from another request's work by their Idempotency-Key: "
                                           "attached (it was running) or replayed (it had completed).",
-                                          {"kind"})) {
+                                          {"kind"})),
+      retry_bookings_total_(r.counter("vramgate_retry_bookings_total",
+                                      "Booked retries by outcome: claimed (the retry took its place in its window), "
+                                      "expired (released unclaimed), early (a retry before its window, refused "
+                                      "again), refused (an overloaded refusal that booked nothing).",
+                                      {"outcome"})),
+      retry_bookings_held_(r.gauge("vramgate_retry_bookings", "Booked retry places held now.").with({})) {
   idempotent_replays_total_.with({"attached"});
   idempotent_replays_total_.with({"replayed"});
 }
@@ -103,6 +116,10 @@ void ServerMetrics::fill_state(const StateSample& s) {
   requests_finished_total_.with({"cancelled"}).mirror(static_cast<double>(s.cancelled));
   out_of_memory_total_.mirror(static_cast<double>(s.out_of_memory));
   preemptions_total_.mirror(static_cast<double>(s.preemptions));
+  const std::pair<const char*, std::int64_t> retries[] = {
+      {"claimed", s.retry_claimed}, {"expired", s.retry_expired}, {"early", s.retry_early}, {"refused", s.retry_refused}};
+  for (const auto& [outcome, n] : retries) retry_bookings_total_.with({outcome}).mirror(static_cast<double>(n));
+  retry_bookings_held_.set(s.retry_bookings);
 }
 
 std::string ServerMetrics::scrape(const StateSample& sample) {

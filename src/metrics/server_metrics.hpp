@@ -46,6 +46,12 @@ struct StateSample {
   std::int64_t cancelled = 0;
   std::int64_t out_of_memory = 0;
   std::int64_t preemptions = 0;
+  // Booked retries (outcome -> count).
+  std::int64_t retry_claimed = 0;
+  std::int64_t retry_expired = 0;
+  std::int64_t retry_early = 0;
+  std::int64_t retry_refused = 0;
+  int retry_bookings = 0;  ///< booked places held now
 };
 
 class ServerMetrics {
@@ -65,6 +71,9 @@ class ServerMetrics {
   Histogram& request_duration_seconds;
   Histogram& batch_size;
   Counter& generated_tokens_total;
+  /// vramgate_retry_promise_error_seconds: for a retry that claimed its
+  /// booked place, grant time − promised time (negative: granted early).
+  Histogram& retry_promise_error_seconds;
 
   // -- recorded by the HTTP layer's traffic policies
   Counter& unauthorized_total;  ///< vramgate_unauthorized_total: 401s
@@ -93,6 +102,8 @@ class ServerMetrics {
   Counter& out_of_memory_total_;
   Counter& preemptions_total_;
   CounterFamily& idempotent_replays_total_;
+  CounterFamily& retry_bookings_total_;
+  Gauge& retry_bookings_held_;
 };
 
 }  // namespace vg::metrics

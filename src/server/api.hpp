@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "admission/retry_booking.hpp"
 #include "common/priority.hpp"
 #include "model/sampler.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -54,6 +55,9 @@ struct CompletionRequest {
   bool echo = false;
   /// stream_options.include_usage: a last chunk with usage and no choices.
   bool include_usage = false;
+  /// Set by the HTTP layer: recognises the retry of a booked refusal, and
+  /// books a place for this request's retry if it is refused as overloaded.
+  RetryIdentity retry;
 };
 
 /// What /v1/models shows for one model.
@@ -122,6 +126,14 @@ struct AdmissionState {
   std::int64_t oom_budget_cuts = 0;  ///< times the OOM governor cut the effective budget
   std::int64_t preemptions = 0;  ///< running sequences stopped to free memory, to be recomputed
   std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked a device not ready
+  // Booked retries: places held now (open: occupying a queue place), and counters.
+  int retry_bookings = 0;
+  int retry_places = 0;
+  std::int64_t retry_booked = 0;
+  std::int64_t retry_claimed = 0;
+  std::int64_t retry_expired = 0;
+  std::int64_t retry_early = 0;
+  std::int64_t retry_refused = 0;
 };
 
 }  // namespace vg

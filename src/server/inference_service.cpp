@@ -150,6 +150,18 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   ao.queue_timeout = seconds(config.queue_timeout_s);
   ao.max_bypass = seconds(config.max_bypass_s);
   ao.priority_aging = seconds(config.priority_aging_s);
+  ao.retry_booking.enabled = config.retry_bookings == "on";
+  ao.retry_booking.max_bookings = static_cast<std::size_t>(config.max_retry_bookings);
+  ao.retry_booking.early = seconds(config.retry_early_s);
+  ao.retry_booking.grace = seconds(config.retry_grace_s);
+  ao.retry_booking.max_after = seconds(config.max_retry_after_s);
+  // The slowest device's measured step, plus the step delay test hook (it
+  // sleeps after every step, so it is part of the device time).
+  double step_s = 0;
+  for (DeviceEntry* d : serving) {
+    for (const MemoryProfile& p : d->setup.profiles) step_s = std::max(step_s, p.step_seconds);
+  }
+  ao.step_time = seconds(step_s + config.test_step_delay_ms / 1e3);
   AdmissionTopology topology;
   for (DeviceEntry* d : serving) {
     topology.devices.push_back(AdmissionTopology::Device{d->name, d->setup.budget_bytes});
@@ -290,6 +302,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   gen.n = request.n;
   gen.logprobs = request.logprobs;
   gen.prompt_logprobs = request.echo && request.logprobs.has_value();
+  gen.retry = request.retry;
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
@@ -313,7 +326,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
     const auto* text = std::get_if<std::string>(&request.prompt);
     sub.echo_text = text ? *text : tok.decode(gen.prompt);
   }
-  auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position);
+  auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position, &sub.retry_claimed_by);
   if (!handle.ok()) return std::move(handle).error();
   sub.handle = std::move(handle).value();
   return sub;
@@ -429,6 +442,13 @@ AdmissionState InferenceService::admission_state() const {
     st.queue_timeouts = as->counters.queue_timeout;
     st.deadline_expired = as->counters.deadline_expired;
     st.cancelled_queued = as->counters.cancelled;
+    st.retry_bookings = as->retry_bookings;
+    st.retry_places = as->retry_places;
+    st.retry_booked = as->retry_booking_counters.booked;
+    st.retry_claimed = as->retry_booking_counters.claimed;
+    st.retry_expired = as->retry_booking_counters.expired;
+    st.retry_early = as->retry_booking_counters.early;
+    st.retry_refused = as->retry_booking_counters.refused;
   }
   return st;
 }

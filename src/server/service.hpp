@@ -23,6 +23,8 @@ struct Submission {
   std::int64_t cost_bytes = 0;  ///< device bytes the request reserves (admission cost)
   /// With echo: the prompt as text (a text prompt as sent; token ids decoded).
   std::string echo_text{};
+  /// A retry that took its booked place: "token", "idempotency_key" or "body".
+  std::string retry_claimed_by{};
 };
 
 class Service {

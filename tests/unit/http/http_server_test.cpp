@@ -339,7 +339,9 @@ TEST_F(HttpServerTest, FailureAfterSseHeadersIsAnSseErrorEventThenDone) {
 TEST_F(HttpServerTest, SubmitErrorIsIdenticalForStreamAndNot) {
   start();
   Error busy(ErrorCode::kOverloaded, "queue full (8 waiting)");
-  busy.retry_after_s = 1.2;
+  busy.retry_after_s = 1.2001;
+  busy.retry_position = 4;
+  busy.retry_token = "rt_abc";
   service_.set({.submit_error = busy});
   auto c = client();
   Response plain = c->request(bhttp::verb::post, "/v1/completions", R"({"prompt":"hi"})");
@@ -351,7 +353,22 @@ TEST_F(HttpServerTest, SubmitErrorIsIdenticalForStreamAndNot) {
   EXPECT_EQ(streamed[bhttp::field::content_type], "application/json");
   EXPECT_EQ(plain[bhttp::field::retry_after], "2");
   EXPECT_EQ(streamed[bhttp::field::retry_after], "2");
+  // The promise precisely, the token, and that retrying can help.
+  EXPECT_EQ(plain["retry-after-ms"], "1201");
+  EXPECT_EQ(plain["X-Retry-Token"], "rt_abc");
+  EXPECT_EQ(plain["x-should-retry"], "true");
   EXPECT_EQ(error_type_of(plain), "overloaded");
+  const auto err = json::parse(plain.body()).at("error").as_object();
+  EXPECT_EQ(err.at("retry_after_ms").to_number<std::int64_t>(), 1201);
+  EXPECT_EQ(err.at("retry_position").to_number<std::int64_t>(), 4);
+  EXPECT_EQ(err.at("retry_token").as_string(), "rt_abc");
+  EXPECT_TRUE(err.at("retry_booked").as_bool());
+  // The service was told how to recognise this request as a retry.
+  const std::optional<CompletionRequest> last = service_.last_request();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_FALSE(last->retry.fingerprint.empty());
+  EXPECT_EQ(last->retry.client, "addr:127.0.0.1");
+  EXPECT_EQ(last->retry.offered_token.rfind("rt_", 0), 0u);
 
   Error huge(ErrorCode::kExceedsDeviceMemory, "needs 3 GiB");
   huge.needed_bytes = 3;
@@ -362,6 +379,8 @@ TEST_F(HttpServerTest, SubmitErrorIsIdenticalForStreamAndNot) {
   EXPECT_EQ(a.result_int(), 413);
   EXPECT_EQ(a.body(), b.body());
   EXPECT_EQ(b.result_int(), 413);
+  EXPECT_EQ(a["x-should-retry"], "false");  // a retry cannot fix it
+  EXPECT_EQ(a.count("retry-after-ms"), 0u);
 }
 
 TEST_F(HttpServerTest, InvalidRequestIsIdenticalForStreamAndNotAndNeverSubmitted) {

@@ -62,12 +62,13 @@ class FakeService final : public Service {
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override {
     std::lock_guard lock(mu_);
     ++attempts_;
+    last_request_ = request;
     if (knobs_.submit_error) return *knobs_.submit_error;
     auto handle = std::make_shared<FakeHandle>("req" + std::to_string(attempts_));
     if (knobs_.push_queued_on_submit) sink->push(QueuedEvent{knobs_.queue_position});  // on the I/O thread
     submissions_.push_back({request, sink, handle});
     cv_.notify_all();
-    return Submission{handle, "fake-model", 3, knobs_.queue_position};
+    return Submission{handle, "fake-model", 3, knobs_.queue_position, 0, ""};
   }
 
   std::vector<ModelInfo> models() const override {
@@ -104,6 +105,11 @@ class FakeService final : public Service {
     submissions_.pop_front();
     return s;
   }
+  /// The request of the last call to submit(), failed ones included.
+  std::optional<CompletionRequest> last_request() const {
+    std::lock_guard lock(mu_);
+    return last_request_;
+  }
   /// Calls to submit() so far, failed ones included.
   int submit_attempts() const {
     std::lock_guard lock(mu_);
@@ -130,6 +136,7 @@ class FakeService final : public Service {
   Knobs knobs_;
   std::vector<DeviceState> devices_;
   int attempts_ = 0;
+  std::optional<CompletionRequest> last_request_;
 };
 
 using Response = bhttp::response<bhttp::string_body>;

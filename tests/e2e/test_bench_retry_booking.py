@@ -1,0 +1,37 @@
+"""bench/retry_booking.py end to end in its tiny mode (seconds of traffic):
+both modes run the peak, the overload and the OpenAI SDK phases on the same
+build, the figures are computed from the run's own records, and the JSON and
+Markdown reports are written. No timing is asserted."""
+import json
+import os
+import subprocess
+
+from conftest import BIN, MODEL_DIR
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def test_retry_booking_benchmark_runs_both_modes_and_writes_the_report(tmp_path):
+    run = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "retry_booking.py"), "--tiny",
+                          "--binary", BIN, "--model-dir", MODEL_DIR, "--out-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "retry-booking.json").read_text())
+    assert report["config"]["tiny"] is True
+    on, off = report["results"]["on"], report["results"]["off"]
+    assert on["mode"] == "on" and off["mode"] == "off"
+    for r in (on, off):
+        assert r["peak_goodput_rps"] > 0 and r["completed"] > 0, r
+        assert r["goodput_ratio"] == r["overload_goodput_rps"] / r["peak_goodput_rps"]
+        assert r["errors"] == {}, r["errors"]
+        if r["first_retry_admitted_share"] is not None:
+            assert 0 <= r["first_retry_admitted_share"] <= 1
+        sdk = r["sdk"]
+        assert sdk["calls"] >= 1 and sdk["succeeded"] + sdk["failed"] == sdk["calls"], sdk
+        assert sdk["attempts"] >= sdk["calls"]
+    # The baseline books nothing; with bookings the server counted its own.
+    assert off["retry_bookings"]["booked"] == 0
+    assert on["retry_bookings"]["booked"] >= on["retry_bookings"]["claimed"]
+    md = (tmp_path / "retry-booking.md").read_text()
+    assert "Tiny smoke run" in md
+    assert "retries admitted on their first retry" in md and "OpenAI JS SDK" in md
