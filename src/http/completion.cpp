@@ -157,6 +157,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     std::optional<std::string> finish_reason;
     bool echoed = false;
     bool role_sent = false;  // chat chunks: the first says role "assistant"
+    bool announced = false;  // a chunk of its text was sent
   };
   std::vector<Choice> choices(static_cast<std::size_t>(std::max(1, request.n)));
   const auto chunk = [&](int index, std::optional<std::string> text, std::vector<TokenLogprobs>* lp,
@@ -185,9 +186,12 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
       c.chars += json_fields_text_chars(t.token);
     }
     if (!stream || log_text) c.text += text;
-    if (stream) {
+    // A chunk with nothing in it is sent only as a choice's first (its first
+    // token is announced even when its bytes are held back).
+    if (stream && (!text.empty() || !lp.empty() || !std::exchange(c.announced, true))) {
+      c.announced = true;
       sse += chunk(index, std::move(text), &lp, std::move(offsets), std::nullopt, std::nullopt);
-    } else if (logprobs) {
+    } else if (!stream && logprobs) {
       c.offsets.insert(c.offsets.end(), offsets.begin(), offsets.end());
       for (TokenLogprobs& t : lp) c.logprobs.push_back(std::move(t));
     }
