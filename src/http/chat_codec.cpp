@@ -110,45 +110,15 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
 }
 
 std::string encode_chat_completion(const ChatBody& body) {
-  json::object message;
-  message["role"] = "assistant";
-  message["content"] = safe(body.content);
-  json::object choice;
-  choice["index"] = 0;
-  choice["message"] = std::move(message);
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = safe(body.finish_reason);
-  json::object o;
-  o["id"] = safe(body.id);
-  o["object"] = "chat.completion";
-  o["created"] = body.created;
-  o["model"] = safe(body.model);
-  o["choices"] = json::array{std::move(choice)};
-  o["usage"] = usage_json(body.usage);
-  return json_fields::serialize(o);
+  ChatResponse r{body.id, body.model, body.created, false, {}, body.usage, false};
+  r.choices.push_back(ChatChoice{0, true, body.content, body.finish_reason});
+  return encode_chat_response(r);
 }
 
 std::string encode_chat_chunk(const ChatChunk& chunk) {
-  json::object delta;
-  if (chunk.role) delta["role"] = "assistant";
-  if (chunk.content) delta["content"] = safe(*chunk.content);
-  json::object choice;
-  choice["index"] = 0;
-  choice["delta"] = std::move(delta);
-  choice["logprobs"] = nullptr;
-  if (chunk.finish_reason) {
-    choice["finish_reason"] = safe(*chunk.finish_reason);
-  } else {
-    choice["finish_reason"] = nullptr;
-  }
-  json::object o;
-  o["id"] = safe(chunk.id);
-  o["object"] = "chat.completion.chunk";
-  o["created"] = chunk.created;
-  o["model"] = safe(chunk.model);
-  o["choices"] = json::array{std::move(choice)};
-  if (chunk.usage) o["usage"] = usage_json(*chunk.usage);
-  return json_fields::serialize(o);
+  ChatResponse r{chunk.id, chunk.model, chunk.created, true, {}, chunk.usage, false};
+  r.choices.push_back(ChatChoice{0, chunk.role, chunk.content, chunk.finish_reason});
+  return encode_chat_response(r);
 }
 
 }  // namespace vg

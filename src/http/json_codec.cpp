@@ -31,6 +31,24 @@ boost::json::object usage_json(const Usage& u) {
 
 Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
 
+/// Short printable rendering of a JSON value for error messages.
+std::string shown(const boost::json::value& v) {
+  std::string s = json_fields::serialize(v);
+  constexpr std::size_t kMax = 40;
+  if (s.size() > kMax) {
+    s.resize(kMax);
+    s += "...";
+  }
+  return sanitize_utf8(s);
+}
+
+/// The field, or nullptr when absent or null (OpenAI treats null as "use the default").
+const boost::json::value* field(const boost::json::object& o, std::string_view key) {
+  const boost::json::value* v = o.if_contains(key);
+  return (v == nullptr || v->is_null()) ? nullptr : v;
+}
+
+
 namespace {
 
 void write_json(const boost::json::value& v, std::string& out);
@@ -102,28 +120,13 @@ namespace json = boost::json;
 using json_fields::invalid;
 using json_fields::safe;
 using json_fields::usage_json;
+using json_fields::field;
+using json_fields::shown;
 
 constexpr double kMaxTimeoutS = 86400;  // one day: keeps deadlines far from overflow
 constexpr std::size_t kMaxStops = 4;
 constexpr std::int64_t kMaxChoices = 256;  // the service's --max-n is the real limit
 constexpr std::int64_t kMaxLogprobs = 20;
-
-/// Short printable rendering of a JSON value for error messages.
-std::string shown(const json::value& v) {
-  std::string s = json_fields::serialize(v);
-  constexpr std::size_t kMax = 40;
-  if (s.size() > kMax) {
-    s.resize(kMax);
-    s += "...";
-  }
-  return sanitize_utf8(s);
-}
-
-/// The field, or nullptr when absent or null (OpenAI treats null as "use the default").
-const json::value* field(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return (v == nullptr || v->is_null()) ? nullptr : v;
-}
 
 /// An integral JSON number (an integral double such as 5.0 counts) within [lo, hi].
 std::optional<std::int64_t> as_integer(const json::value& v, std::int64_t lo, std::int64_t hi) {
@@ -346,70 +349,6 @@ Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out)
   return {};
 }
 
-/// Fields vramgate does not implement that would change the answer: a
-/// request that sets one (to anything but the value that changes nothing)
-/// is refused, naming it, rather than answered as if it were absent.
-Status refuse_unimplemented(const json::object& o) {
-  auto empty_array = [](const json::value& v) { return v.is_array() && v.get_array().empty(); };
-  auto is_string = [](const json::value& v, std::initializer_list<std::string_view> ok) {
-    return v.is_string() && std::find(ok.begin(), ok.end(), std::string_view(v.get_string())) != ok.end();
-  };
-  struct Rule {
-    std::string_view name;
-    std::function<bool(const json::value&)> harmless;
-    std::string_view why;
-  };
-  const Rule rules[] = {
-      {"suffix", [](const json::value& v) { return v.is_string() && v.get_string().empty(); }, "insertion"},
-      {"tools", empty_array, "tool calling"},
-      {"functions", empty_array, "function calling"},
-      {"tool_choice", [&](const json::value& v) { return is_string(v, {"none", "auto"}); }, "tool calling"},
-      {"function_call", [&](const json::value& v) { return is_string(v, {"none", "auto"}); }, "function calling"},
-      {"response_format",
-       [](const json::value& v) {
-         const json::object* f = v.if_object();
-         const json::value* t = f ? f->if_contains("type") : nullptr;
-         return t && t->is_string() && t->get_string() == "text";
-       },
-       "structured output (only {\"type\": \"text\"})"},
-      {"modalities",
-       [](const json::value& v) {
-         return v.is_array() && std::all_of(v.get_array().begin(), v.get_array().end(), [](const json::value& m) {
-                  return m.is_string() && m.get_string() == "text";
-                });
-       },
-       "output modalities other than text"},
-      {"audio", [](const json::value&) { return false; }, "audio output"},
-      {"min_p", [](const json::value& v) { return v.is_number() && v.to_number<double>() == 0; }, "min-p sampling"},
-      {"min_tokens", [](const json::value& v) { return v.is_number() && v.to_number<double>() == 0; }, "min_tokens"},
-      {"use_beam_search", [](const json::value& v) { return v.is_bool() && !v.get_bool(); }, "beam search"},
-      {"length_penalty", [](const json::value& v) { return v.is_number() && v.to_number<double>() == 1; },
-       "beam search"},
-      {"stop_token_ids", empty_array, "stop token ids"},
-      {"prompt_logprobs", [](const json::value&) { return false; }, "prompt_logprobs (use echo with logprobs)"},
-      {"guided_json", [](const json::value&) { return false; }, "guided decoding"},
-      {"guided_regex", [](const json::value&) { return false; }, "guided decoding"},
-      {"guided_choice", [](const json::value&) { return false; }, "guided decoding"},
-      {"guided_grammar", [](const json::value&) { return false; }, "guided decoding"},
-      {"logits_processors", [](const json::value&) { return false; }, "logits processors"},
-  };
-  for (const Rule& r : rules) {
-    const json::value* v = field(o, r.name);
-    if (v == nullptr) continue;
-    bool harmless = false;
-    try {
-      harmless = r.harmless(*v);
-    } catch (const std::exception&) {  // to_number of a number that does not convert
-      harmless = false;
-    }
-    if (!harmless) {
-      return invalid(std::string(r.name) + " is not supported: vramgate does not implement " + std::string(r.why) +
-                     " (got " + shown(*v) + ")");
-    }
-  }
-  return {};
-}
-
 Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
   boost::system::error_code ec;
   json::value root = json::parse(json::string_view(body.data(), body.size()), ec);
@@ -418,7 +357,7 @@ Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
   const json::object& o = root.get_object();
 
   CompletionRequest out;
-  if (Status st = refuse_unimplemented(o); !st) return st.error();
+  if (Status st = json_fields::refuse_unimplemented(o); !st) return st.error();
   if (Status st = decode_prompt(o, out); !st) return st.error();
   if (Status st = decode_scalars(o, infer, out); !st) return st.error();
   if (Status st = decode_sampling(o, out.sampling); !st) return st.error();
@@ -442,30 +381,6 @@ json::value number(double x) {
 
 /// Milliseconds rounded to microseconds, so bodies stay short.
 json::value millis(double ms) { return number(std::round(ms * 1000.0) / 1000.0); }
-
-json::object completion_json(std::string_view id, std::string_view model, std::int64_t created,
-                             std::string_view text, const std::optional<std::string>& finish_reason,
-                             const std::optional<Usage>& usage) {
-  json::object choice;
-  choice["text"] = safe(text);
-  choice["index"] = 0;
-  choice["logprobs"] = nullptr;
-  if (finish_reason) {
-    choice["finish_reason"] = safe(*finish_reason);
-  } else {
-    choice["finish_reason"] = nullptr;
-  }
-  json::object o;
-  o["id"] = safe(id);
-  o["object"] = "text_completion";
-  o["created"] = created;
-  o["model"] = safe(model);
-  json::array choices;
-  choices.push_back(std::move(choice));
-  o["choices"] = std::move(choices);
-  if (usage) o["usage"] = usage_json(*usage);
-  return o;
-}
 
 }  // namespace
 
@@ -492,13 +407,15 @@ std::string encode_error(const Error& error) {
 }
 
 std::string encode_completion(const CompletionBody& body) {
-  return json_fields::serialize(
-      completion_json(body.id, body.model, body.created, body.text, body.finish_reason, body.usage));
+  CompletionResponse r{body.id, body.model, body.created, {}, body.usage, false};
+  r.choices.push_back(CompletionChoice{0, body.text, body.finish_reason});
+  return encode_completion_response(r);
 }
 
 std::string encode_completion_chunk(const CompletionChunk& chunk) {
-  return json_fields::serialize(
-      completion_json(chunk.id, chunk.model, chunk.created, chunk.text, chunk.finish_reason, chunk.usage));
+  CompletionResponse r{chunk.id, chunk.model, chunk.created, {}, chunk.usage, false};
+  r.choices.push_back(CompletionChoice{0, chunk.text, chunk.finish_reason});
+  return encode_completion_response(r);
 }
 
 std::string encode_infer_response(const InferBody& body) {

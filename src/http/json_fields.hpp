@@ -34,6 +34,14 @@ std::string serialize(const boost::json::array& a);   ///< the same, without cop
 /// A kInvalidRequest error (400) with `message`.
 Error invalid(std::string message);
 
+/// Short printable rendering of a JSON value for error messages.
+std::string shown(const boost::json::value& v);
+/// The field, or nullptr when absent or null (OpenAI treats null as "use the default").
+const boost::json::value* field(const boost::json::object& o, std::string_view key);
+/// A 400 naming the first field of `o` that vramgate does not implement and
+/// that would change the answer (unsupported_fields.cpp); Ok otherwise.
+Status refuse_unimplemented(const boost::json::object& o);
+
 /// How OpenAI shows a token: its bytes when they are whole UTF-8, else
 /// "bytes:\\xNN..." (the raw bytes go in a `bytes` array where there is one).
 std::string token_text(std::string_view bytes);

@@ -313,9 +313,9 @@ TEST(EncodeError, ShapeWithOptionalNumbers) {
 TEST(EncodeNumbers, PlainDecimalsInTheText) {
   Error busy(ErrorCode::kOverloaded, "queue full");
   busy.retry_after_s = 4.19;
-  EXPECT_NE(encode_error(busy).find("\"retry_after_s\":4.19}"), std::string::npos) << encode_error(busy);
+  EXPECT_NE(encode_error(busy).find("\"retry_after_s\":4.19,"), std::string::npos) << encode_error(busy);
   busy.retry_after_s = 3.0;
-  EXPECT_NE(encode_error(busy).find("\"retry_after_s\":3}"), std::string::npos) << encode_error(busy);
+  EXPECT_NE(encode_error(busy).find("\"retry_after_s\":3,"), std::string::npos) << encode_error(busy);
 
   const std::string infer = encode_infer_response({"out", 12.3456, 0.007, "stop", {1, 2}});
   EXPECT_NE(infer.find("\"latency_ms\":12.346,"), std::string::npos) << infer;
