@@ -90,8 +90,11 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
   s.cache.reset();
   s.lease.release();
   req->resume.emplace(std::move(s.p));
-  // Reset while only this thread sees it: once put() makes it visible, any
-  // engine of the front reports its position under the front's mutex.
+  // Read and reset while only this thread sees it: once requeued, another
+  // engine of the front may grant it and take its progress at once, and
+  // any engine reports its position under the front's mutex.
+  const std::size_t generated = req->resume->generated.size();
+  const int preemptions = req->preemptions;
   req->reported_position = 0;
   front->put(req);
   {
@@ -113,7 +116,7 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
   front->notify_all();  // another device may take it now
   spdlog::warn("request {} preempted after {} generated tokens (preemption {} of at most {}); requeued at the "
                "head to be recomputed",
-               req->gen.id, req->resume->generated.size(), req->preemptions, options.max_preemptions);
+               s.req->gen.id, generated, preemptions, options.max_preemptions);
 }
 
 void Engine::Impl::on_step_ok() {
