@@ -46,6 +46,7 @@ void fit_peak(TensorMemoryProfile& p) {
   intercept += worst;
   p.fixed_bytes = saturating_ceil(intercept);
   p.bytes_per_element = slope;
+  for (PeakSample& s : p.samples) s.predicted_bytes = predicted_peak(p, s.elements);
   bool any = false;
   p.held_out_max_error = 0;
   p.held_out_min_error = 0;

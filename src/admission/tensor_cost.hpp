@@ -18,6 +18,7 @@ struct PeakSample {
   std::int64_t elements = 0;
   std::int64_t peak_bytes = 0;
   bool held_out = false;  ///< not used by the fit; checks it
+  std::int64_t predicted_bytes = 0;  ///< the fit's peak for `elements` (set by fit_peak)
 };
 
 /// peak(elements) = fixed_bytes + bytes_per_element × elements, the fit of
@@ -37,7 +38,8 @@ struct TensorMemoryProfile {
 
 /// Least-squares line through the samples that are not held out (at least two
 /// distinct sizes), raised by the largest residual so that it bounds them,
-/// both terms clamped to >= 0; then the held-out errors. `profile`'s
+/// both terms clamped to >= 0; then each sample's predicted_bytes and the
+/// held-out errors. `profile`'s
 /// resident_bytes and safety_factor are kept.
 void fit_peak(TensorMemoryProfile& profile);
 

@@ -246,7 +246,7 @@ std::string encode_tensor_model_metadata(const TensorModelInfo& info) {
     samples.push_back(json::object{{"shape", shape},
                                    {"elements", s.elements},
                                    {"peak_bytes", s.peak_bytes},
-                                   {"predicted_bytes", predicted_peak(p, s.elements)},
+                                   {"predicted_bytes", s.predicted_bytes},
                                    {"held_out", s.held_out}});
   }
   json::object profile{{"resident_bytes", p.resident_bytes},

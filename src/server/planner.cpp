@@ -80,9 +80,7 @@ Result<Plan> measure_plan(const ServeConfig& config, std::span<const int> prompt
   auto setup = load_profiled_model(config);
   if (!setup.ok()) return std::move(setup).error();
   if (!setup->model) {
-    return Error(ErrorCode::kConfig, "vramgate plan plans language models; '" + setup->id +
-                                         "' is a TorchScript model: its memory fit is logged at start-up and "
-                                         "shown by GET /v2/models/" + setup->id);
+    return Error(ErrorCode::kConfig, "'" + setup->id + "' is a TorchScript model: plan it with measure_tensor_plan");
   }
   PlanInputs in;
   in.profile = setup->profile;

@@ -169,9 +169,9 @@ def burst(server, clients=32):
 
 
 def test_mixed_resolutions_at_32_clients_none_runs_out_of_memory_memory_never_does(models, make_server):
-    capacity = 48 << 20
+    capacity = 24 << 20  # one 256 x 256 forward pass peaks at about 13 MiB: two at once do not fit
     # The step delay stands in for a slow model: requests that arrive meanwhile wait together.
-    args = ["--device", f"virt:0={capacity}", *BIG_BODY, "--max-queue", "64", "--test-step-delay-ms", "200"]
+    args = ["--device", f"virt:0={capacity}", *BIG_BODY, "--max-queue", "64", "--test-step-delay-ms", "300"]
     naive = make_server("--admission", "none", *args, model_dir=str(models / "image_to_image"))
     results = burst(naive)
     codes = [r.status_code for r in results]
@@ -228,3 +228,21 @@ def test_a_batch_that_runs_out_of_memory_is_split_and_retried(models, make_serve
     assert st["out_of_memory"] == 1 and st["oom_budget_cuts"] == 1, st
     sizes = [r.json()["parameters"]["batch_requests"] for r in results]
     assert max(sizes) <= 2, sizes  # the batch that failed was retried in halves
+
+
+def test_plan_prints_the_fit_and_how_many_of_each_shape_fit(models):
+    from conftest import BIN
+    out = subprocess.run([BIN, "plan", "--model-dir", str(models / "image_to_image"), "--device", "virt:0=48MiB",
+                          "--max-batch", "4", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+    plan = json.loads(out.stdout)
+    assert plan["model"] == "image_to_image" and plan["bytes_per_element"] > 0
+    assert [r["shape"] for r in plan["rows"]][0] == [1, 3, 96, 96] and plan["rows"][-1]["shape"] == [1, 3, 256, 256]
+    for r in plan["rows"]:
+        assert r["cost_bytes"] >= r["predicted_bytes"] > 0
+        assert r["memory_fit"] == plan["budget_bytes"] // r["cost_bytes"], r
+        assert r["concurrent"] == min(r["memory_fit"], 4), r
+    text = subprocess.run([BIN, "plan", "--model-dir", str(models / "image_to_image"), "--device", "virt:0=48MiB"],
+                          capture_output=True, text=True, timeout=300).stdout
+    assert "peak = " in text and "held-out runs" in text and "[1, 3, 256, 256]" in text

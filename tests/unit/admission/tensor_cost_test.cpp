@@ -27,6 +27,7 @@ TEST(TensorCost, ExactLineIsRecovered) {
   EXPECT_NEAR(p.bytes_per_element, 8.0, 1e-9);
   EXPECT_NEAR(p.held_out_max_error, 0.0, 1e-9);
   EXPECT_EQ(predicted_peak(p, 1000), 9000);
+  for (const PeakSample& s : p.samples) EXPECT_EQ(s.predicted_bytes, predicted_peak(p, s.elements));
 }
 
 TEST(TensorCost, LineIsRaisedToBoundEveryFittedSample) {
