@@ -173,6 +173,12 @@ struct TensorEngine::Impl {
   }
 
   void run();
+  /// Expires the queue when no language-model engine does (they hand the
+  /// tensor requests' expiries to the registry).
+  void expire_queue(TimePoint now) {
+    if (front_language_engines(*front) != 0) return;
+    for (AdmissionExpiry& e : admission->expire(now)) registry->expire(std::move(e));
+  }
   void take_grants(TimePoint now);
   void drop_pending(TimePoint now);
   /// The next batch to run now, removed from `pending`; empty (and
@@ -402,9 +408,7 @@ void TensorEngine::Impl::run() {
   while (true) {
     std::optional<TimePoint> wait_until;
     TimePoint now = Clock::now();
-    if (front_language_engines(*front) == 0) {
-      for (AdmissionExpiry& e : admission->expire(now)) registry->expire(std::move(e));
-    }
+    expire_queue(now);
     oom->on_tick(now);
     take_grants(now);
     drop_pending(now);
@@ -432,6 +436,7 @@ void TensorEngine::Impl::run() {
         run_batch(std::move(batch));
         if (options.step_delay_ms > 0) std::this_thread::sleep_for(ms(options.step_delay_ms));
         now = Clock::now();
+        expire_queue(now);
         take_grants(now);
         drop_pending(now);
       }

@@ -246,3 +246,43 @@ def test_plan_prints_the_fit_and_how_many_of_each_shape_fit(models):
     text = subprocess.run([BIN, "plan", "--model-dir", str(models / "image_to_image"), "--device", "virt:0=48MiB"],
                           capture_output=True, text=True, timeout=300).stdout
     assert "peak = " in text and "held-out runs" in text and "[1, 3, 256, 256]" in text
+
+
+@pytest.mark.parametrize("with_language_model", [False, True])
+def test_queue_wait_limit_is_503_with_retry_after(models, mixed_root, make_server, with_language_model):
+    # One 256 x 256 pass at a time fits; each is held 1 s, so the others outwait --queue-timeout.
+    root = str(mixed_root) if with_language_model else str(models / "image_to_image")
+    s = make_server("--device", "virt:0=24MiB", *BIG_BODY, "--queue-timeout", "0.5", "--test-step-delay-ms", "1000",
+                    model_dir=root)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: s.post("/v2/models/image_to_image/infer", image_body(256)), range(4)))
+    codes = sorted(r.status_code for r in results)
+    assert codes[0] == 200 and codes[-1] == 503, codes
+    for r in results:
+        if r.status_code == 503:
+            assert error_of(r)["type"] == "overloaded" and int(r.headers["Retry-After"]) >= 1
+    st = s.admission()
+    assert st["queue_timeouts"] >= 1 and st["devices"][0]["reserved_bytes"] == 0, st
+
+
+def test_a_client_that_leaves_while_queued_is_cancelled(models, make_server):
+    import json
+    import socket
+    s = make_server("--device", "virt:0=24MiB", *BIG_BODY, "--test-step-delay-ms", "1500",
+                    model_dir=str(models / "image_to_image"))
+    holder = ThreadPoolExecutor(1).submit(lambda: s.post("/v2/models/image_to_image/infer", image_body(256)))
+    wait_until_running = __import__("conftest").wait_until
+    wait_until_running(lambda: s.admission()["running"] == 1, what="the first request running")
+    body = json.dumps(image_body(256)).encode()
+    host, port = s.url.split("//")[1].split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(b"POST /v2/models/image_to_image/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    wait_until_running(lambda: s.admission()["queue_depth"] == 1, what="the second request queued")
+    sock.close()
+    wait_until_running(lambda: s.admission()["queue_depth"] == 0, what="the queued request dropped")
+    assert holder.result().status_code == 200
+    wait_until_running(lambda: s.admission()["running"] == 0, what="the first request done")
+    st = s.admission()
+    assert st["completed"] == 1 and st["admitted"] == 1, st  # the second never ran
+    assert st["devices"][0]["reserved_bytes"] == 0, st
