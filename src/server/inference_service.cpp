@@ -176,6 +176,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   if (!front.ok()) return std::move(front).error();
 
   std::shared_ptr<TensorRegistry> registry = make_tensor_registry(*front);
+  svc->tensor_registry_ = registry;
   int index = 0;
   for (DeviceEntry* d : serving) {
     for (std::size_t m = 0; m < sources.size(); ++m) {
@@ -489,6 +490,7 @@ AdmissionState InferenceService::admission_state() const {
     st.deadline_expired = as->counters.deadline_expired;
     st.cancelled_queued = as->counters.cancelled;
   }
+  if (tensor_registry_) st.cancelled += queued_cancellations(*tensor_registry_);
   return st;
 }
 

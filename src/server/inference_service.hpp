@@ -20,6 +20,7 @@ class Device;
 class Engine;
 class Model;
 class TensorEngine;
+struct TensorRegistry;
 namespace metrics {
 class ServerMetrics;
 }
@@ -68,6 +69,7 @@ class InferenceService final : public Service {
   ServeConfig config_;
   std::vector<std::unique_ptr<DeviceEntry>> devices_;  // destroyed after models_ (which point into them)
   std::vector<std::unique_ptr<ModelEntry>> models_;
+  std::shared_ptr<TensorRegistry> tensor_registry_;  ///< the tensor requests queued in the front
   std::atomic<bool> draining_{false};
   std::atomic<std::uint64_t> next_id_{1};
 };

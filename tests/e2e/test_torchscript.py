@@ -284,5 +284,5 @@ def test_a_client_that_leaves_while_queued_is_cancelled(models, make_server):
     assert holder.result().status_code == 200
     wait_until_running(lambda: s.admission()["running"] == 0, what="the first request done")
     st = s.admission()
-    assert st["completed"] == 1 and st["admitted"] == 1, st  # the second never ran
+    assert st["completed"] == 1 and st["admitted"] == 1 and st["cancelled"] == 1, st  # the second never ran
     assert st["devices"][0]["reserved_bytes"] == 0, st
