@@ -13,7 +13,9 @@
 #include "config/config_file.hpp"
 #include "server/app.hpp"
 #include "server/shutdown_signal.hpp"
+#include "server/model_setup.hpp"
 #include "server/planner.hpp"
+#include "server/tensor_plan.hpp"
 
 namespace {
 
@@ -81,6 +83,15 @@ int main(int argc, char** argv) {
   auto config = plan_flags.resolve();
   if (!config.ok()) return config_error(config.error());
   init_logging(config->log_level);
+  if (vg::find_model_sources(*config).front().torchscript) {
+    auto tensor = vg::measure_tensor_plan(*config);
+    if (!tensor.ok()) {
+      std::cerr << "vramgate plan: " << tensor.error().message << "\n";
+      return 1;
+    }
+    std::cout << (json ? vg::format_tensor_plan_json(*tensor) : vg::format_tensor_plan_text(*tensor));
+    return 0;
+  }
   auto result = vg::measure_plan(*config, prompt_tokens, max_tokens);
   if (!result.ok()) {
     std::cerr << "vramgate plan: " << result.error().message << "\n";

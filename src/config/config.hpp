@@ -69,6 +69,7 @@ struct ServeConfig {
   int max_batch = 8;                 ///< sequences that run together on a device
   int max_n = 8;                     ///< choices one request may ask for (OpenAI n), 1..256
   int max_batch_tokens = 512;        ///< tokens in one step: prefill chunks + one per decoding sequence
+  double max_batch_delay_ms = 2;     ///< TorchScript models: ms a partial batch waits for more requests (>= 0)
   bool prefill_worker = false;       ///< prefill new prompts on a second compute thread (2x workspace)
   int max_queue = 64;                ///< waiting requests (one queue shared by the devices); more -> 503
   double queue_timeout_s = 30;       ///< longest wait in the queue (s) -> 503 + Retry-After

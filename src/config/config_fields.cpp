@@ -73,7 +73,11 @@ const ConfigField kFields[] = {
 
     {"max_bypass", "scheduling", "Seconds a waiting request that does not fit may be passed by later ones that do",
      &C::max_bypass_s},
-    {"max_batch", "scheduling", "Sequences that run together on a device", &C::max_batch},
+    {"max_batch", "scheduling",
+     "Sequences that run together on a device (TorchScript models: requests in one forward pass)", &C::max_batch},
+    {"max_batch_delay_ms", "scheduling",
+     "TorchScript models: milliseconds a partial batch waits for more requests before it runs",
+     &C::max_batch_delay_ms},
     {"max_n", "scheduling",
      "Most choices one request may ask for (OpenAI n); they run together, so at most --max-batch", &C::max_n},
     {"max_batch_tokens", "scheduling",

@@ -35,6 +35,34 @@ Result<std::shared_ptr<EngineFront>> make_engine_front(const AdmissionOptions& o
   return front;
 }
 
+AdmissionController& front_admission(EngineFront& front) { return *front.admission; }
+
+RequestId next_front_id(EngineFront& front) { return front.next_id.fetch_add(1); }
+
+void add_front_listener(EngineFront& front, std::function<void()> wake) {
+  std::lock_guard lk(front.mu);
+  front.listeners.push_back(std::move(wake));
+}
+
+void set_front_other_expiry(EngineFront& front, std::function<void(AdmissionExpiry)> handler) {
+  std::lock_guard lk(front.mu);
+  front.other_expiry = std::move(handler);
+}
+
+void notify_front(EngineFront& front) { front.notify_all(); }
+
+Result<AdmissionTopology::Engine> front_engine(EngineFront& front, int index) {
+  if (index < 0 || static_cast<std::size_t>(index) >= front.topology.engines.size()) {
+    return Error(ErrorCode::kConfig, "engine index " + std::to_string(index) + " is not in the admission topology");
+  }
+  return front.topology.engines[static_cast<std::size_t>(index)];
+}
+
+int front_language_engines(EngineFront& front) {
+  std::lock_guard lk(front.mu);
+  return front.live_engines;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& model, Device& device,
                                                std::shared_ptr<EngineFront> front, int index) {
   if (options.max_batch < 1) return Error(ErrorCode::kConfig, "max_batch must be >= 1");

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,26 @@ struct EngineFront;
 /// engine's index; an engine's max_running in the topology should be its
 /// max batch (see Engine::Options).
 Result<std::shared_ptr<EngineFront>> make_engine_front(const AdmissionOptions& options, AdmissionTopology topology);
+
+/// For engines of other kinds (tensor_engine.hpp) that draw from the same
+/// front as the language-model engines. Any thread.
+/// The front's admission controller (one queue and budget per device).
+AdmissionController& front_admission(EngineFront& front);
+/// A fresh admission id, unique among the front's requests.
+RequestId next_front_id(EngineFront& front);
+/// `wake` is called whenever work may be granted (a submit, a cancel, a
+/// lease release); it must not block.
+void add_front_listener(EngineFront& front, std::function<void()> wake);
+/// Expiries the language-model engines take from the queue for requests they
+/// do not hold go to `handler` (called on their thread, outside their locks).
+void set_front_other_expiry(EngineFront& front, std::function<void(AdmissionExpiry)> handler);
+/// Wakes every engine of the front.
+void notify_front(EngineFront& front);
+/// Engine `index` of the front's topology (its device and model); kConfig
+/// when there is none.
+Result<AdmissionTopology::Engine> front_engine(EngineFront& front, int index);
+/// Language-model engines whose thread runs (they expire the queue).
+int front_language_engines(EngineFront& front);
 
 /// One generation request, tokenized and validated against the model.
 struct GenerationRequest {

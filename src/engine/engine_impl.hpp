@@ -159,19 +159,28 @@ struct EngineFront {
   /// front and their prefill workers. Guarded by mu.
   std::vector<std::weak_ptr<engine_detail::Shared>> engines;
   int live_engines = 0;  // guarded by mu: engines whose thread has not stopped
+  /// Other engines drawing from this front (tensor engines): woken with the
+  /// engines above. Guarded by mu.
+  std::vector<std::function<void()>> listeners;
+  /// Where expiries of requests these engines do not hold go (the tensor
+  /// engines' requests); empty: dropped. Guarded by mu.
+  std::function<void(AdmissionExpiry)> other_expiry;
   std::atomic<int> queued_count{0};  // queued.size(), readable without mu
 
   /// Wakes every engine (a submit, a cancel, a release, an engine becoming
   /// available: any of them may now grant).
   void notify_all() {
     std::vector<std::weak_ptr<engine_detail::Shared>> copy;
+    std::vector<std::function<void()>> others;
     {
       std::lock_guard lk(mu);
       copy = engines;
+      others = listeners;
     }
     for (auto& w : copy) {
       if (auto s = w.lock()) s->notify();
     }
+    for (auto& wake : others) wake();
   }
   /// The queued request with admission id `id`, removed; null when absent.
   std::shared_ptr<Request> take(RequestId id) {

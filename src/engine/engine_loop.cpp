@@ -78,10 +78,20 @@ void Engine::Impl::drop_queued(TimePoint now) {
       dropped.emplace_back(r, Error(ErrorCode::kCancelled, "client closed the connection while queued"));
     }
   }
+  std::vector<AdmissionExpiry> others;
+  std::function<void(AdmissionExpiry)> to_others;
   for (AdmissionExpiry& e : admission->expire(now)) {
     std::lock_guard lk(front->mu);
     auto it = front->queued.find(e.id);
-    if (it != front->queued.end()) dropped.emplace_back(it->second, std::move(e.error));
+    if (it != front->queued.end()) {
+      dropped.emplace_back(it->second, std::move(e.error));
+    } else {
+      others.push_back(std::move(e));
+      to_others = front->other_expiry;
+    }
+  }
+  if (to_others) {
+    for (AdmissionExpiry& e : others) to_others(std::move(e));
   }
   if (dropped.empty()) return;
   for (auto& [r, e] : dropped) front->take(r->admission_id);

@@ -361,6 +361,7 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
   for (const Route& r : kRoutes) {
     if (r.path == path) match = &r;
   }
+  if (match == nullptr && (path == "/v2" || path.starts_with("/v2/"))) co_return co_await serve_v2(ex, request, path);
   if (match == nullptr) {
     if (const PageFile* file = find_page_file(path)) co_return co_await serve_page_file(ex, request, path, *file);
     co_return co_await send(ex, error_reply(Error(ErrorCode::kNotFound, "no route for " + shorten(path, 200))));

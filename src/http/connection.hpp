@@ -102,6 +102,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void count_response(const Exchange& ex, int status);
   net::awaitable<void> linger();
 
+  // kserve_route.cpp: the KServe v2 routes under /v2.
+  net::awaitable<bool> serve_v2(Exchange& ex, Request& request, std::string_view path);
+
   // completion.cpp
   net::awaitable<bool> serve_completion(Exchange& ex, const std::string& body, CompletionApi api);
   net::awaitable<bool> begin_stream(Exchange& ex, int queue_position);

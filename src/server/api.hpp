@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "admission/retry_booking.hpp"
+#include "admission/tensor_cost.hpp"
 #include "common/priority.hpp"
+#include "model/tensor_spec.hpp"
 #include "model/sampler.hpp"
 #include "tokenizer/chat_template.hpp"
 
@@ -58,6 +60,30 @@ struct CompletionRequest {
   /// Set by the HTTP layer: recognises the retry of a booked refusal, and
   /// books a place for this request's retry if it is refused as overloaded.
   RetryIdentity retry;
+};
+
+/// A KServe v2 inference request (POST /v2/models/{name}/infer), decoded
+/// and type-checked by the HTTP layer; the service checks it against the model.
+struct TensorInferRequest {
+  std::string request_id;  ///< X-Request-Id
+  std::string model;       ///< from the path
+  std::string id;          ///< the request body's optional "id", echoed in the response
+  std::vector<HostTensor> inputs;
+  std::vector<std::string> dtypes;  ///< each input's "datatype", parallel to inputs
+  /// Names of the outputs to return (the body's "outputs"); empty: all.
+  std::vector<std::string> outputs;
+  std::optional<double> timeout_s;  ///< vramgate parameter "timeout" (seconds)
+  std::optional<Priority> priority;
+};
+
+/// What GET /v2/models/{name} shows for a TorchScript model.
+struct TensorModelInfo {
+  std::string id;
+  std::vector<std::string> devices;
+  TensorModelSpec spec;
+  TensorMemoryProfile profile;  ///< of its first device
+  int max_batch = 1;            ///< requests one forward pass may batch (--max-batch and the batch dimension)
+  std::int64_t budget_bytes = 0;  ///< the largest device budget serving it
 };
 
 /// What /v1/models shows for one model.

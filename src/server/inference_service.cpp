@@ -9,35 +9,21 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "device/device.hpp"
 #include "admission/admission_policy.hpp"
 #include "engine/engine.hpp"
+#include "engine/tensor_engine.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
+#include "model/torchscript_model.hpp"
+#include "server/inference_service_entries.hpp"
 #include "server/model_setup.hpp"
 #include "tokenizer/chat_template.hpp"
 
 namespace vg {
 
-struct InferenceService::DeviceEntry {
-  std::string name;    ///< the device's name, or the --device text when it failed to start
-  std::string failure; ///< why it failed at start-up; empty when it serves
-  std::int64_t failed_capacity = 0;  ///< a failed virtual device's capacity from its --device text
-  DeviceSetup setup;   ///< device and model replicas (empty when it failed)
-  int topology_index = -1;  ///< its index among the serving devices (admission)
-  std::vector<std::unique_ptr<Engine>> engines;  ///< one per model; destroyed before `setup`
-};
-
-struct InferenceService::ModelEntry {
-  ModelInfo info;
-  const Model* model = nullptr;  ///< the first replica: config and tokenizer (the same on every device)
-  std::vector<Engine*> engines;  ///< one per serving device
-  /// Chat format of /v1/chat/completions (--chat-template, else the model's
-  /// tokenizer_config.json) and the BOS/EOS texts its templates write.
-  std::optional<ChatFormat> chat_format;
-  ChatTokens chat_tokens;
-};
 
 namespace {
 
@@ -97,6 +83,32 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
     const ModelSource& source = sources[m];
     auto entry = std::make_unique<ModelEntry>();
     const DeviceSetup& first = serving.front()->setup;
+    if (source.torchscript) {
+      entry->tensor_model = first.tensor_models[m].get();
+      TensorModelInfo& ti = entry->tensor_info;
+      ti.id = source.id;
+      ti.spec = entry->tensor_model->spec();
+      ti.profile = first.tensor_profiles[m];
+      ti.max_batch = ti.spec.batched ? std::min<int>(config.max_batch, static_cast<int>(ti.spec.max_batch())) : 1;
+      for (DeviceEntry* d : serving) {
+        ti.devices.push_back(d->name);
+        ti.budget_bytes = std::max(ti.budget_bytes, d->setup.budget_bytes);
+      }
+      ModelInfo& info = entry->info;
+      info.id = source.id;
+      info.family = "torchscript";
+      info.dtype = "float32";
+      info.parameter_count = 0;
+      info.device = first.device->name();
+      info.devices = ti.devices;
+      info.resident_bytes = ti.profile.resident_bytes;
+      info.safety_factor = ti.profile.safety_factor;
+      info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+      svc->models_.push_back(std::move(entry));
+      continue;
+    }
     entry->model = first.models[m].get();
     Result<ChatTemplateFile> chat_file = read_chat_template(source.dir.string());
     if (!chat_file.ok()) return std::move(chat_file).error();
@@ -166,15 +178,46 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
   for (DeviceEntry* d : serving) {
     topology.devices.push_back(AdmissionTopology::Device{d->name, d->setup.budget_bytes});
     for (std::size_t m = 0; m < sources.size(); ++m) {
-      topology.engines.push_back(AdmissionTopology::Engine{d->topology_index, static_cast<int>(m), max_running});
+      const int running = sources[m].torchscript && policy.kind != AdmissionPolicy::Kind::kNone
+                              ? svc->models_[m]->tensor_info.max_batch
+                              : max_running;
+      topology.engines.push_back(AdmissionTopology::Engine{d->topology_index, static_cast<int>(m), running});
     }
   }
   auto front = make_engine_front(ao, topology);
   if (!front.ok()) return std::move(front).error();
 
+  std::shared_ptr<TensorRegistry> registry = make_tensor_registry(*front);
+  svc->tensor_registry_ = registry;
   int index = 0;
   for (DeviceEntry* d : serving) {
     for (std::size_t m = 0; m < sources.size(); ++m) {
+      if (sources[m].torchscript) {
+        TensorEngine::Options to;
+        to.policy = policy;
+        to.budget_bytes = d->setup.budget_bytes;
+        // The largest fit over the devices, so a lease covers the request wherever it runs.
+        to.profile = d->setup.tensor_profiles[m];
+        for (DeviceEntry* other : serving) {
+          const TensorMemoryProfile& q = other->setup.tensor_profiles[m];
+          to.profile.fixed_bytes = std::max(to.profile.fixed_bytes, q.fixed_bytes);
+          to.profile.bytes_per_element = std::max(to.profile.bytes_per_element, q.bytes_per_element);
+        }
+        to.max_batch = svc->models_[m]->tensor_info.max_batch;
+        to.max_batch_delay_ms = config.max_batch_delay_ms;
+        to.oom_governor.decrease_factor = config.oom_decrease_factor;
+        to.oom_governor.floor_fraction = config.oom_budget_floor;
+        to.oom_governor.quiet_period = seconds(config.oom_quiet_period_s);
+        to.oom_governor.increase_step = config.oom_increase_step;
+        to.step_delay_ms = config.test_step_delay_ms;
+        to.inject_oom_at_pass = config.test_inject_oom_step;
+        to.inject_oom_count = config.test_inject_oom_count;
+        auto engine = TensorEngine::create(to, *d->setup.tensor_models[m], *d->setup.device, *front, registry, index++);
+        if (!engine.ok()) return std::move(engine).error();
+        svc->models_[m]->tensor_engines.push_back(engine->get());
+        d->tensor_engines.push_back(std::move(engine).value());
+        continue;
+      }
       std::vector<const MemoryProfile*> profiles;
       for (DeviceEntry* other : serving) profiles.push_back(&other->setup.profiles[m]);
       Engine::Options eo;
@@ -211,19 +254,23 @@ std::vector<Engine*> InferenceService::engines() const {
   return out;
 }
 
-Result<Submission> InferenceService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
-  ModelEntry* entry = nullptr;
-  if (request.model.empty()) {
-    entry = models_.front().get();
-  } else {
-    for (auto& e : models_) {
-      if (e->info.id == request.model) entry = e.get();
-    }
+Result<InferenceService::ModelEntry*> InferenceService::find_model(const std::string& name) const {
+  for (auto& e : models_) {
+    if (name.empty() ? e->model != nullptr : e->info.id == name) return e.get();
   }
-  if (!entry) {
-    std::string names;
-    for (auto& e : models_) names += (names.empty() ? "" : ", ") + e->info.id;
-    return Error(ErrorCode::kModelNotFound, "model '" + request.model + "' not found; available: " + names);
+  std::string names;
+  for (auto& e : models_) names += (names.empty() ? "" : ", ") + e->info.id;
+  if (name.empty()) return Error(ErrorCode::kModelNotFound, "no language model is served; available: " + names);
+  return Error(ErrorCode::kModelNotFound, "model '" + name + "' not found; available: " + names);
+}
+
+Result<Submission> InferenceService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
+  auto found = find_model(request.model);
+  if (!found.ok()) return std::move(found).error();
+  ModelEntry* entry = *found;
+  if (!entry->model) {
+    return Error(ErrorCode::kInvalidRequest, "model '" + entry->info.id + "' is a TorchScript model: POST /v2/models/" +
+                                                 entry->info.id + "/infer with its input tensors");
   }
   if (draining_.load()) {
     Error e(ErrorCode::kOverloaded, "server is shutting down");
@@ -366,6 +413,7 @@ std::string InferenceService::not_ready_reason() const {
   for (auto& m : models_) {
     std::string reasons;
     bool served = false;
+    if (m->tensor_model && !m->tensor_engines.empty()) continue;
     for (Engine* e : m->engines) {
       std::string why;
       if (e->ready(now, &why)) {
@@ -397,7 +445,8 @@ AdmissionState InferenceService::admission_state() const {
       st.devices.push_back(ds);
       continue;
     }
-    if (!as) as = d->engines.front()->admission();  // the front's: every device, the one queue
+    if (!as && !d->engines.empty()) as = d->engines.front()->admission();  // the front's: every device, the one queue
+    if (!as && !d->tensor_engines.empty()) as = d->tensor_engines.front()->admission();
     const DeviceMemory mem = d->setup.device->memory();
     ds.capacity_bytes = mem.capacity;
     ds.used_bytes = mem.used;
@@ -431,6 +480,17 @@ AdmissionState InferenceService::admission_state() const {
         ds.reason = why;
       }
     }
+    for (auto& e : d->tensor_engines) {
+      const TensorEngineStats ts = e->stats();
+      ds.running += ts.running;
+      ds.completed += ts.completed;
+      ds.out_of_memory += ts.out_of_memory;
+      st.cancelled += ts.cancelled;
+      st.completed += ts.completed;
+      st.failed += ts.failed;
+      st.out_of_memory += ts.out_of_memory;
+      st.oom_budget_cuts += ts.oom_budget_cuts;
+    }
     st.running += ds.running;
     st.devices.push_back(ds);
   }
@@ -450,17 +510,26 @@ AdmissionState InferenceService::admission_state() const {
     st.retry_early = as->retry_booking_counters.early;
     st.retry_refused = as->retry_booking_counters.refused;
   }
+  if (tensor_registry_) st.cancelled += queued_cancellations(*tensor_registry_);
   return st;
 }
 
 void InferenceService::begin_drain() {
   draining_.store(true);
   for (Engine* e : engines()) e->begin_drain();
+  for (TensorEngine* e : tensor_engines()) e->begin_drain();
 }
 
 bool InferenceService::wait_idle(TimePoint deadline) const {
   bool idle = true;
   for (Engine* e : engines()) idle = e->wait_idle(deadline) && idle;
+  for (TensorEngine* e : tensor_engines()) idle = e->wait_idle(deadline) && idle;
+  if (!engines().empty() || tensor_engines().empty()) return idle;
+  // Only tensor engines: wait for the shared queue to empty too.
+  while (tensor_engines().front()->admission().queue_depth > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  idle = tensor_engines().front()->admission().queue_depth == 0 && idle;
   return idle;
 }
 
@@ -468,7 +537,9 @@ void InferenceService::shutdown() {
   // Every engine is told to stop before any is joined, so none takes the
   // shared queue's work while the others wind down.
   for (Engine* e : engines()) e->request_stop();
+  for (TensorEngine* e : tensor_engines()) e->request_stop();
   for (Engine* e : engines()) e->shutdown();
+  for (TensorEngine* e : tensor_engines()) e->shutdown();
 }
 
 }  // namespace vg

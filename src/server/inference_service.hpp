@@ -19,6 +19,8 @@ namespace vg {
 class Device;
 class Engine;
 class Model;
+class TensorEngine;
+struct TensorRegistry;
 namespace metrics {
 class ServerMetrics;
 }
@@ -40,6 +42,8 @@ class InferenceService final : public Service {
   bool ready() const override;
   std::string not_ready_reason() const override;
   AdmissionState admission_state() const override;
+  Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) override;
+  Result<TensorModelInfo> tensor_model(const std::string& name) const override;
 
   /// Liveness at `now`: false (with `reason`) when an engine has been in one
   /// step longer than the watchdog timeout.
@@ -58,10 +62,14 @@ class InferenceService final : public Service {
   explicit InferenceService(const ServeConfig& config);
   /// Every engine, device by device.
   std::vector<Engine*> engines() const;
+  std::vector<TensorEngine*> tensor_engines() const;
+  /// The model named `name` (empty: the first language model), or kModelNotFound.
+  Result<ModelEntry*> find_model(const std::string& name) const;
 
   ServeConfig config_;
   std::vector<std::unique_ptr<DeviceEntry>> devices_;  // destroyed after models_ (which point into them)
   std::vector<std::unique_ptr<ModelEntry>> models_;
+  std::shared_ptr<TensorRegistry> tensor_registry_;  ///< the tensor requests queued in the front
   std::atomic<bool> draining_{false};
   std::atomic<std::uint64_t> next_id_{1};
 };

@@ -2,12 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "admission/admission_policy.hpp"
 #include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "engine/memory_profiler.hpp"
+#include "engine/tensor_profiler.hpp"
 #include "model/model.hpp"
 #include "model/model_dirs.hpp"
+#include "model/torchscript_model.hpp"
 
 namespace vg {
 
@@ -19,10 +23,12 @@ std::string model_id_for(const std::filesystem::path& dir) {
 
 std::vector<ModelSource> find_model_sources(const ServeConfig& config) {
   std::vector<ModelSource> out;
-  for (const auto& dir : find_model_dirs(config.model_dir)) out.push_back(ModelSource{model_id_for(dir), dir});
+  for (const auto& dir : find_model_dirs(config.model_dir)) {
+    out.push_back(ModelSource{model_id_for(dir), dir, is_torchscript_model_dir(dir)});
+  }
   if (out.empty()) {
     // Let the loader say what is wrong with the folder (missing, no config.json, ...).
-    out.push_back(ModelSource{model_id_for(config.model_dir), config.model_dir});
+    out.push_back(ModelSource{model_id_for(config.model_dir), config.model_dir, false});
   }
   return out;
 }
@@ -38,6 +44,29 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
   DeviceScope scope(out.device.get());
   for (const ModelSource& source : models) {
     const std::int64_t before = out.device->memory().used;
+    if (source.torchscript) {
+      auto tensor = TorchScriptModel::load(TorchScriptModel::Options{source.dir, out.device.get()});
+      if (!tensor.ok()) return std::move(tensor).error();
+      const std::int64_t resident = out.device->memory().used - before;
+      auto fit = measure_tensor_profile(**tensor, *out.device,
+                                        TensorProfileOptions{config.max_batch, config.memory_safety});
+      if (!fit.ok()) {
+        return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " +
+                                             out.device->name() + " failed: " + fit.error().message);
+      }
+      fit->resident_bytes = resident;
+      spdlog::info("model '{}' (torchscript) on {}: {} resident; {}", source.id, out.device->name(),
+                   format_bytes(resident), fit_text(*fit));
+      MemoryProfile p;
+      p.resident_bytes = resident;
+      p.safety_factor = config.memory_safety;
+      out.resident_bytes += resident;
+      out.profiles.push_back(p);
+      out.tensor_profiles.push_back(*fit);
+      out.models.push_back(nullptr);
+      out.tensor_models.push_back(std::move(tensor).value());
+      continue;
+    }
     auto model = Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype});
     if (!model.ok()) return std::move(model).error();
     const std::int64_t resident = out.device->memory().used - before;
@@ -57,7 +86,9 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
     out.resident_bytes += resident;
     out.workspace_bytes += profile->workspace_bytes;
     out.profiles.push_back(*profile);
+    out.tensor_profiles.emplace_back();
     out.models.push_back(std::move(model).value());
+    out.tensor_models.push_back(nullptr);
   }
   out.reserve_bytes = config.memory_reserve == "0" ? 0 : *parse_bytes(config.memory_reserve);
   const std::int64_t capacity = out.device->memory().capacity;
@@ -68,6 +99,17 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
                format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes));
   if (config.admission != "none") {
     for (std::size_t i = 0; i < models.size(); ++i) {
+      if (out.tensor_models[i]) {
+        const TensorModelSpec& ts_spec = out.tensor_models[i]->spec();
+        const std::int64_t smallest = tensor_cost(out.tensor_profiles[i], input_elements(profile_shapes(ts_spec, 0, 1)));
+        if (out.budget_bytes < smallest) {
+          return Error(ErrorCode::kConfig,
+                       "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
+                           ") cannot hold even a forward pass of '" + models[i].id + "' at its smallest shapes (" +
+                           format_bytes(smallest) + "): give the device more capacity");
+        }
+        continue;
+      }
       const std::int64_t smallest = request_cost(out.profiles[i], 1, 1);
       if (out.budget_bytes < smallest) {
         return Error(ErrorCode::kConfig,
@@ -89,6 +131,8 @@ Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   ProfiledModel out;
   out.device = std::move(setup->device);
   out.model = std::move(setup->models.front());
+  out.tensor_model = std::move(setup->tensor_models.front());
+  out.tensor_profile = setup->tensor_profiles.front();
   out.id = first.front().id;
   out.profile = setup->profiles.front();
   out.reserve_bytes = setup->reserve_bytes;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "admission/memory_profile.hpp"
+#include "admission/tensor_cost.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
 
@@ -20,11 +21,13 @@ namespace vg {
 
 class Model;
 class Device;
+class TorchScriptModel;
 
 /// One model folder of --model-dir.
 struct ModelSource {
   std::string id;               ///< the folder's name, as /v1/models shows it
   std::filesystem::path dir;
+  bool torchscript = false;     ///< config.json says "model_type": "torchscript" (a TorchScriptModel)
 };
 
 /// The model folders of config.model_dir: the folder itself when it holds a
@@ -37,11 +40,17 @@ std::vector<ModelSource> find_model_sources(const ServeConfig& config);
 struct DeviceSetup {
   std::unique_ptr<Device> device;
   /// One per ModelSource, in the same order; destroyed before `device`
-  /// (their weights live there).
+  /// (their weights live there). Null for a TorchScript source.
   std::vector<std::unique_ptr<Model>> models;
+  /// One per ModelSource: the TorchScript model, null for a language model.
+  std::vector<std::unique_ptr<TorchScriptModel>> tensor_models;
   /// Each model's profile on this device; resident_bytes are that model's
-  /// own (the device's used bytes after its load minus before).
+  /// own (the device's used bytes after its load minus before). For a
+  /// TorchScript source only resident_bytes is set; see tensor_profiles.
   std::vector<MemoryProfile> profiles;
+  /// One per ModelSource: the peak-memory fit of a TorchScript model (empty
+  /// samples for a language model).
+  std::vector<TensorMemoryProfile> tensor_profiles;
   std::int64_t resident_bytes = 0;   ///< sum over the models
   std::int64_t workspace_bytes = 0;  ///< sum over the models (their engines step concurrently)
   std::int64_t reserve_bytes = 0;    ///< --memory-reserve
@@ -51,14 +60,18 @@ struct DeviceSetup {
 
 /// Creates device `spec` and loads and profiles `models` on it. Errors:
 /// kConfig (bad device, the profile runs do not fit, the budget cannot hold
-/// a 2-token request of some model under a limiting policy), kModelLoad.
+/// a 2-token request of some language model, or a forward pass at the
+/// smallest shapes of some TorchScript model, under a limiting policy),
+/// kModelLoad.
 Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& spec,
                                 std::span<const ModelSource> models);
 
 /// A model loaded and profiled on its own device (`vramgate plan`).
 struct ProfiledModel {
   std::unique_ptr<Device> device;
-  std::unique_ptr<Model> model;  ///< destroy before `device` (its weights live there)
+  std::unique_ptr<Model> model;  ///< destroy before `device` (its weights live there); null for TorchScript
+  std::unique_ptr<TorchScriptModel> tensor_model;  ///< a TorchScript model (then `model` is null)
+  TensorMemoryProfile tensor_profile;              ///< its peak-memory fit
   std::string id;
   MemoryProfile profile;
   std::int64_t reserve_bytes = 0;

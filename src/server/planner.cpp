@@ -11,6 +11,7 @@
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
+#include "model/torchscript_model.hpp"
 #include "server/model_setup.hpp"
 
 namespace vg {
@@ -78,6 +79,9 @@ Result<Plan> measure_plan(const ServeConfig& config, std::span<const int> prompt
   set_compute_threads(config.threads);
   auto setup = load_profiled_model(config);
   if (!setup.ok()) return std::move(setup).error();
+  if (!setup->model) {
+    return Error(ErrorCode::kConfig, "'" + setup->id + "' is a TorchScript model: plan it with measure_tensor_plan");
+  }
   PlanInputs in;
   in.profile = setup->profile;
   in.context_length = setup->model->config().n_positions;

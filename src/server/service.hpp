@@ -10,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "engine/events.hpp"
+#include "engine/tensor_engine.hpp"
 #include "server/api.hpp"
 
 namespace vg {
@@ -25,6 +26,14 @@ struct Submission {
   std::string echo_text{};
   /// A retry that took its booked place: "token", "idempotency_key" or "body".
   std::string retry_claimed_by{};
+};
+
+/// A submitted tensor inference request.
+struct TensorSubmission {
+  std::shared_ptr<TensorHandle> handle;
+  std::string model;
+  int queue_position = 0;
+  std::int64_t cost_bytes = 0;  ///< device bytes reserved: the predicted peak of its forward pass x --memory-safety
 };
 
 class Service {
@@ -43,6 +52,19 @@ class Service {
   virtual std::string not_ready_reason() const { return ready() ? std::string() : "models loading or server draining"; }
   /// Live admission state for GET /v1/admission.
   virtual AdmissionState admission_state() const = 0;
+  /// Checks a tensor request against its TorchScript model and queues it;
+  /// `done` is called once with the outputs or the error. Errors (nothing
+  /// queued, `done` never called): kModelNotFound (also for a language
+  /// model), kInvalidRequest naming the input, kExceedsDeviceMemory,
+  /// kOverloaded.
+  virtual Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) {
+    (void)done;
+    return Error(ErrorCode::kModelNotFound, "model '" + request.model + "' is not a tensor model");
+  }
+  /// The TorchScript model `name`, or kModelNotFound.
+  virtual Result<TensorModelInfo> tensor_model(const std::string& name) const {
+    return Error(ErrorCode::kModelNotFound, "model '" + name + "' is not a tensor model");
+  }
 };
 
 }  // namespace vg
