@@ -113,7 +113,7 @@ def wait_until(cond, timeout, what):
 def idle(server):
     a = server.admission()
     server.last_admission = a
-    return a["queue_depth"] == 0 and a["running"] == 0 and all(d["reserved_bytes"] == 0 for d in a["devices"])
+    return a["queued"] == 0 and a["running"] == 0 and all(d["reserved_bytes"] == 0 for d in a["devices"])
 
 
 def raw_exchange(server, data, read=True):
@@ -231,7 +231,7 @@ def snapshot(server):
     d = a["devices"][0]
     return {"fds": fds, "rss_bytes": server.rss_bytes(), "used_bytes": d["used_bytes"],
             "resident_bytes": d["resident_bytes"], "workspace_bytes": d["workspace_bytes"],
-            "reserved_bytes": d["reserved_bytes"], "running": a["running"], "queue_depth": a["queue_depth"],
+            "reserved_bytes": d["reserved_bytes"], "running": a["running"], "queue_depth": a["queue_depth"], "queued": a["queued"],
             "out_of_memory": a["out_of_memory"], "completed": a["completed"], "cancelled": a["cancelled"],
             "failed": a["failed"]}
 
@@ -285,7 +285,7 @@ def main():
             if not ok:
                 failures.append(what)
 
-        check(end["reserved_bytes"] == 0 and end["running"] == 0 and end["queue_depth"] == 0,
+        check(end["reserved_bytes"] == 0 and end["running"] == 0 and end["queued"] == 0,
               "admission state not back to zero")
         check(end["used_bytes"] == base["used_bytes"], "device used bytes differ from the post-warm-up value")
         check(base["used_bytes"] <= base["resident_bytes"] + base["workspace_bytes"],

@@ -485,6 +485,7 @@ std::string encode_admission(const AdmissionState& state) {
   o["policy"] = safe(state.policy);
   o["devices"] = std::move(devices);
   o["queue_depth"] = state.queue_depth;
+  o["queued"] = state.queued;
   o["running"] = state.running;
   o["draining"] = state.draining;
   o["admitted"] = state.admitted;

@@ -135,7 +135,8 @@ struct DeviceState {
 struct AdmissionState {
   std::string policy;
   std::vector<DeviceState> devices;
-  int queue_depth = 0;
+  int queue_depth = 0;  ///< requests waiting for admission (not grantable now)
+  int queued = 0;       ///< every queue entry, those an engine takes at its next turn included
   int running = 0;
   bool draining = false;
   // Counters since start.

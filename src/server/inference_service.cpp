@@ -496,6 +496,7 @@ AdmissionState InferenceService::admission_state() const {
   }
   if (as) {
     st.queue_depth = as->queue_depth;
+    st.queued = as->queued;
     st.admitted = as->counters.admitted;
     st.rejected_never_fits = as->counters.rejected_never_fits;
     st.rejected_queue_full = as->counters.rejected_queue_full;
@@ -526,10 +527,11 @@ bool InferenceService::wait_idle(TimePoint deadline) const {
   for (TensorEngine* e : tensor_engines()) idle = e->wait_idle(deadline) && idle;
   if (!engines().empty() || tensor_engines().empty()) return idle;
   // Only tensor engines: wait for the shared queue to empty too.
-  while (tensor_engines().front()->admission().queue_depth > 0 && Clock::now() < deadline) {
+  // (every entry: one an engine will take next is work still to do)
+  while (tensor_engines().front()->admission().queued > 0 && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  idle = tensor_engines().front()->admission().queue_depth == 0 && idle;
+  idle = tensor_engines().front()->admission().queued == 0 && idle;
   return idle;
 }
 

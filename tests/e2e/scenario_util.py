@@ -61,7 +61,7 @@ def read_status(sock):
 def idle(server):
     """Nothing running, queued or reserved."""
     a = server.admission()
-    return a["running"] == 0 and a["queue_depth"] == 0 and a["devices"][0]["reserved_bytes"] == 0
+    return a["running"] == 0 and a["queued"] == 0 and a["devices"][0]["reserved_bytes"] == 0
 
 
 def check_invariants(server):
@@ -70,7 +70,7 @@ def check_invariants(server):
     d = a["devices"][0]
     assert d["peak_reserved_bytes"] <= d["budget_bytes"], a           # I1
     assert a["out_of_memory"] == 0, a                                    # I1
-    assert a["running"] == 0 and a["queue_depth"] == 0, a                # I2
+    assert a["running"] == 0 and a["queued"] == 0, a                # I2
     assert d["reserved_bytes"] == 0, a                                   # I2
     r = server.post("/v1/completions", body_for_tokens(20))            # I2: a new small one runs
     assert r.status_code == 200, r.text

@@ -25,7 +25,7 @@ def devices(server):
 
 def all_idle(server):
     a = server.admission()
-    return (a["running"] == 0 and a["queue_depth"] == 0 and
+    return (a["running"] == 0 and a["queued"] == 0 and
             all(d["reserved_bytes"] == 0 and d["running"] == 0 for d in a["devices"]))
 
 

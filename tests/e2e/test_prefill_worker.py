@@ -42,7 +42,7 @@ def complete(server, b, stream, first_token=None):
 
 def idle(server):
     a = server.admission()
-    return a["running"] == 0 and a["queue_depth"] == 0 and all(d["reserved_bytes"] == 0 for d in a["devices"])
+    return a["running"] == 0 and a["queued"] == 0 and all(d["reserved_bytes"] == 0 for d in a["devices"])
 
 
 def test_concurrent_greedy_output_matches_one_at_a_time(make_server):
