@@ -120,12 +120,21 @@ namespace json = boost::json;
 using json_fields::safe;
 using json_fields::usage_json;
 
-void put_usage(json::object& o, const std::optional<Usage>& usage, bool usage_null) {
+/// The fields around the choices, shared by every completion and chat body and chunk.
+std::string envelope(std::string_view id, std::string_view object, std::int64_t created, std::string_view model,
+                     json::array choices, const std::optional<Usage>& usage, bool usage_null) {
+  json::object o;
+  o["id"] = safe(id);
+  o["object"] = object;
+  o["created"] = created;
+  o["model"] = safe(model);
+  o["choices"] = std::move(choices);
   if (usage) {
     o["usage"] = usage_json(*usage);
   } else if (usage_null) {
     o["usage"] = nullptr;
   }
+  return json_fields::serialize(o);
 }
 
 json::value reason_json(const std::optional<std::string>& reason) {
@@ -149,14 +158,7 @@ std::string encode_completion_response(const CompletionResponse& r) {
     choice["finish_reason"] = reason_json(c.finish_reason);
     choices.push_back(std::move(choice));
   }
-  json::object o;
-  o["id"] = safe(r.id);
-  o["object"] = "text_completion";
-  o["created"] = r.created;
-  o["model"] = safe(r.model);
-  o["choices"] = std::move(choices);
-  put_usage(o, r.usage, r.usage_null);
-  return json_fields::serialize(o);
+  return envelope(r.id, "text_completion", r.created, r.model, std::move(choices), r.usage, r.usage_null);
 }
 
 std::string encode_chat_response(const ChatResponse& r) {
@@ -180,14 +182,8 @@ std::string encode_chat_response(const ChatResponse& r) {
     choice["finish_reason"] = reason_json(c.finish_reason);
     choices.push_back(std::move(choice));
   }
-  json::object o;
-  o["id"] = safe(r.id);
-  o["object"] = r.chunk ? "chat.completion.chunk" : "chat.completion";
-  o["created"] = r.created;
-  o["model"] = safe(r.model);
-  o["choices"] = std::move(choices);
-  put_usage(o, r.usage, r.usage_null);
-  return json_fields::serialize(o);
+  return envelope(r.id, r.chunk ? "chat.completion.chunk" : "chat.completion", r.created, r.model, std::move(choices),
+                  r.usage, r.usage_null);
 }
 
 }  // namespace vg

@@ -29,6 +29,16 @@ namespace {
 
 Duration seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
 
+/// The OOM governor's options of the configuration (every engine kind).
+OomGovernorOptions oom_governor_options(const ServeConfig& config) {
+  OomGovernorOptions o;
+  o.decrease_factor = config.oom_decrease_factor;
+  o.floor_fraction = config.oom_budget_floor;
+  o.quiet_period = seconds(config.oom_quiet_period_s);
+  o.increase_step = config.oom_increase_step;
+  return o;
+}
+
 /// The per-request cost model of a model over its devices: the largest
 /// measured term of each, so a lease is never smaller than the request
 /// needs on whichever device it runs.
@@ -205,10 +215,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
         }
         to.max_batch = svc->models_[m]->tensor_info.max_batch;
         to.max_batch_delay_ms = config.max_batch_delay_ms;
-        to.oom_governor.decrease_factor = config.oom_decrease_factor;
-        to.oom_governor.floor_fraction = config.oom_budget_floor;
-        to.oom_governor.quiet_period = seconds(config.oom_quiet_period_s);
-        to.oom_governor.increase_step = config.oom_increase_step;
+        to.oom_governor = oom_governor_options(config);
         to.step_delay_ms = config.test_step_delay_ms;
         to.inject_oom_at_pass = config.test_inject_oom_step;
         to.inject_oom_count = config.test_inject_oom_count;
@@ -227,10 +234,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
       eo.max_batch = config.max_batch;
       eo.max_batch_tokens = config.max_batch_tokens;
       eo.prefill_worker = config.prefill_worker;
-      eo.oom_governor.decrease_factor = config.oom_decrease_factor;
-      eo.oom_governor.floor_fraction = config.oom_budget_floor;
-      eo.oom_governor.quiet_period = seconds(config.oom_quiet_period_s);
-      eo.oom_governor.increase_step = config.oom_increase_step;
+      eo.oom_governor = oom_governor_options(config);
       eo.step_delay_ms = config.test_step_delay_ms;
       eo.inject_oom_at_step = config.test_inject_oom_step;
       eo.inject_oom_count = config.test_inject_oom_count;
