@@ -486,6 +486,16 @@ std::string encode_admission(const AdmissionState& state) {
   o["devices"] = std::move(devices);
   o["queue_depth"] = state.queue_depth;
   o["queued"] = state.queued;
+  json::array waiting;
+  for (const WaitingRequest& w : state.waiting) {
+    json::object e;
+    e["position"] = w.position;
+    e["cost_bytes"] = w.cost_bytes;
+    e["waited_s"] = number(std::round(w.waited_s * 1000.0) / 1000.0);  // milliseconds are enough
+    e["priority"] = safe(w.priority);
+    waiting.push_back(std::move(e));
+  }
+  o["waiting"] = std::move(waiting);
   o["running"] = state.running;
   o["draining"] = state.draining;
   o["admitted"] = state.admitted;

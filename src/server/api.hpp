@@ -131,12 +131,23 @@ struct DeviceState {
   std::int64_t preemptions = 0;
 };
 
+/// One request waiting in the admission queue (GET /v1/admission `waiting`).
+struct WaitingRequest {
+  int position = 0;             ///< 1-based, in grant order
+  std::int64_t cost_bytes = 0;  ///< what it will reserve
+  double waited_s = 0;          ///< time in the queue so far
+  std::string priority;         ///< "low", "normal" or "high"
+};
+
 /// What GET /v1/admission shows.
 struct AdmissionState {
   std::string policy;
   std::vector<DeviceState> devices;
   int queue_depth = 0;  ///< requests waiting for admission (not grantable now)
   int queued = 0;       ///< every queue entry, those an engine takes at its next turn included
+  /// The first kMaxWaitingShown queue entries, in grant order.
+  std::vector<WaitingRequest> waiting{};
+  static constexpr std::size_t kMaxWaitingShown = 64;
   int running = 0;
   bool draining = false;
   // Counters since start.

@@ -501,6 +501,11 @@ AdmissionState InferenceService::admission_state() const {
   if (as) {
     st.queue_depth = as->queue_depth;
     st.queued = as->queued;
+    for (const QueuedView& q : as->queue) {
+      if (st.waiting.size() >= AdmissionState::kMaxWaitingShown) break;
+      st.waiting.push_back(WaitingRequest{q.position, q.cost_bytes, std::chrono::duration<double>(q.waited).count(),
+                                          std::string(to_string(q.priority))});
+    }
     st.admitted = as->counters.admitted;
     st.rejected_never_fits = as->counters.rejected_never_fits;
     st.rejected_queue_full = as->counters.rejected_queue_full;

@@ -78,6 +78,7 @@ class NumberScraper(HTMLParser):
         self.by_id, self.devices, self.body = {}, {}, {}
         self.stack = []  # data-device of each open element
         self.output, self.output_attrs, self.in_output = "", {}, False
+        self.waiting = []  # data-position of each row of the waiting-requests table
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -86,6 +87,8 @@ class NumberScraper(HTMLParser):
             self.stack.append(device)
         if tag == "body":
             self.body = a
+        if tag == "tr" and "data-position" in a:
+            self.waiting.append(int(a["data-position"]))
         if a.get("id") == "completion-output":
             self.output_attrs, self.in_output = a, True
         if "data-value" in a:
@@ -174,6 +177,9 @@ def test_page_in_chromium_matches_admission_before_and_under_load(make_server):
         assert state["queue_depth"] == 4 and state["running"] == 2
         assert state["devices"][0]["reserved_bytes"] > 0
         assert_page_matches(scraper, state)
+        # Each waiting request has its row, in grant order, with its size.
+        assert scraper.waiting == [w["position"] for w in state["waiting"]] == [1, 2, 3, 4]
+        assert all(w["cost_bytes"] > 0 for w in state["waiting"])
         shot = os.path.join(ARTIFACTS, "page-load.png")
         chromium(s.url + "/", f"--screenshot={shot}", "--window-size=1200,1100")
         assert os.path.getsize(shot) > 1000

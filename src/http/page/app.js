@@ -111,6 +111,17 @@ function render(state) {
   }
   for (const sec of [...box.children]) if (!seen.has(sec.dataset.device)) sec.remove();
   for (const [id, key] of Object.entries(COUNTERS)) setNumber($(id), state[key] ?? 0);
+  const rows = $("waiting").tBodies[0];
+  rows.replaceChildren(...(state.waiting ?? []).map((w) => {
+    const tr = el("tr");
+    tr.dataset.position = String(w.position);
+    const size = el("td", "num");
+    setNumber(size, w.cost_bytes, bytes(w.cost_bytes));
+    const waited = el("td", "num");
+    setNumber(waited, w.waited_s, w.waited_s.toFixed(1) + " s");
+    tr.append(el("td", "num", String(w.position)), size, waited, el("td", "", w.priority));
+    return tr;
+  }));
 }
 
 /// The sum of a counter over its labels in a Prometheus text exposition, or null.
