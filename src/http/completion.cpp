@@ -19,6 +19,7 @@
 #include "http/chat_codec.hpp"
 #include "http/event_queue.hpp"
 #include "http/json_codec.hpp"
+#include "http/json_fields.hpp"
 #include "http/request_log.hpp"
 
 namespace vg::httpd {
@@ -57,13 +58,6 @@ struct RequestScope {
     if (registered) state.remove_queue(queue.get());
   }
 };
-
-/// Characters `bytes` add to a text (UTF-8 lead bytes).
-std::int64_t json_fields_text_chars(std::string_view bytes) {
-  std::int64_t n = 0;
-  for (char c : bytes) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
 
 /// What the engine said about one request so far.
 struct Outcome {
@@ -183,7 +177,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     std::vector<std::int64_t> offsets;
     for (const TokenLogprobs& t : lp) {
       offsets.push_back(c.chars);
-      c.chars += json_fields_text_chars(t.token);
+      c.chars += json_fields::text_chars(t.token);
     }
     if (!stream || log_text) c.text += text;
     // A chunk with nothing in it is sent only as a choice's first (its first
@@ -201,7 +195,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     for (std::size_t i = 0; i < choices.size(); ++i) {
       if (std::exchange(choices[i].echoed, true)) continue;
       add(sse, static_cast<int>(i), sub.echo_text, prompt_lp ? *prompt_lp : std::vector<TokenLogprobs>());
-      choices[i].chars = json_fields_text_chars(sub.echo_text);
+      choices[i].chars = json_fields::text_chars(sub.echo_text);
     }
   };
 
