@@ -5,6 +5,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <iostream>
 #include <vector>
 
@@ -50,6 +52,16 @@ int main(int argc, char** argv) {
   serve->add_flag("--print-config", print_config,
                   "Print the effective settings (defaults, then --config, then flags) as TOML and exit");
 
+  CLI::App* engine = app.add_subcommand(
+      "engine", "Load the model on the device and serve gateways (vramgate serve --engine) on a Unix socket");
+  vg::ConfigFlags engine_flags(*engine);
+  vg::EngineProcessOptions engine_options;
+  engine->add_option("--listen", engine_options.listen, "Socket to serve gateways on: unix:PATH (its folder 0700; "
+                                                        "the secret a gateway presents is written to PATH.secret)")
+      ->required();
+  engine->add_option("--config-digest", engine_options.config_digest,
+                     "Digest of the settings, reported to gateways (set by the supervisor of vramgate serve)");
+
   CLI::App* plan = app.add_subcommand(
       "plan", "Measure the model's memory profile on the device and print the budget and how many requests of "
               "each size fit at once");
@@ -78,6 +90,16 @@ int main(int argc, char** argv) {
     }
     init_logging(config->log_level);
     return vg::run_server(*config);
+  }
+
+  if (engine->parsed()) {
+    vg::install_shutdown_signal_handlers();
+    auto config = engine_flags.resolve();
+    if (!config.ok()) return config_error(config.error());
+    init_logging(config->log_level);
+    // Engine lines carry the process, so they stand out in a shared log.
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [engine " + std::to_string(::getpid()) + "] %v");
+    return vg::run_engine(*config, engine_options);
   }
 
   auto config = plan_flags.resolve();

@@ -27,6 +27,7 @@ int http_status(ErrorCode code) {
     case ErrorCode::kCancelled: return 499;
     case ErrorCode::kModelLoad: return 500;
     case ErrorCode::kConfig: return 500;
+    case ErrorCode::kEngineCrashed: return 500;
   }
   return 500;
 }
@@ -53,6 +54,7 @@ const char* error_type(ErrorCode code) {
     case ErrorCode::kCancelled: return "cancelled";
     case ErrorCode::kModelLoad: return "model_load_error";
     case ErrorCode::kConfig: return "config_error";
+    case ErrorCode::kEngineCrashed: return "engine_crashed";
   }
   return "internal_error";
 }
@@ -79,6 +81,7 @@ bool retry_can_help(ErrorCode code) {
     case ErrorCode::kHeaderTooLarge:
     case ErrorCode::kExceedsDeviceMemory:
     case ErrorCode::kIdempotencyKeyReused:
+    case ErrorCode::kEngineCrashed:  // the request itself brings the engine down
       return false;
     default:
       return true;

@@ -34,6 +34,7 @@ enum class ErrorCode {
   kCancelled,            ///< client went away; never sent (there is no one to send it to)
   kModelLoad,            ///< start-up: a model folder or weight file is unusable
   kConfig,               ///< start-up: invalid configuration
+  kEngineCrashed,        ///< 500 the engine process died each time it ran this request (--max-crash-retries)
 };
 
 /// HTTP status code for an error code (the single mapping).

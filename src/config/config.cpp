@@ -133,6 +133,16 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (max_preemptions < 0) return bad("max_preemptions", "must be >= 0");
   if (oom_unready_after < 1) return bad("oom_unready_after", "must be >= 1");
   if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");
+  for (const std::string& e : engine) {
+    if (e.rfind("unix:", 0) != 0 || e.size() <= 5) return bad("engine", "'" + e + "' is not unix:PATH");
+    if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");
+  }
+  if (in_process && !engine.empty()) return bad("engine", "cannot be combined with --in-process");
+  if (!(engine_heartbeat_timeout_s >= 0.1 && engine_heartbeat_timeout_s <= 3600)) {
+    return bad("engine_heartbeat_timeout", "must be in [0.1, 3600]");
+  }
+  if (max_crash_retries < 1 || max_crash_retries > 100) return bad("max_crash_retries", "must be in [1, 100]");
+  if (!(orphan_timeout_s > 0 && orphan_timeout_s <= 7 * 86400)) return bad("orphan_timeout", "must be in (0, 604800]");
   return std::nullopt;
 }
 

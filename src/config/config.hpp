@@ -95,10 +95,24 @@ struct ServeConfig {
   bool log_request_text = false;     ///< request log lines include prompt and output text (opt-in)
   double watchdog_timeout_s = 60;    ///< an engine step running longer than this turns /health 503 (s)
 
+  // -- processes (README "Processes")
+  /// One process: HTTP and the engines together (no supervisor, no socket).
+  bool in_process = false;
+  /// Engines to use instead of starting them: unix:PATH each (their secret
+  /// in PATH.secret); empty: start one engine process per device.
+  std::vector<std::string> engine;
+  std::string runtime_dir;              ///< sockets and secrets of started engines; empty: $XDG_RUNTIME_DIR/vramgate or /tmp/vramgate-UID
+  double engine_heartbeat_timeout_s = 5;  ///< a connected engine silent this long is hung: killed and restarted (s)
+  int max_crash_retries = 2;            ///< engine crashes with a request running that end it with engine_crashed, >= 1
+  double orphan_timeout_s = 600;        ///< an engine with no gateway this long exits (s)
+  bool keep_engines = false;            ///< on shutdown leave the started engines running for the next serve
+
   // -- test hooks
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
   std::int64_t test_inject_oom_step = 0;  ///< engine step (1-based) that fails with out-of-memory; 0 = never
   std::int64_t test_inject_oom_count = 1; ///< consecutive steps from test_inject_oom_step that fail, >= 1
+  /// Test hook: an engine process aborts when a request whose prompt contains this text starts running.
+  std::string test_crash_on_prompt;
   bool test_trim_heap = false;       ///< GET /v1/admission first calls malloc_trim(0), so RSS is comparable (soak)
 
   /// Checks ranges and formats; the first field that breaks a rule, or none.

@@ -136,11 +136,42 @@ const ConfigField kFields[] = {
     {"watchdog_timeout", "operability",
      "Seconds an engine step may run before /health reports the engine stuck (503)", &C::watchdog_timeout_s},
 
+    {"in_process", "processes",
+     "Run HTTP and the engines in one process (no engine processes, no supervisor): for debugging, and where "
+     "fork/exec is not possible; a crash in the model code then takes the HTTP side with it",
+     &C::in_process},
+    {"engine", "processes",
+     "An engine process to serve from, unix:PATH (started with vramgate engine --listen unix:PATH; its secret is "
+     "read from PATH.secret); may be given several times; none: serve starts and supervises one per device",
+     &C::engine},
+    {"runtime_dir", "processes",
+     "Folder (mode 0700) for the sockets and secrets of the engines serve starts; empty: $XDG_RUNTIME_DIR/vramgate, "
+     "else /tmp/vramgate-UID. A serve that finds its engines running there with the same settings re-attaches",
+     &C::runtime_dir},
+    {"engine_heartbeat_timeout", "processes",
+     "Seconds a connected engine may send nothing (it heartbeats 4 times a second) before it counts as hung and "
+     "is killed and restarted",
+     &C::engine_heartbeat_timeout_s},
+    {"max_crash_retries", "processes",
+     "Engine crashes while a request runs after which that request is taken as the cause: it ends with 500 "
+     "engine_crashed instead of being resumed again",
+     &C::max_crash_retries},
+    {"orphan_timeout", "processes",
+     "Seconds an engine process with no gateway connected keeps its model loaded before it exits",
+     &C::orphan_timeout_s},
+    {"keep_engines", "processes",
+     "On shutdown, leave the engine processes serve started running (the next serve re-attaches without "
+     "loading the weights again); off: they exit once no gateway uses them",
+     &C::keep_engines},
+
     {"test_step_delay_ms", "test", "Test hook: sleep this many ms after every engine step", &C::test_step_delay_ms},
     {"test_inject_oom_step", "test", "Test hook: the engine step with this number (from 1) fails with out-of-memory",
      &C::test_inject_oom_step},
     {"test_inject_oom_count", "test", "Test hook: this many consecutive steps from test_inject_oom_step fail",
      &C::test_inject_oom_count},
+    {"test_crash_on_prompt", "test",
+     "Test hook: an engine process aborts when a request whose prompt contains this text starts running",
+     &C::test_crash_on_prompt},
     {"test_trim_heap", "test",
      "Test hook: GET /v1/admission first returns free heap memory to the OS (malloc_trim), so that RSS "
      "measurements compare live memory (tools/soak.py)",

@@ -90,6 +90,11 @@ struct GenerationRequest {
   /// Recognises a retry of a booked refusal and books this request's retry
   /// if it is refused as overloaded (empty fingerprint: neither).
   RetryIdentity retry;
+  /// Tokens already generated and delivered before this request's engine
+  /// process died (n == 1 only): the sequence starts as a preempted one
+  /// would resume, with the sampler and the text stream replayed over them
+  /// (nothing of them is sent again). Fewer than max_tokens.
+  std::vector<std::int32_t> resume_generated{};
 };
 
 /// Counters and gauges an engine publishes (a snapshot).

@@ -253,6 +253,11 @@ struct Sequence {
     return true;
   }
   int generated() const { return static_cast<int>(p.generated.size()); }
+  /// The ids of the tokens not yet announced in a TextEvent (the last unsent_tokens generated).
+  std::vector<std::int32_t> unsent_ids() const {
+    const auto n = static_cast<std::ptrdiff_t>(std::min<std::size_t>(static_cast<std::size_t>(p.unsent_tokens), p.generated.size()));
+    return std::vector<std::int32_t>(p.generated.end() - n, p.generated.end());
+  }
   /// Queue, prefill and decode time up to `now` (decode 0 until prefilled).
   Timings timings(TimePoint now) const {
     const bool decoding = p.prefill_done != TimePoint{};

@@ -177,6 +177,18 @@ std::unique_ptr<Engine::Impl::Sequence> Engine::Impl::make_sequence(std::shared_
               : engine_detail::Progress(req->gen.sampling, req->gen.prompt, req->gen.stop, now,
                                         ms_between(req->enqueued, now));
   req->resume.reset();
+  if (!resumed && !req->gen.resume_generated.empty()) {
+    // Resumed from another engine process: what it produced is replayed
+    // (sampler, text stream) and prefilled with the prompt, and not sent again.
+    const Tokenizer& tok = model.tokenizer();
+    const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
+    for (std::int32_t token : req->gen.resume_generated) {
+      progress.sampler.replay(token, vocab);
+      progress.generated.push_back(token);
+      (void)progress.text.push(tok.token_bytes(token));
+    }
+    progress.last_token = now;
+  }
   auto seq = std::make_unique<Sequence>(std::move(req), std::move(lease), std::move(progress), now);
   if (!resumed) {
     if (options.metrics && seq->req->choice == 0) {
@@ -433,7 +445,8 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std:
   // (part of a character or of a stop string): streams show time to first
   // token as it is.
   if (!text.empty() || generated == 1) {
-    s.req->sink->push(TextEvent{std::move(text), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs)});
+    s.req->sink->push(TextEvent{std::move(text), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs),
+                                s.unsent_ids()});
     s.p.unsent_tokens = 0;
     s.p.unsent_logprobs.clear();
   }
@@ -449,7 +462,8 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std:
 void Engine::Impl::finish(Sequence& s, const char* reason) {
   std::string tail = s.p.text.finish();
   if (!tail.empty() || s.p.unsent_tokens > 0) {
-    s.req->sink->push(TextEvent{std::move(tail), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs)});
+    s.req->sink->push(TextEvent{std::move(tail), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs),
+                                s.unsent_ids()});
     s.p.unsent_tokens = 0;
     s.p.unsent_logprobs.clear();
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,9 @@ struct TextEvent {
   /// With logprobs requested: one entry per token since the previous
   /// TextEvent of this choice (text may lag behind its tokens).
   std::vector<TokenLogprobs> logprobs{};
+  /// The ids of those tokens, in order (token_ids.size() == tokens): what a
+  /// gateway resubmits to resume the request on another engine.
+  std::vector<std::int32_t> token_ids{};
 };
 
 /// The prompt's tokens with their logprobs (echo with logprobs): sent once,

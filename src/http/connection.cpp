@@ -27,7 +27,7 @@ constexpr std::size_t kMaxRequestIdLength = 128;
 constexpr std::size_t kReadChunk = 4096;
 constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
-enum class RouteKind { kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kAdmission, kMetrics };
+enum class RouteKind { kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kAdmission, kEngines, kMetrics };
 
 struct Route {
   std::string_view path;
@@ -43,6 +43,7 @@ constexpr Route kRoutes[] = {
     {"/ready", bhttp::verb::get, RouteKind::kReady},
     {"/v1/models", bhttp::verb::get, RouteKind::kModels},
     {"/v1/admission", bhttp::verb::get, RouteKind::kAdmission},
+    {"/v1/engines", bhttp::verb::get, RouteKind::kEngines},
     {"/metrics", bhttp::verb::get, RouteKind::kMetrics},
 };
 
@@ -115,6 +116,9 @@ Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* rec
       break;
     case RouteKind::kAdmission:
       reply.body = encode_admission(service.admission_state());
+      break;
+    case RouteKind::kEngines:
+      reply.body = encode_engines(service.engine_processes());
       break;
     case RouteKind::kMetrics:
       if (recorded == nullptr) {

@@ -455,6 +455,25 @@ std::string encode_models(const std::vector<ModelInfo>& models) {
   return json_fields::serialize(o);
 }
 
+std::string encode_engines(const std::vector<EngineInfo>& engines) {
+  json::array data;
+  for (const EngineInfo& e : engines) {
+    json::array models;
+    for (const std::string& m : e.models) models.push_back(safe(m));
+    json::object o{{"address", safe(e.address)},
+                   {"device", safe(e.device)},
+                   {"models", std::move(models)},
+                   {"pid", e.pid},
+                   {"state", safe(e.state)},
+                   {"restarts", e.restarts},
+                   {"started_at", e.started_at},
+                   {"last_exit", e.last_exit.empty() ? json::value(nullptr) : json::value(safe(e.last_exit))},
+                   {"reason", safe(e.reason)}};
+    data.push_back(std::move(o));
+  }
+  return json_fields::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
+}
+
 std::string encode_admission(const AdmissionState& state) {
   json::array devices;
   for (const DeviceState& d : state.devices) {

@@ -87,6 +87,9 @@ std::string encode_models(const std::vector<ModelInfo>& models);
 
 /// GET /v1/admission.
 std::string encode_admission(const AdmissionState& state);
+/// GET /v1/engines: {"object": "list", "data": [{address, device, models, pid,
+/// state, restarts, started_at, last_exit, reason}]}.
+std::string encode_engines(const std::vector<EngineInfo>& engines);
 
 /// GET /health body (and other plain status bodies): `{"status":...[,"reason":...]}`.
 std::string encode_status(std::string_view status, std::string_view reason = {});

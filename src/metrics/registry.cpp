@@ -21,6 +21,12 @@ void Histogram::observe(double v) {
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 
+void Histogram::add(const std::vector<std::uint64_t>& buckets, double sum) {
+  const std::size_t n = std::min(buckets.size(), bounds_.size() + 1);
+  for (std::size_t i = 0; i < n; ++i) buckets_[i].fetch_add(buckets[i], std::memory_order_relaxed);
+  sum_.fetch_add(sum, std::memory_order_relaxed);
+}
+
 Histogram::Snapshot Histogram::snapshot() const {
   Snapshot s;
   s.bounds = bounds_;

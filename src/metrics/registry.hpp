@@ -54,6 +54,10 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
+  /// Adds observations counted elsewhere (another process's histogram of the
+  /// same bounds): `buckets` non-cumulative, bounds + 1 entries (extra or
+  /// missing entries are ignored), and their sum.
+  void add(const std::vector<std::uint64_t>& buckets, double sum);
 
   struct Snapshot {
     std::vector<double> bounds;

@@ -82,7 +82,20 @@ ServerMetrics::ServerMetrics(Registry& r)
                                       "expired (released unclaimed), early (a retry before its window, refused "
                                       "again), refused (an overloaded refusal that booked nothing).",
                                       {"outcome"})),
-      retry_bookings_held_(r.gauge("vramgate_retry_bookings", "Booked retry places held now.").with({})) {
+      retry_bookings_held_(r.gauge("vramgate_retry_bookings", "Booked retry places held now.").with({})),
+      engine_up_(r.gauge("vramgate_engine_up",
+                         "1 while the engine process serving the device is connected and ready, else 0 "
+                         "(multi-process mode).",
+                         {"device"})),
+      engine_restarts_total_(r.counter("vramgate_engine_restarts_total",
+                                       "Engine processes restarted after an exit, a signal or a missed heartbeat.",
+                                       {"device"})),
+      requests_resumed_total_(r.counter("vramgate_requests_resumed_total",
+                                        "Requests moved to a restarted or another engine after theirs died: "
+                                        "resubmitted (nothing sent yet) or resumed (after the tokens sent).",
+                                        {"reason"})) {
+  requests_resumed_total_.with({"resubmitted"});
+  requests_resumed_total_.with({"resumed"});
   idempotent_replays_total_.with({"attached"});
   idempotent_replays_total_.with({"replayed"});
 }
@@ -90,6 +103,12 @@ ServerMetrics::ServerMetrics(Registry& r)
 void ServerMetrics::count_idempotent_replay(std::string_view kind) {
   idempotent_replays_total_.with({std::string(kind)}).inc();
 }
+
+void ServerMetrics::set_engine_up(const std::string& device, bool up) { engine_up_.with({device}).set(up ? 1 : 0); }
+
+void ServerMetrics::count_engine_restart(const std::string& device) { engine_restarts_total_.with({device}).inc(); }
+
+void ServerMetrics::count_resumed(std::string_view reason) { requests_resumed_total_.with({std::string(reason)}).inc(); }
 
 void ServerMetrics::count_http_request(std::string_view route, int status) {
   http_requests_total_.with({std::string(route), std::to_string(status)}).inc();

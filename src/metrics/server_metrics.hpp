@@ -82,6 +82,15 @@ class ServerMetrics {
   /// request) or "replayed" (got a finished one's result).
   void count_idempotent_replay(std::string_view kind);
 
+  // -- recorded by the gateway's engine supervision (multi-process mode)
+  /// vramgate_engine_up{device}: 1 while the engine serving `device` is connected and ready.
+  void set_engine_up(const std::string& device, bool up);
+  /// vramgate_engine_restarts_total{device}
+  void count_engine_restart(const std::string& device);
+  /// vramgate_requests_resumed_total{reason}: "resubmitted" (no token had been
+  /// sent) or "resumed" (continued after the tokens sent).
+  void count_resumed(std::string_view reason);
+
   /// Copies state gauges and mirrored counters from `sample`.
   void fill_state(const StateSample& sample);
   /// fill_state() then the exposition text.
@@ -104,6 +113,9 @@ class ServerMetrics {
   CounterFamily& idempotent_replays_total_;
   CounterFamily& retry_bookings_total_;
   Gauge& retry_bookings_held_;
+  GaugeFamily& engine_up_;
+  CounterFamily& engine_restarts_total_;
+  CounterFamily& requests_resumed_total_;
 };
 
 }  // namespace vg::metrics

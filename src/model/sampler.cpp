@@ -74,6 +74,21 @@ std::int32_t Sampler::sample(std::span<const float> logits) {
   return token;
 }
 
+void Sampler::replay(std::int32_t token, std::size_t vocab) {
+  if (params_.adjusts_logits()) {
+    if (generated_count_.size() != vocab) {
+      generated_count_.resize(vocab, 0);
+      seen_.resize(vocab, false);
+      for (std::int32_t id : prompt_) {
+        if (id >= 0 && static_cast<std::size_t>(id) < seen_.size()) seen_[static_cast<std::size_t>(id)] = true;
+      }
+      prompt_.clear();
+    }
+    record(token);
+  }
+  if (params_.temperature > 0) (void)uniform01(rng_);
+}
+
 void Sampler::record(std::int32_t token) {
   if (token < 0 || static_cast<std::size_t>(token) >= generated_count_.size()) return;
   ++generated_count_[static_cast<std::size_t>(token)];

@@ -51,6 +51,11 @@ class Sampler {
   /// greedy mode go to the lowest id.
   std::int32_t sample(std::span<const float> logits);
   const SamplingParams& params() const { return params_; }
+  /// Takes `token` as if sample() had picked it from logits of `vocab`
+  /// entries: records it for the penalties and advances the random state by
+  /// the one draw a sampled pick makes (none when greedy), so sampling after
+  /// a replay of the tokens a sequence produced continues as it would have.
+  void replay(std::int32_t token, std::size_t vocab);
 
  private:
   std::int32_t pick(std::span<const float> logits);

@@ -60,6 +60,12 @@ struct CompletionRequest {
   /// Set by the HTTP layer: recognises the retry of a booked refusal, and
   /// books a place for this request's retry if it is refused as overloaded.
   RetryIdentity retry;
+  /// Set by a gateway that resubmits a request whose engine process died:
+  /// the tokens of choice 0 already sent to the client, in order (the engine
+  /// prefills prompt + these and goes on from there, as after a preemption),
+  /// and whether the prompt's logprobs were sent. Empty: a fresh start.
+  std::vector<std::int32_t> resume_tokens{};
+  bool resume_prompt_sent = false;
 };
 
 /// A KServe v2 inference request (POST /v2/models/{name}/infer), decoded
@@ -137,6 +143,23 @@ struct WaitingRequest {
   std::int64_t cost_bytes = 0;  ///< what it will reserve
   double waited_s = 0;          ///< time in the queue so far
   std::string priority;         ///< "low", "normal" or "high"
+};
+
+/// One engine process as GET /v1/engines shows it (multi-process mode; in
+/// one process a single "in-process" entry).
+struct EngineInfo {
+  std::string address;  ///< "unix:PATH", or "in-process"
+  std::string device;   ///< the device(s) it serves, comma-separated
+  std::vector<std::string> models;
+  std::int64_t pid = 0;  ///< 0 while no process runs
+  /// starting, ready, not_ready (connected, but its device refuses work),
+  /// restarting (it died; a new one is due or loading), gone (an engine this
+  /// gateway does not start is unreachable).
+  std::string state;
+  int restarts = 0;
+  double started_at = 0;  ///< unix seconds of the current process's start (0: none)
+  std::string last_exit;  ///< "exit N", "signal N" or "no heartbeat for S s"; empty: never exited
+  std::string reason;     ///< why it is not ready; empty when ready
 };
 
 /// What GET /v1/admission shows.

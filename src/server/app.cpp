@@ -1,22 +1,37 @@
-// run_server: builds the metrics registry, the service and the HTTP front
-// end from the config, serves until SIGINT/SIGTERM, then shuts down in
-// stages (not ready -> drain -> close the listener -> cancel -> exit 0).
+// run_server and run_engine: build the metrics registry, the service (the
+// engines in this process, or the gateway's view of engine processes) and
+// the HTTP front end from the config, serve until SIGINT/SIGTERM, then shut
+// down in stages (not ready -> drain -> close the listener -> cancel -> exit 0).
 #include "server/app.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
 #include <thread>
 
 #include "common/decimal.hpp"
+#include "config/config_file.hpp"
+#include "gateway/remote_service.hpp"
 #include "http/http_server.hpp"
 #include "metrics/registry.hpp"
 #include "metrics/server_metrics.hpp"
 #include "model/runtime.hpp"
 #include "server/inference_service.hpp"
+#include "server/model_setup.hpp"
 #include "server/shutdown_signal.hpp"
+#include "traffic/digest.hpp"
+#include "wire/engine_server.hpp"
 
 namespace vg {
 namespace {
@@ -25,9 +40,105 @@ Duration seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
+std::string hex(const traffic::Digest& d, std::size_t bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < bytes && i < d.size(); ++i) {
+    out.push_back(digits[d[i] >> 4]);
+    out.push_back(digits[d[i] & 15]);
+  }
+  return out;
+}
+
+/// What run_server drives, whichever kind of service it is.
+struct Backend {
+  Service* service = nullptr;
+  std::function<void()> begin_drain;
+  std::function<bool(TimePoint)> wait_idle;
+  std::function<void()> shutdown;
+};
+
+/// A folder only this user can use: created 0700 when missing; an existing
+/// one must belong to this user and give others no access. Errors: kConfig.
+Status private_folder(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error(ErrorCode::kConfig, "cannot create the runtime folder " + dir + ": " + ec.message());
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return Error(ErrorCode::kConfig, "cannot read the runtime folder " + dir);
+  if (st.st_uid != ::geteuid()) {
+    return Error(ErrorCode::kConfig, "runtime folder " + dir + " belongs to another user (uid " +
+                                         std::to_string(st.st_uid) + ")");
+  }
+  if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0) {
+    return Error(ErrorCode::kConfig, fmt::format("runtime folder {} has mode {:o}, and it cannot be made 0700", dir,
+                                                 st.st_mode & 0777));
+  }
+  return Status::Ok();
+}
+
+std::string default_runtime_dir() {
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg) return std::string(xdg) + "/vramgate";
+  return "/tmp/vramgate-" + std::to_string(::geteuid());
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("vramgate") : p.string();
+}
+
+/// The gateway's service over the engines of `config` (started and
+/// supervised here, or the --engine sockets given).
+Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& config,
+                                                             metrics::ServerMetrics* metrics) {
+  gateway::RemoteService::Options o;
+  o.heartbeat_timeout_s = config.engine_heartbeat_timeout_s;
+  o.max_crash_retries = config.max_crash_retries;
+  o.request_timeout_s = config.request_timeout_s;
+  o.release_engines = !config.keep_engines;
+  o.shutdown_grace_s = config.shutdown_grace_s + 5;
+  o.metrics = metrics;
+  if (!config.engine.empty()) {
+    for (const std::string& e : config.engine) {
+      gateway::EngineEndpoint ep;
+      ep.socket_path = e.substr(5);
+      o.engines.push_back(ep);
+    }
+    o.release_engines = false;  // someone else runs them
+    return gateway::RemoteService::create(std::move(o));
+  }
+  // Supervised: one engine process per device, with these settings.
+  const std::string dir = config.runtime_dir.empty() ? default_runtime_dir() : config.runtime_dir;
+  if (Status st = private_folder(dir); !st.ok()) return st.error();
+  ServeConfig engine_config = config;
+  std::error_code ec;
+  engine_config.model_dir = std::filesystem::absolute(config.model_dir, ec).string();
+  engine_config.port = 0;
+  const std::string toml = format_config_toml(engine_config);
+  const std::string exe = self_exe();
+  for (const std::string& device : config.device) {
+    const std::string digest = hex(traffic::sha256_parts({toml, "\n", device}), 16);
+    const std::string base = dir + "/engine-" + digest.substr(0, 12);
+    const std::string config_path = base + ".toml";
+    {
+      std::ofstream out(config_path, std::ios::trunc);
+      out << toml;
+      if (!out) return Error(ErrorCode::kConfig, "cannot write " + config_path);
+    }
+    gateway::EngineEndpoint ep;
+    ep.socket_path = base + ".sock";
+    ep.device = device;
+    ep.config_digest = digest;
+    ep.command = {exe, "engine", "--config", config_path, "--device", device, "--listen", "unix:" + ep.socket_path,
+                  "--config-digest", digest};
+    o.engines.push_back(std::move(ep));
+  }
+  spdlog::info("engines: {} process(es) under {} (--runtime-dir)", o.engines.size(), dir);
+  return gateway::RemoteService::create(std::move(o));
+}
+
 }  // namespace
-
-
 
 int run_server(const ServeConfig& config) {
   // A SIGINT/SIGTERM from here on is recorded (main installed the
@@ -35,10 +146,7 @@ int run_server(const ServeConfig& config) {
   // is up, by the staged shutdown below.
   install_shutdown_signal_handlers();
 
-  set_compute_threads(config.threads);
-  spdlog::info("vramgate starting: {}", torch_runtime_description());
-
-  // The API key file is checked before the model loads, so a mistake fails fast.
+  // The API key file is checked before anything loads, so a mistake fails fast.
   std::shared_ptr<const traffic::ApiKeyTable> api_keys;
   if (!config.api_keys.empty()) {
     auto keys = traffic::ApiKeyTable::load(config.api_keys);
@@ -54,11 +162,45 @@ int run_server(const ServeConfig& config) {
   metrics::Registry registry;
   metrics::ServerMetrics metrics(registry);
 
-  auto service = InferenceService::create(config, &metrics);
-  if (!service.ok()) {
-    spdlog::error("start-up failed: {}", service.error().message);
-    return 1;
+  // TorchScript models are served in this process (the engine processes
+  // serve language models).
+  bool in_process = config.in_process;
+  if (!in_process && config.engine.empty()) {
+    for (const ModelSource& s : find_model_sources(config)) {
+      if (s.torchscript) {
+        spdlog::info("model '{}' is a TorchScript model: serving in one process (--in-process)", s.id);
+        in_process = true;
+        break;
+      }
+    }
   }
+
+  std::unique_ptr<InferenceService> local;
+  std::unique_ptr<gateway::RemoteService> remote;
+  Backend backend;
+  if (in_process) {
+    set_compute_threads(config.threads);
+    spdlog::info("vramgate starting in one process: {}", torch_runtime_description());
+    auto service = InferenceService::create(config, &metrics);
+    if (!service.ok()) {
+      spdlog::error("start-up failed: {}", service.error().message);
+      return 1;
+    }
+    local = std::move(service).value();
+    InferenceService* s = local.get();
+    backend = {s, [s] { s->begin_drain(); }, [s](TimePoint d) { return s->wait_idle(d); }, [s] { s->shutdown(); }};
+  } else {
+    spdlog::info("vramgate gateway starting (pid {})", ::getpid());
+    auto service = make_gateway(config, &metrics);
+    if (!service.ok()) {
+      spdlog::error("start-up failed: {}", service.error().message);
+      return 1;
+    }
+    remote = std::move(service).value();
+    gateway::RemoteService* s = remote.get();
+    backend = {s, [s] { s->begin_drain(); }, [s](TimePoint d) { return s->wait_idle(d); }, [s] { s->shutdown(); }};
+  }
+
   HttpServer::Options ho;
   ho.host = config.host;
   ho.port = static_cast<std::uint16_t>(config.port);
@@ -76,28 +218,44 @@ int run_server(const ServeConfig& config) {
   ho.traffic.rate_limit = config.rate_limit;
   ho.traffic.rate_burst = config.rate_burst;
   ho.traffic.idempotency_ttl = seconds(config.idempotency_ttl_s);
-  auto http = HttpServer::create(ho, **service);
+  auto http = HttpServer::create(ho, *backend.service);
   if (!http.ok()) {
     spdlog::error("start-up failed: {}", http.error().message);
+    backend.shutdown();
     return 1;
   }
   // The port line is parsed by tests and scripts: keep its shape.
   spdlog::info("listening on http://{}:{}", config.host, (*http)->port());
 
-  const int sig = wait_for_shutdown_signal();
+  int sig = 0;
+  if (remote) {
+    // An engine that cannot start at all (exit 1: its model or settings are
+    // unusable) ends the server; one that crashes is restarted.
+    while ((sig = wait_for_shutdown_signal_until(Clock::now() + std::chrono::milliseconds(100))) == 0) {
+      if (auto why = remote->fatal_start_failure()) {
+        spdlog::error("start-up failed: {}", *why);
+        (*http)->stop_accepting();
+        remote->shutdown();
+        (*http)->stop();
+        return 1;
+      }
+    }
+  } else {
+    sig = wait_for_shutdown_signal();
+  }
   spdlog::info("received {}: draining for up to {} s", sig == SIGINT ? "SIGINT" : "SIGTERM",
                format_decimal(config.shutdown_grace_s));
 
   // 1. Not ready (/ready 503) and new completions refused with 503 +
   //    Retry-After. The listener stays open meanwhile, so load balancers
   //    see the 503s and clients get an answer instead of a refused connection.
-  (*service)->begin_drain();
+  backend.begin_drain();
   // 2. In-flight work finishes until the grace deadline.
   const TimePoint deadline = Clock::now() + seconds(config.shutdown_grace_s);
   bool drained = false;
   while (true) {
     const TimePoint slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
-    drained = (*service)->wait_idle(slice);
+    drained = backend.wait_idle(slice);
     if (drained || Clock::now() >= deadline) break;
     if (take_shutdown_signal() != 0) {
       spdlog::info("second signal: cancelling the remaining work now");
@@ -108,7 +266,7 @@ int run_server(const ServeConfig& config) {
   // 3. The listener closes.
   (*http)->stop_accepting();
   // 4. What is left is cancelled (its clients get 503 / an SSE error event).
-  (*service)->shutdown();
+  backend.shutdown();
   // 5. Give sessions a moment to write their last bytes, then close.
   const TimePoint flush_deadline = Clock::now() + std::chrono::seconds(2);
   while ((*http)->active_requests() > 0 && Clock::now() < flush_deadline) {
@@ -116,6 +274,91 @@ int run_server(const ServeConfig& config) {
   }
   (*http)->stop();
   spdlog::info("shutdown complete ({})", drained ? "all work finished" : "unfinished work was cancelled");
+  return 0;
+}
+
+int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
+  install_shutdown_signal_handlers();
+  const TimePoint began = Clock::now();
+  if (engine.listen.rfind("unix:", 0) != 0 || engine.listen.size() <= 5) {
+    spdlog::error("start-up failed: --listen must be unix:PATH, got '{}'", engine.listen);
+    return 2;
+  }
+  const std::string socket_path = engine.listen.substr(5);
+  const std::string dir = std::filesystem::path(socket_path).parent_path().string();
+  if (Status st = private_folder(dir.empty() ? "." : dir); !st.ok()) {
+    spdlog::error("start-up failed: {}", st.error().message);
+    return 2;
+  }
+  set_compute_threads(config.threads);
+  spdlog::info("vramgate engine starting (pid {}): {}", ::getpid(), torch_runtime_description());
+
+  metrics::Registry registry;
+  metrics::ServerMetrics metrics(registry);
+  auto service = InferenceService::create(config, &metrics);
+  if (!service.ok()) {
+    spdlog::error("start-up failed: {}", service.error().message);
+    return 1;
+  }
+
+  // The secret a gateway presents: random, readable by this user only,
+  // written before the socket exists.
+  std::random_device rd;
+  std::string secret;
+  for (int i = 0; i < 4; ++i) {
+    secret += fmt::format("{:08x}{:08x}", rd(), rd());
+  }
+  const std::string secret_path = socket_path + ".secret";
+  ::unlink(secret_path.c_str());
+  const int fd = ::open(secret_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::write(fd, secret.data(), secret.size()) != static_cast<ssize_t>(secret.size())) {
+    spdlog::error("start-up failed: cannot write the secret {}: {}", secret_path, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return 1;
+  }
+  ::close(fd);
+
+  wire::EngineServer::Options so;
+  so.socket_path = socket_path;
+  so.secret = secret;
+  so.devices = config.device;
+  so.model_dir = config.model_dir;
+  so.config_digest = engine.config_digest;
+  so.load_s = std::chrono::duration<double>(Clock::now() - began).count();
+  so.crash_on_prompt = config.test_crash_on_prompt;
+  so.metrics = &metrics;
+  auto server = wire::EngineServer::start(so, **service);
+  if (!server.ok()) {
+    spdlog::error("start-up failed: {}", server.error().message);
+    return 1;
+  }
+  spdlog::info("engine serving on unix:{} ({} s after its start)", socket_path, format_decimal(so.load_s));
+
+  int sig = 0;
+  std::string why;
+  while (true) {
+    sig = wait_for_shutdown_signal_until(Clock::now() + std::chrono::milliseconds(100));
+    if (sig != 0) {
+      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    const std::optional<TimePoint> alone = (*server)->alone_since();
+    if (alone && (*server)->released()) {
+      why = "released by its gateway, and no gateway is connected";
+      break;
+    }
+    if (alone && Clock::now() - *alone > seconds(config.orphan_timeout_s)) {
+      why = "no gateway for " + format_decimal(config.orphan_timeout_s) + " s (--orphan-timeout)";
+      break;
+    }
+  }
+  spdlog::info("engine stopping: {}", why);
+  (*service)->begin_drain();
+  if (sig != 0) (void)(*service)->wait_idle(Clock::now() + seconds(config.shutdown_grace_s));
+  (*server)->stop();
+  (*service)->shutdown();
+  ::unlink(secret_path.c_str());
+  spdlog::info("engine stopped");
   return 0;
 }
 

@@ -2,6 +2,8 @@
 // engine wiring, request validation, watchdog health and admission state.
 #include "server/inference_service.hpp"
 
+#include <unistd.h>
+
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +17,7 @@
 #include "admission/admission_policy.hpp"
 #include "engine/engine.hpp"
 #include "engine/tensor_engine.hpp"
+#include "engine/text_stream.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 #include "model/torchscript_model.hpp"
@@ -28,6 +31,17 @@ namespace vg {
 namespace {
 
 Duration seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
+
+/// The handle of a request that ended at submit (nothing to cancel).
+class FinishedHandle final : public RequestHandle {
+ public:
+  explicit FinishedHandle(std::string id) : id_(std::move(id)) {}
+  void cancel() override {}
+  const std::string& id() const override { return id_; }
+
+ private:
+  std::string id_;
+};
 
 /// The OOM governor's options of the configuration (every engine kind).
 OomGovernorOptions oom_governor_options(const ServeConfig& config) {
@@ -61,6 +75,8 @@ InferenceService::~InferenceService() { shutdown(); }
 Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config,
                                                                   metrics::ServerMetrics* metrics) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
+  svc->started_at_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::vector<ModelSource> sources = find_model_sources(config);
 
   // Devices: each loads every model; one that fails is left out.
@@ -344,6 +360,17 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
                                                    " is outside the vocabulary 0.." + std::to_string(mc.vocab_size - 1));
     }
   }
+  if (!request.resume_tokens.empty()) {
+    if (request.n != 1) return Error(ErrorCode::kInvalidRequest, "a resumed request has one choice");
+    for (std::int32_t id : request.resume_tokens) {
+      if (id < 0 || id >= mc.vocab_size) {
+        return Error(ErrorCode::kInvalidRequest, "resumed token id " + std::to_string(id) + " is outside the vocabulary");
+      }
+    }
+    if (static_cast<long>(request.resume_tokens.size()) > request.max_tokens) {
+      return Error(ErrorCode::kInvalidRequest, "a resumed request has more tokens than its max_tokens");
+    }
+  }
   gen.id = request.request_id.empty() ? "req-" + std::to_string(next_id_.fetch_add(1)) : request.request_id;
   gen.max_tokens = request.max_tokens;
   gen.sampling = request.sampling;
@@ -354,6 +381,8 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   gen.logprobs = request.logprobs;
   gen.prompt_logprobs = request.echo && request.logprobs.has_value();
   gen.retry = request.retry;
+  gen.resume_generated = request.resume_tokens;
+  if (request.resume_prompt_sent) gen.prompt_logprobs = false;
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
@@ -372,6 +401,27 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   Submission sub;
   sub.model = entry->info.id;
   sub.prompt_tokens = static_cast<int>(gen.prompt.size());
+  if (!gen.resume_generated.empty()) {
+    // A resumed request whose delivered tokens already end it (its end was
+    // lost with the engine that ran it) finishes here, with nothing resent.
+    const char* reason = nullptr;
+    TextStream replay(gen.stop);
+    for (std::int32_t t : gen.resume_generated) (void)replay.push(tok.token_bytes(t));
+    if (replay.stopped() || (tok.is_eos(gen.resume_generated.back()) && !gen.ignore_eos)) {
+      reason = "stop";
+    } else if (static_cast<int>(gen.resume_generated.size()) >= gen.max_tokens) {
+      reason = "length";
+    }
+    if (reason) {
+      sub.handle = std::make_shared<FinishedHandle>(gen.id);
+      FinishedEvent done;
+      done.finish_reason = reason;
+      done.usage = {sub.prompt_tokens, static_cast<int>(gen.resume_generated.size())};
+      sink->push(StartedEvent{});
+      sink->push(std::move(done));
+      return sub;
+    }
+  }
   sub.cost_bytes = engine->cost(gen);
   if (request.echo) {
     const auto* text = std::get_if<std::string>(&request.prompt);
@@ -522,6 +572,18 @@ AdmissionState InferenceService::admission_state() const {
   }
   if (tensor_registry_) st.cancelled += queued_cancellations(*tensor_registry_);
   return st;
+}
+
+std::vector<EngineInfo> InferenceService::engine_processes() const {
+  EngineInfo e;
+  e.address = "in-process";
+  for (auto& d : devices_) e.device += (e.device.empty() ? "" : ",") + d->name;
+  for (auto& m : models_) e.models.push_back(m->info.id);
+  e.pid = static_cast<std::int64_t>(::getpid());
+  e.reason = not_ready_reason();
+  e.state = e.reason.empty() ? "ready" : "not_ready";
+  e.started_at = started_at_;
+  return {e};
 }
 
 void InferenceService::begin_drain() {

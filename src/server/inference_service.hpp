@@ -42,6 +42,8 @@ class InferenceService final : public Service {
   bool ready() const override;
   std::string not_ready_reason() const override;
   AdmissionState admission_state() const override;
+  /// One entry: this process ("in-process").
+  std::vector<EngineInfo> engine_processes() const override;
   Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) override;
   Result<TensorModelInfo> tensor_model(const std::string& name) const override;
 
@@ -72,6 +74,7 @@ class InferenceService final : public Service {
   std::shared_ptr<TensorRegistry> tensor_registry_;  ///< the tensor requests queued in the front
   std::atomic<bool> draining_{false};
   std::atomic<std::uint64_t> next_id_{1};
+  double started_at_ = 0;  ///< unix seconds when create() began
 };
 
 }  // namespace vg

@@ -52,6 +52,8 @@ class Service {
   virtual std::string not_ready_reason() const { return ready() ? std::string() : "models loading or server draining"; }
   /// Live admission state for GET /v1/admission.
   virtual AdmissionState admission_state() const = 0;
+  /// The engine processes behind the service (GET /v1/engines).
+  virtual std::vector<EngineInfo> engine_processes() const { return {}; }
   /// Checks a tensor request against its TorchScript model and queues it;
   /// `done` is called once with the outputs or the error. Errors (nothing
   /// queued, `done` never called): kModelNotFound (also for a language

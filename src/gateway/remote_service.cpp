@@ -1,0 +1,1021 @@
+// RemoteService (see remote_service.hpp).
+#include "gateway/remote_service.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "metrics/server_metrics.hpp"
+#include "wire/channel.hpp"
+#include "wire/codec.hpp"
+#include "wire/frame.hpp"
+#include "wire/protocol.hpp"
+
+extern char** environ;
+
+namespace vg::gateway {
+namespace json = boost::json;
+using wire::Channel;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double secs(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+Duration dur(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+std::optional<std::string> read_secret(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string s;
+  std::getline(in, s);
+  if (s.empty()) return std::nullopt;
+  return s;
+}
+
+}  // namespace
+
+/// One engine: its connection, process and what it last said. Guarded by
+/// RemoteService::mu_ (the endpoint is fixed).
+struct RemoteService::Slot {
+  EngineEndpoint ep;
+  std::shared_ptr<Channel> channel;  // null while not connected
+  std::uint64_t epoch = 0;           // +1 per connection
+  const char* state = "starting";
+  pid_t pid = 0;                     // the engine's process (0: none known)
+  bool child = false;                // started by this gateway (waitpid reaps it)
+  int restarts = 0;
+  std::string last_exit;
+  double started_at = 0;
+  TimePoint spawned{};               // when the current process was started
+  TimePoint connected{};
+  TimePoint next_start{};            // supervised, no process: start at this time
+  double backoff_s = 0;
+  TimePoint last_heard{};
+  wire::EngineStatus status;
+  std::vector<ModelInfo> models;
+  std::vector<std::string> devices;
+  std::optional<double> startup_s;   // measured: process start -> connected
+  std::map<std::uint64_t, std::shared_ptr<Req>> inflight;
+  // Engine metrics already mirrored, by histogram name (cumulative buckets, sum).
+  std::map<std::string, std::pair<std::vector<std::uint64_t>, double>> seen_histograms;
+  double seen_tokens = 0;
+  // Admission counters of the engine's earlier processes, and its last state.
+  AdmissionState carried;
+  std::optional<AdmissionState> last_state;
+  bool connecting = false;
+
+  std::string label() const {
+    if (!ep.device.empty()) return ep.device;
+    std::string s;
+    for (const std::string& d : devices) s += (s.empty() ? "" : ",") + d;
+    return s.empty() ? "unix:" + ep.socket_path : s;
+  }
+  bool ready() const { return channel && status.ready; }
+  bool serves(const std::string& model) const {
+    if (model.empty()) return true;
+    return std::any_of(models.begin(), models.end(), [&](const ModelInfo& m) { return m.id == model; });
+  }
+};
+
+/// A request the HTTP layer holds. Guarded by RemoteService::mu_.
+struct RemoteService::Req final : RequestHandle {
+  RemoteService* svc = nullptr;
+  std::string id_;
+  CompletionRequest request;
+  std::shared_ptr<EventSink> sink;
+  TimePoint deadline;
+  Slot* slot = nullptr;  // where it runs now; null while pending
+  std::uint64_t rid = 0;
+  std::vector<std::int32_t> delivered;  // choice 0's tokens sent to the client
+  bool prompt_sent = false;
+  bool started_sent = false;
+  bool any_text = false;
+  bool started_here = false;  // started on its current engine
+  bool suspect = false;       // running at a crash: resubmitted alone until it produces a token
+  bool ended = false;
+  bool cancelled = false;
+  bool answered = false;      // its submit got accepted/rejected (fresh submits wait for this)
+  bool resubmitted = false;   // moved from a dead engine: no submit() waits for its answer
+  int crashes = 0;
+
+  const std::string& id() const override { return id_; }
+  void cancel() override { svc->cancel(*this); }
+};
+
+RemoteService::RemoteService(Options options) : options_(std::move(options)) {}
+
+Result<std::unique_ptr<RemoteService>> RemoteService::create(Options options) {
+  if (options.engines.empty()) return Error(ErrorCode::kConfig, "no engines to serve from");
+  std::unique_ptr<RemoteService> svc(new RemoteService(std::move(options)));
+  for (const EngineEndpoint& ep : svc->options_.engines) {
+    auto slot = std::make_unique<Slot>();
+    slot->ep = ep;
+    if (slot->ep.secret_path.empty()) slot->ep.secret_path = ep.socket_path + ".secret";
+    slot->backoff_s = svc->options_.backoff_initial_s;
+    slot->state = "starting";
+    svc->slots_.push_back(std::move(slot));
+  }
+  svc->monitor_ = std::thread([p = svc.get()] { p->monitor_loop(); });
+  return svc;
+}
+
+RemoteService::~RemoteService() { shutdown(); }
+
+void RemoteService::set_state(Slot& slot, const char* state) {
+  slot.state = state;
+  if (options_.metrics) options_.metrics->set_engine_up(slot.label(), slot.ready());
+}
+
+// -- the monitor thread
+
+void RemoteService::monitor_loop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    const TimePoint now = Clock::now();
+    lk.unlock();
+    reap_children(now);
+    lk.lock();
+    for (auto& s : slots_) supervise(*s, now);
+    resubmit_pending(now);
+    cv_.wait_for(lk, std::chrono::milliseconds(20));
+  }
+}
+
+void RemoteService::reap_children(TimePoint now) {
+  while (true) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    std::lock_guard lk(mu_);
+    for (auto& s : slots_) {
+      if (s->pid != pid) continue;
+      s->pid = 0;
+      s->child = false;
+      if (s->last_exit.empty() || s->last_exit.rfind("no heartbeat", 0) != 0 || s->channel) {
+        s->last_exit = exit_text(status);
+      }
+      if (stopping_) break;
+      const bool unusable = WIFEXITED(status) && (WEXITSTATUS(status) == 1 || WEXITSTATUS(status) == 2);
+      if (unusable && s->connected == TimePoint{}) {
+        fatal_ = fmt::format("the engine on {} could not start ({}); its log lines above say why", s->label(),
+                             s->last_exit);
+        set_state(*s, "gone");
+        break;
+      }
+      const bool stable = s->connected != TimePoint{} && now - s->connected > dur(options_.stable_after_s);
+      if (stable) s->backoff_s = options_.backoff_initial_s;
+      s->next_start = now + dur(s->backoff_s);
+      ++s->restarts;
+      if (options_.metrics) options_.metrics->count_engine_restart(s->label());
+      spdlog::error("engine on {} (pid {}) ended: {}; restart {} in {:.1f} s", s->label(), pid, s->last_exit,
+                    s->restarts, s->backoff_s);
+      s->backoff_s = std::min(options_.backoff_max_s, s->backoff_s * 2);
+      set_state(*s, "restarting");
+      if (s->channel) s->channel->close("engine process ended: " + s->last_exit);
+    }
+  }
+}
+
+void RemoteService::supervise(Slot& s, TimePoint now) {
+  if (s.channel) {
+    if (now - s.last_heard > dur(options_.heartbeat_timeout_s)) {
+      s.last_exit = fmt::format("no heartbeat for {:.1f} s", secs(now - s.last_heard));
+      spdlog::error("engine on {} (pid {}): {}; killing it", s.label(), s.pid, s.last_exit);
+      if (s.pid > 0 && !s.ep.command.empty()) ::kill(s.pid, SIGKILL);
+      s.channel->close(s.last_exit);  // on_close moves its requests
+    }
+    return;
+  }
+  if (s.connecting) return;
+  // Not connected: start a supervised engine that has no process, else try
+  // the socket (a started engine creates it once its model is loaded).
+  if (!s.ep.command.empty() && s.pid == 0) {
+    if (now < s.next_start || fatal_) return;
+    ::unlink(s.ep.socket_path.c_str());
+    std::vector<char*> argv;
+    for (const std::string& a : s.ep.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+    if (rc != 0) {
+      spdlog::error("engine on {}: cannot start {}: {}", s.label(), s.ep.command.front(), std::strerror(rc));
+      s.next_start = now + dur(s.backoff_s);
+      s.backoff_s = std::min(options_.backoff_max_s, s.backoff_s * 2);
+      return;
+    }
+    s.pid = pid;
+    s.child = true;
+    s.spawned = now;
+    s.started_at = unix_now();
+    s.status = {};
+    spdlog::info("engine on {}: started pid {}", s.label(), pid);
+    set_state(s, s.restarts > 0 ? "restarting" : "starting");
+    return;
+  }
+  struct stat st{};
+  if (::stat(s.ep.socket_path.c_str(), &st) != 0) return;
+  s.connecting = true;
+  Slot* p = &s;
+  // Connecting reads a hello (a short wait): off the lock.
+  mu_.unlock();
+  try_connect(*p);
+  mu_.lock();
+  p->connecting = false;
+}
+
+void RemoteService::try_connect(Slot& s) {
+  auto fd = wire::connect_unix(s.ep.socket_path);
+  if (!fd.ok()) return;
+  auto fail = [&](const std::string& why) {
+    ::close(*fd);
+    spdlog::warn("engine at unix:{}: {}", s.ep.socket_path, why);
+  };
+  const std::optional<std::string> secret = read_secret(s.ep.secret_path);
+  if (!secret) return fail("cannot read its secret " + s.ep.secret_path);
+  json::object hello{{"t", "hello"},
+                     {"v", wire::kProtocolVersion},
+                     {"secret", *secret},
+                     {"gateway", "pid " + std::to_string(::getpid())}};
+  if (!wire::write_one(*fd, hello).ok()) {
+    ::close(*fd);  // a dead engine's socket, before its exit is reaped
+    return;
+  }
+  auto reply = wire::read_one(*fd, 5.0, 64u << 20);
+  if (!reply.ok()) return fail("no hello: " + reply.error().message);
+  if (wire::message_type(*reply) != "hello") {
+    const json::value* r = reply->if_contains("reason");
+    return fail("refused: " + (r && r->is_string() ? std::string(r->as_string()) : std::string("no reason")));
+  }
+  std::vector<ModelInfo> models;
+  std::vector<std::string> devices;
+  std::int64_t pid = 0;
+  std::string digest;
+  if (const json::value* m = reply->if_contains("models"); m && m->is_array()) {
+    for (const json::value& v : m->as_array()) {
+      auto info = wire::decode_model_info(v);
+      if (!info.ok()) return fail("bad hello: " + info.error().message);
+      models.push_back(std::move(info).value());
+    }
+  }
+  if (const json::value* d = reply->if_contains("devices"); d && d->is_array()) {
+    for (const json::value& v : d->as_array()) {
+      if (v.is_string()) devices.emplace_back(v.as_string());
+    }
+  }
+  if (const json::value* v = reply->if_contains("pid"); v && v->is_int64()) pid = v->as_int64();
+  if (const json::value* v = reply->if_contains("config_digest"); v && v->is_string()) digest = v->as_string();
+
+  std::unique_lock lk(mu_);
+  if (stopping_) {
+    ::close(*fd);
+    return;
+  }
+  if (!s.ep.command.empty() && !s.ep.config_digest.empty() && digest != s.ep.config_digest) {
+    // A supervised slot found an engine with other settings: stop it, start ours.
+    lk.unlock();
+    fail(fmt::format("runs other settings (pid {}); stopping it and starting one with these", pid));
+    if (pid > 0 && pid != ::getpid()) ::kill(static_cast<pid_t>(pid), SIGTERM);
+    return;
+  }
+  auto channel = Channel::adopt(*fd);
+  const std::uint64_t epoch = ++s.epoch;
+  const TimePoint now = Clock::now();
+  const bool attached = s.pid == 0;
+  if (attached) {
+    s.pid = static_cast<pid_t>(pid);
+    s.child = false;
+    s.started_at = unix_now();
+  }
+  if (s.spawned != TimePoint{} && !attached) s.startup_s = secs(now - s.spawned);
+  s.channel = channel;
+  s.models = std::move(models);
+  s.devices = std::move(devices);
+  s.last_heard = now;
+  s.connected = now;
+  s.status.ready = true;  // until its first heartbeat says otherwise
+  s.seen_histograms.clear();
+  s.seen_tokens = 0;
+  set_state(s, "ready");
+  spdlog::info("engine on {} (pid {}) {}: unix:{}{}", s.label(), s.pid, attached ? "re-attached" : "connected",
+               s.ep.socket_path, s.startup_s && !attached ? fmt::format(", ready {:.2f} s after its start", *s.startup_s) : "");
+  Slot* sp = &s;
+  lk.unlock();
+  channel->start([this, sp, epoch](json::object m) { on_message(sp, epoch, std::move(m)); },
+                 [this, sp, epoch](const std::string& reason) { on_close(sp, epoch, reason); });
+  cv_.notify_all();
+}
+
+void RemoteService::resubmit_pending(TimePoint now) {
+  // mu_ held.
+  std::vector<std::shared_ptr<Req>> keep;
+  std::vector<std::pair<std::shared_ptr<Req>, EngineEvent>> fail;
+  std::set<Slot*> suspect_busy;  // a suspect runs alone per engine
+  for (auto& s : slots_) {
+    for (auto& [rid, r] : s->inflight) {
+      if (r->suspect) suspect_busy.insert(s.get());
+    }
+  }
+  for (auto& r : pending_) {
+    if (r->ended) continue;
+    if (r->cancelled) {
+      r->ended = true;
+      fail.emplace_back(r, FailedEvent{Error(ErrorCode::kCancelled, "client closed the connection"), {}, {}});
+      continue;
+    }
+    if (now >= r->deadline || draining_) {
+      Error e(ErrorCode::kOverloaded, draining_ ? "server is shutting down"
+                                               : "no engine took the request again before its deadline");
+      e.retry_after_s = retry_after_s();
+      r->ended = true;
+      fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
+      continue;
+    }
+    Slot* s = pick(r->request.model);
+    if (!s || (r->suspect && suspect_busy.count(s))) {
+      keep.push_back(r);
+      continue;
+    }
+    if (r->suspect) suspect_busy.insert(s);
+    r->slot = s;
+    r->rid = next_rid_++;
+    r->started_here = false;
+    r->resubmitted = true;
+    r->answered = false;
+    s->inflight[r->rid] = r;
+    json::object msg{{"t", "submit"}, {"rid", r->rid}, {"request", wire::encode(r->request)}};
+    const bool resumed = !r->delivered.empty();
+    if (resumed || r->prompt_sent) {
+      msg["resume"] = wire::encode(wire::ResumeState{r->delivered, r->prompt_sent});
+    }
+    if (options_.metrics) options_.metrics->count_resumed(resumed ? "resumed" : "resubmitted");
+    spdlog::info("request {} {} on engine {} ({} tokens already sent, {} crashes{})", r->id_,
+                 resumed ? "resumed" : "resubmitted", s->label(), r->delivered.size(), r->crashes,
+                 r->suspect ? ", running alone until its first token" : "");
+    s->channel->send(msg);
+  }
+  pending_ = std::move(keep);
+  if (!fail.empty()) {
+    active_ -= static_cast<int>(fail.size());
+    cv_.notify_all();
+    mu_.unlock();
+    for (auto& [r, ev] : fail) r->sink->push(std::move(ev));
+    mu_.lock();
+  }
+}
+
+// -- channel callbacks (reader threads)
+
+void RemoteService::mirror_metrics(Slot& s, const json::object& m) {
+  // mu_ held.
+  metrics::ServerMetrics* mx = options_.metrics;
+  if (!mx) return;
+  const std::pair<const char*, metrics::Histogram*> targets[] = {
+      {"queue_wait_seconds", &mx->queue_wait_seconds},
+      {"time_to_first_token_seconds", &mx->time_to_first_token_seconds},
+      {"inter_token_latency_seconds", &mx->inter_token_latency_seconds},
+      {"request_duration_seconds", &mx->request_duration_seconds},
+      {"batch_size", &mx->batch_size},
+      {"retry_promise_error_seconds", &mx->retry_promise_error_seconds},
+  };
+  if (const json::value* hs = m.if_contains("histograms"); hs && hs->is_array()) {
+    for (const json::value& v : hs->as_array()) {
+      auto h = wire::decode_histogram(v);
+      if (!h.ok()) continue;
+      for (const auto& [name, target] : targets) {
+        if (h->name != name) continue;
+        auto& [seen, seen_sum] = s.seen_histograms[name];
+        seen.resize(h->buckets.size(), 0);
+        std::vector<std::uint64_t> delta(h->buckets.size(), 0);
+        bool any = false;
+        for (std::size_t i = 0; i < h->buckets.size(); ++i) {
+          if (h->buckets[i] > seen[i]) {
+            delta[i] = h->buckets[i] - seen[i];
+            any = true;
+          }
+          seen[i] = std::max(seen[i], h->buckets[i]);
+        }
+        if (any) target->add(delta, h->sum - seen_sum);
+        seen_sum = h->sum;
+      }
+    }
+  }
+  if (const json::value* t = m.if_contains("generated_tokens"); t && t->is_number()) {
+    const double tokens = t->to_number<double>();
+    if (tokens > s.seen_tokens) mx->generated_tokens_total.inc(tokens - s.seen_tokens);
+    s.seen_tokens = std::max(s.seen_tokens, tokens);
+  }
+}
+
+void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
+  const std::string_view type = wire::message_type(m);
+  std::unique_lock lk(mu_);
+  if (s->epoch != epoch) return;
+  s->last_heard = Clock::now();
+  if (type == "status") {
+    const json::value* st = m.if_contains("status");
+    if (st) {
+      auto status = wire::decode_status(*st);
+      if (status.ok()) {
+        const bool was = s->status.ready;
+        s->status = std::move(status).value();
+        if (was != s->status.ready) set_state(*s, s->status.ready ? "ready" : "not_ready");
+      }
+    }
+    mirror_metrics(*s, m);
+    return;
+  }
+  if (type == "state") {
+    mirror_metrics(*s, m);
+    const json::value* q = m.if_contains("qid");
+    if (q && q->is_uint64()) answers_[q->as_uint64()] = std::move(m);
+    if (q && q->is_int64()) answers_[static_cast<std::uint64_t>(q->as_int64())] = std::move(m);
+    cv_.notify_all();
+    return;
+  }
+  const json::value* ridv = m.if_contains("rid");
+  const std::uint64_t rid = ridv && ridv->is_uint64() ? ridv->as_uint64()
+                            : ridv && ridv->is_int64() ? static_cast<std::uint64_t>(ridv->as_int64())
+                                                       : 0;
+  auto it = s->inflight.find(rid);
+  if (it == s->inflight.end()) return;  // ended here already (cancelled, failed over)
+  std::shared_ptr<Req> r = it->second;
+  if (type == "accepted" || type == "rejected") {
+    r->answered = true;
+    if (type == "rejected") {
+      s->inflight.erase(it);
+      const json::value* e = m.if_contains("error");
+      Error error(ErrorCode::kInternal, "the engine refused the request without saying why");
+      if (e) {
+        if (Status st = wire::decode_error(*e, &error); !st.ok()) {
+          error = Error(ErrorCode::kInternal, "engine sent a bad error: " + st.error().message);
+        }
+      }
+      if (!r->resubmitted) {
+        answers_[rid] = std::move(m);
+        cv_.notify_all();
+      } else {
+        // A resubmitted request has no submit() waiting: its client gets the refusal as its end.
+        if (!r->ended) {
+          r->ended = true;
+          --active_;
+          cv_.notify_all();
+          lk.unlock();
+          r->sink->push(FailedEvent{std::move(error), {}, {}});
+        }
+      }
+      return;
+    }
+    if (!r->resubmitted) {
+      answers_[rid] = std::move(m);
+      cv_.notify_all();
+    }
+    return;
+  }
+  if (type != "event") return;
+  const json::value* ev = m.if_contains("event");
+  auto event = ev ? wire::decode_event(*ev) : Result<EngineEvent>(Error(ErrorCode::kInvalidRequest, "no event"));
+  if (!event.ok()) {
+    spdlog::warn("engine on {}: bad event for request {}: {}", s->label(), r->id_, event.error().message);
+    return;
+  }
+  EngineEvent e = std::move(event).value();
+  bool forward = true;
+  if (std::holds_alternative<StartedEvent>(e)) {
+    r->started_here = true;
+    forward = !r->started_sent;
+    r->started_sent = true;
+  } else if (auto* t = std::get_if<TextEvent>(&e)) {
+    r->any_text = true;
+    if (t->choice == 0) r->delivered.insert(r->delivered.end(), t->token_ids.begin(), t->token_ids.end());
+    r->suspect = false;  // it got through a prefill and a step
+  } else if (std::holds_alternative<PromptEvent>(e)) {
+    forward = !r->prompt_sent;
+    r->prompt_sent = true;
+  } else if (std::holds_alternative<QueuedEvent>(e)) {
+    forward = !r->started_sent;
+  }
+  if (is_terminal(e)) {
+    s->inflight.erase(r->rid);
+    if (r->ended) return;
+    r->ended = true;
+    --active_;
+    cv_.notify_all();
+  }
+  if (r->ended && !is_terminal(e)) return;
+  lk.unlock();
+  if (forward) r->sink->push(std::move(e));
+}
+
+void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& reason) {
+  std::vector<std::pair<std::shared_ptr<Req>, EngineEvent>> ends;
+  int moved = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (s->epoch != epoch) return;
+    s->channel.reset();
+    if (s->last_state) {
+      // Counters of this process carry over to the next one.
+      AdmissionState& c = s->carried;
+      const AdmissionState& l = *s->last_state;
+      c.admitted += l.admitted;
+      c.rejected_never_fits += l.rejected_never_fits;
+      c.rejected_queue_full += l.rejected_queue_full;
+      c.queue_timeouts += l.queue_timeouts;
+      c.deadline_expired += l.deadline_expired;
+      c.cancelled_queued += l.cancelled_queued;
+      c.cancelled += l.cancelled;
+      c.completed += l.completed;
+      c.failed += l.failed;
+      c.out_of_memory += l.out_of_memory;
+      c.oom_budget_cuts += l.oom_budget_cuts;
+      c.preemptions += l.preemptions;
+      c.not_ready_trips += l.not_ready_trips;
+      c.retry_booked += l.retry_booked;
+      c.retry_claimed += l.retry_claimed;
+      c.retry_expired += l.retry_expired;
+      c.retry_early += l.retry_early;
+      c.retry_refused += l.retry_refused;
+      s->last_state->admitted = 0;  // shown while it is away; counted once
+    }
+    if (!s->ep.command.empty() || s->pid == 0) {
+      set_state(*s, stopping_ ? "gone" : "restarting");
+    } else {
+      set_state(*s, "gone");
+    }
+    if (!s->ep.command.empty() && !s->child && s->pid > 0 && !stopping_) {
+      // A re-attached engine (not our child): make sure it is gone, then start ours.
+      ::kill(s->pid, SIGKILL);
+      s->pid = 0;
+      ++s->restarts;
+      if (options_.metrics) options_.metrics->count_engine_restart(s->label());
+      s->next_start = Clock::now() + dur(s->backoff_s);
+    }
+    for (auto& [rid, r] : s->inflight) {
+      if (r->ended) continue;
+      r->slot = nullptr;
+      if (!r->answered && !r->resubmitted) {
+        // A fresh submit still waiting for its answer: submit() answers 503.
+        answers_[rid] = json::object{{"t", "closed"}};
+        continue;
+      }
+      if (r->cancelled || stopping_) {
+        r->ended = true;
+        --active_;
+        ends.emplace_back(r, FailedEvent{r->cancelled ? Error(ErrorCode::kCancelled, "client closed the connection")
+                                                     : Error(ErrorCode::kOverloaded, "server is shutting down"),
+                                         {}, {}});
+        continue;
+      }
+      if (r->started_here) {
+        ++r->crashes;
+        r->suspect = true;
+      }
+      if (r->crashes >= options_.max_crash_retries) {
+        r->ended = true;
+        --active_;
+        ends.emplace_back(r, FailedEvent{Error(ErrorCode::kEngineCrashed,
+                                               fmt::format("request {} was running in the engine each of the {} "
+                                                           "times it crashed (--max-crash-retries {}); it is not "
+                                                           "tried again",
+                                                           r->id_, r->crashes, options_.max_crash_retries)),
+                                         {}, {}});
+        spdlog::error("request {} failed: running at {} engine crashes", r->id_, r->crashes);
+        continue;
+      }
+      if (r->request.n > 1 && r->any_text) {
+        Error e(ErrorCode::kOverloaded, "the engine running this request's " + std::to_string(r->request.n) +
+                                            " choices restarted after their output began");
+        e.retry_after_s = retry_after_s();
+        r->ended = true;
+        --active_;
+        ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
+        continue;
+      }
+      pending_.push_back(r);
+      ++moved;
+    }
+    s->inflight.clear();
+    cv_.notify_all();
+  }
+  spdlog::warn("engine on {} disconnected ({}): {} requests to move, {} ended", s->label(),
+               reason.empty() ? "closed" : reason, moved, ends.size());
+  for (auto& [r, ev] : ends) r->sink->push(std::move(ev));
+}
+
+// -- Service
+
+RemoteService::Slot* RemoteService::pick(const std::string& model) const {
+  Slot* best = nullptr;
+  for (auto& s : slots_) {
+    if (!s->ready() || !s->serves(model)) continue;
+    if (!best || s->inflight.size() < best->inflight.size()) best = s.get();
+  }
+  return best;
+}
+
+double RemoteService::retry_after_s() const {
+  // The measured start-up of the engines, less the time their current start has run.
+  double wait = 0;
+  const TimePoint now = Clock::now();
+  for (auto& s : slots_) {
+    if (s->ready()) return 1.0;
+    const double startup = s->startup_s.value_or(options_.default_startup_s);
+    double left = startup;
+    if (s->pid > 0 && s->spawned != TimePoint{}) left = startup - secs(now - s->spawned);
+    if (s->pid == 0 && s->next_start > now) left = secs(s->next_start - now) + startup;
+    wait = wait == 0 ? left : std::min(wait, left);
+  }
+  return std::max(1.0, wait);
+}
+
+std::string RemoteService::slot_reason(const Slot& s) const {
+  if (s.channel && !s.status.ready) return "engine on " + s.label() + " is not ready: " + s.status.not_ready_reason;
+  std::string why = fmt::format("engine on {} (unix:{}) is {}", s.label(), s.ep.socket_path, s.state);
+  if (!s.last_exit.empty()) why += fmt::format(" (last exit: {}, {} restarts)", s.last_exit, s.restarts);
+  return why;
+}
+
+Result<Submission> RemoteService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
+  std::unique_lock lk(mu_);
+  if (draining_ || stopping_) {
+    Error e(ErrorCode::kOverloaded, "server is shutting down");
+    e.retry_after_s = 1.0;
+    return e;
+  }
+  Slot* s = pick(request.model);
+  if (!s) {
+    // A model no engine serves is the engine's to refuse (404 with the list).
+    for (auto& other : slots_) {
+      if (other->ready()) {
+        s = other.get();
+        break;
+      }
+    }
+  }
+  if (!s) {
+    std::string why;
+    for (auto& other : slots_) why += (why.empty() ? "" : "; ") + slot_reason(*other);
+    Error e(ErrorCode::kOverloaded, "no engine is ready: " + why);
+    e.retry_after_s = retry_after_s();
+    return e;
+  }
+  auto r = std::make_shared<Req>();
+  r->svc = this;
+  r->request = request;
+  r->sink = std::move(sink);
+  r->id_ = request.request_id;
+  const double timeout = request.timeout_s ? std::min(*request.timeout_s, options_.request_timeout_s)
+                                           : options_.request_timeout_s;
+  r->deadline = Clock::now() + dur(timeout);
+  r->slot = s;
+  r->rid = next_rid_++;
+  const std::uint64_t rid = r->rid;
+  s->inflight[rid] = r;
+  ++active_;
+  s->channel->send(json::object{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(request)}});
+  const bool answered = cv_.wait_for(lk, dur(options_.submit_timeout_s), [&] { return answers_.count(rid) > 0; });
+  json::object answer;
+  if (answered) {
+    answer = std::move(answers_[rid]);
+    answers_.erase(rid);
+  }
+  const std::string_view type = answered ? wire::message_type(answer) : std::string_view("timeout");
+  if (type == "accepted") {
+    const json::value* sv = answer.if_contains("submission");
+    auto a = sv ? wire::decode_accepted(*sv) : Result<wire::Accepted>(Error(ErrorCode::kInternal, "no submission"));
+    if (a.ok()) {
+      Submission sub;
+      sub.handle = r;
+      sub.model = a->model;
+      sub.prompt_tokens = a->prompt_tokens;
+      sub.queue_position = a->queue_position;
+      sub.cost_bytes = a->cost_bytes;
+      sub.echo_text = a->echo_text;
+      sub.retry_claimed_by = a->retry_claimed_by;
+      return sub;
+    }
+  }
+  // Refused, or no answer: nothing of it goes on.
+  if (!r->ended) {
+    r->ended = true;
+    --active_;
+  }
+  if (r->slot) r->slot->inflight.erase(rid);
+  std::erase(pending_, r);
+  cv_.notify_all();
+  if (type == "rejected") {
+    const json::value* e = answer.if_contains("error");
+    Error error(ErrorCode::kInternal, "the engine refused the request without saying why");
+    if (e) {
+      if (Status st = wire::decode_error(*e, &error); !st.ok()) {
+        return Error(ErrorCode::kInternal, "engine sent a bad error: " + st.error().message);
+      }
+    }
+    return error;
+  }
+  if (type == "timeout" && r->slot && r->slot->channel) {
+    r->slot->channel->send(json::object{{"t", "cancel"}, {"rid", rid}});
+  }
+  Error e(ErrorCode::kOverloaded, type == "timeout" ? "the engine did not answer the submission in time"
+                                                    : "the engine restarted while taking the request");
+  e.retry_after_s = retry_after_s();
+  return e;
+}
+
+void RemoteService::cancel(Req& req) {
+  std::shared_ptr<Channel> ch;
+  std::uint64_t rid = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (req.ended || req.cancelled) return;
+    req.cancelled = true;
+    if (req.slot && req.slot->channel) {
+      ch = req.slot->channel;
+      rid = req.rid;
+    }
+    cv_.notify_all();  // a pending one ends at the monitor's next turn
+  }
+  if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}});
+}
+
+std::vector<ModelInfo> RemoteService::models() const {
+  std::lock_guard lk(mu_);
+  std::vector<ModelInfo> out;
+  for (auto& s : slots_) {
+    for (const ModelInfo& m : s->models) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const ModelInfo& o) { return o.id == m.id; });
+      if (it == out.end()) {
+        out.push_back(m);
+      } else {
+        for (const std::string& d : m.devices) {
+          if (std::find(it->devices.begin(), it->devices.end(), d) == it->devices.end()) it->devices.push_back(d);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+bool RemoteService::healthy(std::string* reason) const {
+  std::lock_guard lk(mu_);
+  for (auto& s : slots_) {
+    if (s->channel && !s->status.healthy) {
+      if (reason) *reason = s->status.health_reason;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RemoteService::ready() const { return not_ready_reason().empty(); }
+
+std::string RemoteService::not_ready_reason() const {
+  std::lock_guard lk(mu_);
+  if (draining_ || stopping_) return "server draining";
+  // Every model some engine has served needs a ready engine; before any
+  // engine has connected, the first must be ready.
+  std::set<std::string> models;
+  for (auto& s : slots_) {
+    for (const ModelInfo& m : s->models) models.insert(m.id);
+  }
+  if (models.empty()) {
+    std::string why;
+    for (auto& s : slots_) why += (why.empty() ? "" : "; ") + slot_reason(*s);
+    return why;
+  }
+  for (const std::string& m : models) {
+    bool served = false;
+    std::string why;
+    for (auto& s : slots_) {
+      if (!s->serves(m) && !s->models.empty()) continue;
+      if (s->ready()) {
+        served = true;
+        break;
+      }
+      why += (why.empty() ? "" : "; ") + slot_reason(*s);
+    }
+    if (!served) return "no engine serves model '" + m + "': " + why;
+  }
+  return {};
+}
+
+AdmissionState RemoteService::admission_state() const {
+  std::unique_lock lk(mu_);
+  // Ask every connected engine, then wait (briefly) for the answers.
+  std::vector<std::pair<Slot*, std::uint64_t>> asked;
+  for (auto& s : slots_) {
+    if (!s->channel) continue;
+    const std::uint64_t qid = next_rid_++;
+    s->channel->send(json::object{{"t", "state"}, {"qid", qid}});
+    asked.emplace_back(s.get(), qid);
+  }
+  const TimePoint deadline = Clock::now() + std::chrono::seconds(1);
+  for (auto& [s, qid] : asked) {
+    const std::uint64_t q = qid;
+    Slot* sp = s;
+    cv_.wait_until(lk, deadline, [&] { return answers_.count(q) > 0 || !sp->channel; });
+    auto it = answers_.find(q);
+    if (it == answers_.end()) continue;
+    json::object answer = std::move(it->second);
+    answers_.erase(it);
+    if (const json::value* a = answer.if_contains("admission")) {
+      auto st = wire::decode_admission_state(*a);
+      if (st.ok()) s->last_state = std::move(st).value();
+    }
+  }
+  AdmissionState out;
+  bool first = true;
+  for (auto& s : slots_) {
+    AdmissionState st = s->last_state.value_or(AdmissionState{});
+    if (!s->channel) {
+      st.queue_depth = st.queued = st.running = 0;
+      st.waiting.clear();
+      for (DeviceState& d : st.devices) {
+        d.ready = false;
+        d.state = "not_ready";
+        d.reason = slot_reason(*s);
+        d.running = 0;
+        d.reserved_bytes = 0;
+      }
+      if (st.devices.empty()) {
+        DeviceState d;
+        d.name = s->label();
+        d.ready = false;
+        d.state = "not_ready";
+        d.reason = slot_reason(*s);
+        st.devices.push_back(d);
+      }
+    }
+    if (first) {
+      out.policy = st.policy;
+      first = false;
+    }
+    const AdmissionState& c = s->carried;
+    out.devices.insert(out.devices.end(), st.devices.begin(), st.devices.end());
+    out.queue_depth += st.queue_depth;
+    out.queued += st.queued;
+    out.running += st.running;
+    for (const WaitingRequest& w : st.waiting) {
+      if (out.waiting.size() < AdmissionState::kMaxWaitingShown) out.waiting.push_back(w);
+    }
+    out.admitted += st.admitted + c.admitted;
+    out.rejected_never_fits += st.rejected_never_fits + c.rejected_never_fits;
+    out.rejected_queue_full += st.rejected_queue_full + c.rejected_queue_full;
+    out.queue_timeouts += st.queue_timeouts + c.queue_timeouts;
+    out.deadline_expired += st.deadline_expired + c.deadline_expired;
+    out.cancelled_queued += st.cancelled_queued + c.cancelled_queued;
+    out.cancelled += st.cancelled + c.cancelled;
+    out.completed += st.completed + c.completed;
+    out.failed += st.failed + c.failed;
+    out.out_of_memory += st.out_of_memory + c.out_of_memory;
+    out.oom_budget_cuts += st.oom_budget_cuts + c.oom_budget_cuts;
+    out.preemptions += st.preemptions + c.preemptions;
+    out.not_ready_trips += st.not_ready_trips + c.not_ready_trips;
+    out.retry_bookings += st.retry_bookings;
+    out.retry_places += st.retry_places;
+    out.retry_booked += st.retry_booked + c.retry_booked;
+    out.retry_claimed += st.retry_claimed + c.retry_claimed;
+    out.retry_expired += st.retry_expired + c.retry_expired;
+    out.retry_early += st.retry_early + c.retry_early;
+    out.retry_refused += st.retry_refused + c.retry_refused;
+  }
+  // Requests the gateway holds for an engine to take again are queued too.
+  out.queued += static_cast<int>(pending_.size());
+  out.queue_depth += static_cast<int>(pending_.size());
+  out.draining = draining_;
+  return out;
+}
+
+std::vector<EngineInfo> RemoteService::engine_processes() const {
+  std::lock_guard lk(mu_);
+  std::vector<EngineInfo> out;
+  for (auto& s : slots_) {
+    EngineInfo e;
+    e.address = "unix:" + s->ep.socket_path;
+    e.device = s->label();
+    for (const ModelInfo& m : s->models) e.models.push_back(m.id);
+    e.pid = s->pid;
+    e.state = s->state;
+    e.restarts = s->restarts;
+    e.started_at = s->pid > 0 ? s->started_at : 0;
+    e.last_exit = s->last_exit;
+    if (!s->ready()) e.reason = slot_reason(*s);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::optional<std::string> RemoteService::fatal_start_failure() const {
+  std::lock_guard lk(mu_);
+  return fatal_;
+}
+
+bool RemoteService::wait_ready(TimePoint deadline) const {
+  std::unique_lock lk(mu_);
+  return cv_.wait_until(lk, deadline, [&] {
+    return std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->ready(); });
+  });
+}
+
+void RemoteService::begin_drain() {
+  std::lock_guard lk(mu_);
+  draining_ = true;
+}
+
+bool RemoteService::wait_idle(TimePoint deadline) const {
+  std::unique_lock lk(mu_);
+  return cv_.wait_until(lk, deadline, [&] { return active_ == 0; });
+}
+
+void RemoteService::shutdown() {
+  std::vector<std::pair<std::shared_ptr<Channel>, std::uint64_t>> cancels;
+  std::vector<std::shared_ptr<Req>> pending;
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+    draining_ = true;
+    for (auto& s : slots_) {
+      for (auto& [rid, r] : s->inflight) {
+        if (!r->ended && s->channel) cancels.emplace_back(s->channel, rid);
+      }
+    }
+    pending = std::move(pending_);
+    pending_.clear();
+    for (auto& r : pending) {
+      if (!r->ended) {
+        r->ended = true;
+        --active_;
+      }
+    }
+  }
+  for (auto& r : pending) r->sink->push(FailedEvent{Error(ErrorCode::kOverloaded, "server is shutting down"), {}, {}});
+  for (auto& [ch, rid] : cancels) ch->send(json::object{{"t", "cancel"}, {"rid", rid}});
+  (void)wait_idle(Clock::now() + std::chrono::seconds(2));
+  std::vector<pid_t> children;
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    for (auto& s : slots_) {
+      if (s->channel) {
+        if (options_.release_engines) s->channel->send(json::object{{"t", "release"}});
+      }
+      if (s->child && s->pid > 0) children.push_back(s->pid);
+    }
+    cv_.notify_all();
+  }
+  if (monitor_.joinable()) monitor_.join();
+  // Give the release a moment to be written before the connections close.
+  {
+    std::vector<std::shared_ptr<Channel>> channels;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& s : slots_) {
+        if (s->channel) channels.push_back(s->channel);
+      }
+    }
+    for (int i = 0; i < 50; ++i) {
+      bool idle = true;
+      for (auto& c : channels) idle = idle && c->closed();
+      if (idle) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (auto& c : channels) c->close("gateway stopping");
+  }
+  if (!options_.release_engines) return;
+  // Our children exit once no other gateway uses them; wait for that (and
+  // reap them), but not forever.
+  const TimePoint deadline = Clock::now() + dur(options_.shutdown_grace_s);
+  for (pid_t pid : children) {
+    while (true) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid || r < 0) break;
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+}  // namespace vg::gateway

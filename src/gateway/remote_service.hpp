@@ -1,0 +1,140 @@
+// The gateway's Service (multi-process mode): requests go to engine
+// processes over their Unix sockets (wire/protocol.hpp) and their events come
+// back; the engines admit, so the device limit holds however many gateways
+// share them. It supervises the engines it is given a command for: starts
+// each, restarts one that exits, is killed by a signal or misses its
+// heartbeat (with exponential backoff), and re-attaches to one that is
+// already running with the same settings. When an engine dies, its requests
+// move to the restarted (or another) engine: those with no token sent are
+// resubmitted; streams are resumed after the tokens already sent (the new
+// engine prefills prompt + those tokens and replays the sampler), so no token
+// is repeated or lost; a request running at each of --max-crash-retries
+// crashes fails with 500 engine_crashed. Torch-free.
+//
+// Threads: the Service methods from any thread; one monitor thread
+// (supervision, reconnects, heartbeats, resubmission) and the channels'
+// reader threads (events). One mutex (mu_) guards the slots and requests;
+// events are pushed to their sinks outside it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "common/clock.hpp"
+#include "server/service.hpp"
+
+namespace vg {
+namespace metrics {
+class ServerMetrics;
+}
+
+namespace gateway {
+
+/// One engine process the gateway talks to.
+struct EngineEndpoint {
+  std::string socket_path;  ///< its Unix socket
+  std::string secret_path;  ///< the file holding its secret; empty: socket_path + ".secret"
+  std::string device;       ///< label for logs, metrics and /v1/engines (the hello's devices when empty)
+  /// How to start it (argv; argv[0] an executable path) when this gateway
+  /// supervises it; empty: an engine someone else runs (attach only).
+  std::vector<std::string> command;
+  /// Supervised: a running engine found at socket_path is re-attached only
+  /// when its hello reports this digest of its settings; else it is stopped
+  /// and a new one started.
+  std::string config_digest;
+};
+
+class RemoteService final : public Service {
+ public:
+  struct Options {
+    std::vector<EngineEndpoint> engines;
+    double heartbeat_timeout_s = 5;   ///< no message from a connected engine for this long: it is hung
+    int max_crash_retries = 2;        ///< crashes with a request running that fail it (engine_crashed)
+    double request_timeout_s = 300;   ///< longest a request waits for an engine to take it again
+    double submit_timeout_s = 10;     ///< longest wait for an engine's answer to a submit
+    double backoff_initial_s = 0.5;   ///< first restart delay; doubled per crash up to backoff_max_s
+    double backoff_max_s = 30;
+    double stable_after_s = 60;       ///< an engine that ran this long restarts with the initial delay again
+    double default_startup_s = 5;     ///< Retry-After while no start-up has been measured
+    /// On shutdown(): ask the engines to exit once no other gateway uses
+    /// them (false: leave them running for the next gateway, --keep-engines).
+    bool release_engines = true;
+    double shutdown_grace_s = 10;     ///< how long shutdown() waits for supervised engines to exit
+    metrics::ServerMetrics* metrics = nullptr;  ///< engine metrics are mirrored here; may be null
+  };
+
+  /// Starts the monitor thread (which starts or attaches the engines).
+  /// Errors: kConfig (no engines, a runtime problem with an endpoint).
+  static Result<std::unique_ptr<RemoteService>> create(Options options);
+  ~RemoteService() override;
+
+  Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;
+  std::vector<ModelInfo> models() const override;
+  bool healthy(std::string* reason) const override;
+  bool ready() const override;
+  std::string not_ready_reason() const override;
+  AdmissionState admission_state() const override;
+  std::vector<EngineInfo> engine_processes() const override;
+
+  /// Set when a supervised engine exited with status 1 or 2 (its model or
+  /// settings are unusable) before it ever served: restarting cannot help,
+  /// and the server should exit. Any thread.
+  std::optional<std::string> fatal_start_failure() const;
+  /// Blocks until every engine is connected and ready, or `deadline`.
+  bool wait_ready(TimePoint deadline) const;
+  /// New requests get 503 from now on; running ones go on.
+  void begin_drain();
+  /// Blocks until no request is in flight, or `deadline`.
+  bool wait_idle(TimePoint deadline) const;
+  /// Cancels what is left, then releases (or leaves) the engines and stops
+  /// the monitor. Idempotent.
+  void shutdown();
+
+  struct Slot;
+  struct Req;
+
+ private:
+  explicit RemoteService(Options options);
+  void monitor_loop();
+  void supervise(Slot& slot, TimePoint now);
+  void try_connect(Slot& slot);
+  void reap_children(TimePoint now);
+  void resubmit_pending(TimePoint now);
+  void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
+  void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason);
+  void cancel(Req& req);
+  /// The ready slot for `model` with the fewest requests in flight; null when none.
+  Slot* pick(const std::string& model) const;
+  double retry_after_s() const;
+  std::string slot_reason(const Slot& slot) const;
+  void mirror_metrics(Slot& slot, const boost::json::object& message);
+  void set_state(Slot& slot, const char* state);
+
+  Options options_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;  // with mu_: waiters (submit answers, state replies, idle)
+  std::vector<std::unique_ptr<Slot>> slots_;        // fixed after create()
+  std::vector<std::shared_ptr<Req>> pending_;       // guarded by mu_: waiting for an engine
+  mutable std::map<std::uint64_t, boost::json::object> answers_;  // guarded by mu_: rid/qid -> answer
+  mutable std::uint64_t next_rid_ = 1;              // guarded by mu_
+  int active_ = 0;                                  // guarded by mu_: requests without their terminal event
+  bool draining_ = false;                           // guarded by mu_
+  bool stopping_ = false;                           // guarded by mu_
+  std::optional<std::string> fatal_;                // guarded by mu_
+  std::thread monitor_;
+};
+
+}  // namespace gateway
+}  // namespace vg

@@ -1,0 +1,217 @@
+// Channel and the Unix socket helpers (see channel.hpp).
+#include "wire/channel.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "wire/frame.hpp"
+
+namespace vg::wire {
+
+std::shared_ptr<Channel> Channel::adopt(int fd, ChannelLimits limits) {
+  return std::shared_ptr<Channel>(new Channel(fd, limits));
+}
+
+Channel::~Channel() { ::close(fd_); }
+
+void Channel::start(OnMessage on_message, OnClose on_close) {
+  auto self = shared_from_this();
+  std::thread([self, m = std::move(on_message), c = std::move(on_close)]() mutable {
+    self->read_loop(std::move(m), std::move(c));
+  }).detach();
+  std::thread([self] { self->write_loop(); }).detach();
+}
+
+bool Channel::send(const boost::json::object& message) {
+  std::string frame = encode_frame(message);
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return false;
+    if (queued_bytes_ + frame.size() <= limits_.max_queued_bytes) {
+      queued_bytes_ += frame.size();
+      queue_.push_back(std::move(frame));
+      cv_.notify_one();
+      return true;
+    }
+  }
+  close("the peer is not reading: " + std::to_string(limits_.max_queued_bytes) + " bytes queued");
+  return false;
+}
+
+void Channel::close(const std::string& reason) {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return;
+    closed_ = true;
+    close_reason_ = reason;
+    cv_.notify_all();
+  }
+  ::shutdown(fd_, SHUT_RDWR);  // wakes the reader
+}
+
+bool Channel::closed() const {
+  std::lock_guard lk(mu_);
+  return closed_;
+}
+
+void Channel::read_loop(OnMessage on_message, OnClose on_close) {
+  FrameReader reader(limits_.max_payload_bytes);
+  std::string buf(64 * 1024, '\0');
+  std::string error;
+  while (error.empty()) {
+    const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+    if (n == 0) {
+      error = "closed by the peer";
+      break;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = std::string("read failed: ") + std::strerror(errno);
+      break;
+    }
+    reader.append(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+    while (true) {
+      auto msg = reader.next();
+      if (!msg) break;
+      if (!msg->ok()) {
+        error = msg->error().message;
+        break;
+      }
+      if (closed()) break;
+      on_message(std::move(*msg).value());
+    }
+    if (closed()) break;
+  }
+  close(error);
+  std::string reason;
+  {
+    std::lock_guard lk(mu_);
+    reason = close_reason_;
+  }
+  on_close(reason);
+}
+
+void Channel::write_loop() {
+  while (true) {
+    std::string frame;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return closed_ || !queue_.empty(); });
+      if (closed_) return;
+      frame = std::move(queue_.front());
+      queue_.pop_front();
+      queued_bytes_ -= frame.size();
+    }
+    std::size_t off = 0;
+    while (off < frame.size()) {
+      const ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(std::string("write failed: ") + std::strerror(errno));
+        return;
+      }
+      off += static_cast<std::size_t>(n);
+    }
+  }
+}
+
+namespace {
+
+Result<sockaddr_un> unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return Error(ErrorCode::kConfig, "socket path '" + path + "' is empty or longer than " +
+                                         std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+}  // namespace
+
+Result<int> connect_unix(const std::string& path) {
+  auto addr = unix_address(path);
+  if (!addr.ok()) return Error(ErrorCode::kOverloaded, addr.error().message);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error(ErrorCode::kOverloaded, std::string("socket: ") + std::strerror(errno));
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Error(ErrorCode::kOverloaded, "connect " + path + ": " + std::strerror(e));
+  }
+  return fd;
+}
+
+Result<int> listen_unix(const std::string& path) {
+  auto addr = unix_address(path);
+  if (!addr.ok()) return std::move(addr).error();
+  ::unlink(path.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error(ErrorCode::kConfig, std::string("socket: ") + std::strerror(errno));
+  // Created 0600 from the start: a umask that leaves no window in which
+  // another user could connect.
+  const mode_t old = ::umask(0177);
+  const int rc = ::bind(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un));
+  const int e = errno;
+  ::umask(old);
+  if (rc != 0 || ::chmod(path.c_str(), 0600) != 0 || ::listen(fd, 64) != 0) {
+    ::close(fd);
+    return Error(ErrorCode::kConfig, "listen on " + path + ": " + std::strerror(rc != 0 ? e : errno));
+  }
+  return fd;
+}
+
+std::optional<uid_t> peer_uid(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return std::nullopt;
+  return cred.uid;
+}
+
+Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_payload_bytes) {
+  FrameReader reader(max_payload_bytes);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char buf[1];
+  while (true) {
+    if (auto msg = reader.next()) return std::move(*msg);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Error(ErrorCode::kOverloaded, "no answer within " + std::to_string(timeout_s) + " s");
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) continue;
+    // One byte at a time (a hello is small), so bytes of later messages stay
+    // in the socket for the Channel that takes it over.
+    const ssize_t n = ::recv(fd, buf, 1, 0);
+    if (n == 0) return Error(ErrorCode::kOverloaded, "connection closed");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(ErrorCode::kOverloaded, std::string("read failed: ") + std::strerror(errno));
+    }
+    reader.append(std::string_view(buf, static_cast<std::size_t>(n)));
+  }
+}
+
+Status write_one(int fd, const boost::json::object& message) {
+  const std::string frame = encode_frame(message);
+  std::size_t off = 0;
+  while (off < frame.size()) {
+    const ssize_t n = ::send(fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Error(ErrorCode::kOverloaded, std::string("write failed: ") + std::strerror(errno));
+    off += static_cast<std::size_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace vg::wire

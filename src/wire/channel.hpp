@@ -1,0 +1,88 @@
+// A framed message connection over a Unix stream socket (the engine wire
+// protocol): one reader thread that splits the bytes into messages
+// (frame.hpp) and hands each to a callback, and one writer thread that
+// sends what send() queued, so a sender (an engine thread pushing events)
+// never blocks on the peer. Torch-free.
+//
+// Threads: send() and close() from any thread. The callbacks run on the
+// reader thread, one at a time; on_close runs once, after the last
+// on_message. The threads hold the Channel alive until they end, so the
+// owner may drop its pointer in a callback.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "common/error.hpp"
+
+namespace vg::wire {
+
+/// Limits of one connection.
+struct ChannelLimits {
+  std::size_t max_payload_bytes = 64u << 20;  ///< a larger incoming frame closes the connection
+  std::size_t max_queued_bytes = 256u << 20;  ///< unsent bytes queued; more closes it (the peer is not reading)
+};
+
+class Channel : public std::enable_shared_from_this<Channel> {
+ public:
+  using OnMessage = std::function<void(boost::json::object message)>;
+  using OnClose = std::function<void(const std::string& reason)>;
+
+  /// Takes ownership of a connected socket `fd`. Call start() next.
+  static std::shared_ptr<Channel> adopt(int fd, ChannelLimits limits = {});
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  /// Starts the reader and writer threads.
+  void start(OnMessage on_message, OnClose on_close);
+  /// Queues `message`; false when the channel is closed (or just closed
+  /// because the queue would pass max_queued_bytes).
+  bool send(const boost::json::object& message);
+  /// Closes the connection (both threads stop; on_close gets `reason`). Idempotent.
+  void close(const std::string& reason);
+  bool closed() const;
+  int fd() const { return fd_; }
+
+ private:
+  Channel(int fd, ChannelLimits limits) : fd_(fd), limits_(limits) {}
+  void read_loop(OnMessage on_message, OnClose on_close);
+  void write_loop();
+
+  const int fd_;
+  const ChannelLimits limits_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;  // guarded by mu_
+  std::size_t queued_bytes_ = 0;   // guarded by mu_
+  bool closed_ = false;            // guarded by mu_
+  std::string close_reason_;       // guarded by mu_
+};
+
+/// Connects to the Unix socket at `path`. Errors: kOverloaded saying why
+/// (no such socket, refused, path too long).
+Result<int> connect_unix(const std::string& path);
+/// Binds and listens on `path` (a stale socket file there is replaced),
+/// with mode 0600. Errors: kConfig saying why.
+Result<int> listen_unix(const std::string& path);
+/// The user id of the process at the other end of Unix socket `fd`.
+std::optional<uid_t> peer_uid(int fd);
+
+/// Reads one message from blocking socket `fd` within `timeout_s` (used for
+/// the hello, before a Channel takes the socket). Errors: kOverloaded on
+/// timeout or close, kInvalidRequest on a bad frame.
+Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_payload_bytes);
+/// Writes `message` as one frame to blocking socket `fd`.
+Status write_one(int fd, const boost::json::object& message);
+
+}  // namespace vg::wire

@@ -1,0 +1,87 @@
+// JSON codecs of the engine wire protocol for the service types of
+// server/api.hpp and engine/events.hpp (a gateway and an engine process
+// exchange these). Decoding is as strict as the HTTP decoder: every field
+// type-checked and range-checked, sizes bounded, so a broken or hostile peer
+// gets an error value and can neither crash the receiver nor make it
+// allocate past the frame it sent. Pure; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "common/error.hpp"
+#include "engine/events.hpp"
+#include "server/api.hpp"
+#include "server/service.hpp"
+
+namespace vg::wire {
+
+/// What a gateway resubmits after the engine that ran a request died: the
+/// tokens of choice 0 the client has already been sent (in order), and
+/// whether the prompt's logprobs (echo) were sent. Empty: a fresh start.
+struct ResumeState {
+  std::vector<std::int32_t> tokens;
+  bool prompt_sent = false;
+};
+
+/// The answer to a submit, without the handle (the engine keeps it).
+struct Accepted {
+  std::string model;
+  int prompt_tokens = 0;
+  int queue_position = 0;
+  std::int64_t cost_bytes = 0;
+  std::string echo_text;
+  std::string retry_claimed_by;
+};
+
+/// The engine's status, sent with every heartbeat.
+struct EngineStatus {
+  bool ready = false;
+  std::string not_ready_reason;
+  bool healthy = true;
+  std::string health_reason;
+};
+
+/// A cumulative histogram as the engine holds it (metrics the engine
+/// records: queue wait, time to first token, ...): bounds, non-cumulative
+/// bucket counts (bounds + 1), sum.
+struct HistogramSample {
+  std::string name;
+  std::vector<double> bounds;
+  std::vector<std::uint64_t> buckets;
+  double sum = 0;
+};
+
+boost::json::object encode(const CompletionRequest& r);
+Result<CompletionRequest> decode_completion_request(const boost::json::value& v);
+
+boost::json::object encode(const ResumeState& r);
+Result<ResumeState> decode_resume(const boost::json::value& v);
+
+boost::json::object encode(const Accepted& a);
+Result<Accepted> decode_accepted(const boost::json::value& v);
+
+boost::json::object encode(const Error& e);
+/// Decodes an Error into `*out`; the Status says whether it could.
+Status decode_error(const boost::json::value& v, Error* out);
+
+/// TextEvent carries its token ids ("ids"), which a resume needs.
+boost::json::object encode(const EngineEvent& e);
+Result<EngineEvent> decode_event(const boost::json::value& v);
+
+boost::json::object encode(const ModelInfo& m);
+Result<ModelInfo> decode_model_info(const boost::json::value& v);
+
+boost::json::object encode(const AdmissionState& s);
+Result<AdmissionState> decode_admission_state(const boost::json::value& v);
+
+boost::json::object encode(const EngineStatus& s);
+Result<EngineStatus> decode_status(const boost::json::value& v);
+
+boost::json::object encode(const HistogramSample& h);
+Result<HistogramSample> decode_histogram(const boost::json::value& v);
+
+}  // namespace vg::wire

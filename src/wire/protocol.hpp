@@ -1,0 +1,26 @@
+// The engine wire protocol: message types and fields, and the version both
+// sides check in their hello. One gateway connection carries many requests,
+// each named by a connection-local request number "rid" (the gateway's).
+//
+//   gateway -> engine                        engine -> gateway
+//   hello  {v, secret}                       hello    {v, pid, models, devices, model_dir,
+//                                                      config_digest, started_at, load_s}
+//   submit {rid, request, resume?}           accepted {rid, submission} | rejected {rid, error}
+//                                            event    {rid, event}     (until a terminal event)
+//   cancel {rid}                             (a FailedEvent cancelled follows)
+//   state  {qid}                             state    {qid, admission, histograms, generated_tokens}
+//                                            status   {status, histograms, generated_tokens}
+//                                                     (every heartbeat)
+//
+// A frame that breaks the framing, a message of an unknown type, a wrong
+// version or secret closes the connection with a logged reason. When a
+// gateway's connection closes, the engine cancels that connection's requests.
+#pragma once
+
+#include <cstdint>
+
+namespace vg::wire {
+
+inline constexpr std::int64_t kProtocolVersion = 1;
+
+}  // namespace vg::wire
