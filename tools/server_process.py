@@ -3,9 +3,12 @@ benchmarks, the soak and the GPU check: starts it with `--port 0`, keeps its
 log lines, reads the port it prints, waits until /ready answers 200, and
 stops it. Standard library only, so that the GPU check can use it on a
 machine without the project's Python packages."""
+import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -24,8 +27,15 @@ class ServerProcess:
 
     def __init__(self, argv, env=None, start_timeout=120, ready_timeout=60, keep_lines=None, log_path=None):
         self.args = list(argv)
+        # The engine processes `serve` starts get a runtime folder of their
+        # own, so that no two servers share (re-attach to) one engine.
+        self.runtime_dir = None
+        if "serve" in self.args and "--in-process" not in self.args and "--runtime-dir" not in self.args:
+            self.runtime_dir = tempfile.mkdtemp(prefix="vg-run-")
+            self.args += ["--runtime-dir", self.runtime_dir]
+        # Its own session: kill() ends the engine processes with the server.
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env)
+                                     env=env, start_new_session=True)
         self.log = []
         self.port = None
         self.signalled = False
@@ -89,9 +99,18 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
         self.reader.join(5)
+        self._remove_runtime_dir()
         return self.proc.returncode
 
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
+        """Kills the server and every process of its session (its engines)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.proc.wait()
+        self._remove_runtime_dir()
+
+    def _remove_runtime_dir(self):
+        if self.runtime_dir:
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -71,6 +71,7 @@ struct RemoteService::Slot {
   TimePoint spawned{};               // when the current process was started
   TimePoint connected{};
   TimePoint next_start{};            // supervised, no process: start at this time
+  TimePoint next_connect{};          // after a refused hello: try again at this time
   double backoff_s = 0;
   TimePoint last_heard{};
   wire::EngineStatus status;
@@ -235,22 +236,24 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     return;
   }
   struct stat st{};
-  if (::stat(s.ep.socket_path.c_str(), &st) != 0) return;
+  if (now < s.next_connect || ::stat(s.ep.socket_path.c_str(), &st) != 0) return;
   s.connecting = true;
   Slot* p = &s;
   // Connecting reads a hello (a short wait): off the lock.
   mu_.unlock();
-  try_connect(*p);
+  const bool ok = try_connect(*p);
   mu_.lock();
   p->connecting = false;
+  if (!ok) p->next_connect = Clock::now() + std::chrono::seconds(1);
 }
 
-void RemoteService::try_connect(Slot& s) {
+bool RemoteService::try_connect(Slot& s) {
   auto fd = wire::connect_unix(s.ep.socket_path);
-  if (!fd.ok()) return;
+  if (!fd.ok()) return true;
   auto fail = [&](const std::string& why) {
     ::close(*fd);
-    spdlog::warn("engine at unix:{}: {}", s.ep.socket_path, why);
+    spdlog::warn("engine at unix:{}: {}; trying again in 1 s", s.ep.socket_path, why);
+    return false;
   };
   const std::optional<std::string> secret = read_secret(s.ep.secret_path);
   if (!secret) return fail("cannot read its secret " + s.ep.secret_path);
@@ -260,7 +263,7 @@ void RemoteService::try_connect(Slot& s) {
                      {"gateway", "pid " + std::to_string(::getpid())}};
   if (!wire::write_one(*fd, hello).ok()) {
     ::close(*fd);  // a dead engine's socket, before its exit is reaped
-    return;
+    return true;
   }
   auto reply = wire::read_one(*fd, 5.0, 64u << 20);
   if (!reply.ok()) return fail("no hello: " + reply.error().message);
@@ -290,14 +293,13 @@ void RemoteService::try_connect(Slot& s) {
   std::unique_lock lk(mu_);
   if (stopping_) {
     ::close(*fd);
-    return;
+    return true;
   }
   if (!s.ep.command.empty() && !s.ep.config_digest.empty() && digest != s.ep.config_digest) {
     // A supervised slot found an engine with other settings: stop it, start ours.
     lk.unlock();
-    fail(fmt::format("runs other settings (pid {}); stopping it and starting one with these", pid));
     if (pid > 0 && pid != ::getpid()) ::kill(static_cast<pid_t>(pid), SIGTERM);
-    return;
+    return fail(fmt::format("runs other settings (pid {}); stopping it and starting one with these", pid));
   }
   auto channel = Channel::adopt(*fd);
   const std::uint64_t epoch = ++s.epoch;
@@ -310,6 +312,7 @@ void RemoteService::try_connect(Slot& s) {
   }
   if (s.spawned != TimePoint{} && !attached) s.startup_s = secs(now - s.spawned);
   s.channel = channel;
+  ++open_channels_;
   s.models = std::move(models);
   s.devices = std::move(devices);
   s.last_heard = now;
@@ -325,6 +328,7 @@ void RemoteService::try_connect(Slot& s) {
   channel->start([this, sp, epoch](json::object m) { on_message(sp, epoch, std::move(m)); },
                  [this, sp, epoch](const std::string& reason) { on_close(sp, epoch, reason); });
   cv_.notify_all();
+  return true;
 }
 
 void RemoteService::resubmit_pending(TimePoint now) {
@@ -533,6 +537,8 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
   int moved = 0;
   {
     std::lock_guard lk(mu_);
+    --open_channels_;
+    cv_.notify_all();
     if (s->epoch != epoch) return;
     s->channel.reset();
     if (s->last_state) {
@@ -1002,6 +1008,9 @@ void RemoteService::shutdown() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     for (auto& c : channels) c->close("gateway stopping");
+    // Their reader threads call back into this object until they end.
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::seconds(10), [&] { return open_channels_ == 0; });
   }
   if (!options_.release_engines) return;
   // Our children exit once no other gateway uses them; wait for that (and

@@ -109,7 +109,8 @@ class RemoteService final : public Service {
   explicit RemoteService(Options options);
   void monitor_loop();
   void supervise(Slot& slot, TimePoint now);
-  void try_connect(Slot& slot);
+  /// Connects and says hello; false when the engine refused (try again later).
+  bool try_connect(Slot& slot);
   void reap_children(TimePoint now);
   void resubmit_pending(TimePoint now);
   void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
@@ -133,6 +134,7 @@ class RemoteService final : public Service {
   bool draining_ = false;                           // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::optional<std::string> fatal_;                // guarded by mu_
+  int open_channels_ = 0;                           // guarded by mu_: connections whose on_close has not run
   std::thread monitor_;
 };
 

@@ -113,6 +113,11 @@ void EngineServer::stop() {
     conns = conns_;
   }
   for (auto& c : conns) c->channel->close("engine stopping");
+  // The connections' threads call back into this object until they end.
+  {
+    std::unique_lock lk(mu_);
+    conns_cv_.wait_for(lk, std::chrono::seconds(10), [&] { return conns_.empty() && hellos_ == 0; });
+  }
   // A newer engine may have replaced the socket (a restart): leave that one.
   struct stat st{};
   if (::stat(options_.socket_path.c_str(), &st) == 0 && st.st_ino == socket_inode_) {
@@ -131,7 +136,19 @@ void EngineServer::accept_loop() {
       continue;
     }
     // The hello is read on its own thread, so a silent peer holds up no one.
+    {
+      std::lock_guard lk(mu_);
+      ++hellos_;
+    }
     std::thread([this, fd] {
+      struct Done {
+        EngineServer* s;
+        ~Done() {
+          std::lock_guard lk(s->mu_);
+          --s->hellos_;
+          s->conns_cv_.notify_all();
+        }
+      } done{this};
       auto conn = std::make_shared<Conn>();
       const std::optional<uid_t> uid = peer_uid(fd);
       conn->peer = "pid-less peer";
@@ -344,6 +361,7 @@ void EngineServer::on_closed(const std::shared_ptr<Conn>& conn, const std::strin
     std::erase(conns_, conn);
     left = static_cast<int>(conns_.size());
     if (conns_.empty()) alone_since_ = Clock::now();
+    conns_cv_.notify_all();
   }
   spdlog::info("engine: gateway {} disconnected ({}); cancelled its {} requests; {} gateways connected", conn->peer,
                reason.empty() ? "closed" : reason, cancel.size(), left);

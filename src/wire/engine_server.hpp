@@ -87,6 +87,8 @@ class EngineServer {
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Conn>> conns_;  // guarded by mu_
   TimePoint alone_since_;                     // guarded by mu_
+  int hellos_ = 0;                            // guarded by mu_: connections still in their hello
+  std::condition_variable conns_cv_;          // with mu_: conns_ or hellos_ went down
   std::thread accept_thread_;
   std::thread heartbeat_thread_;
   std::mutex hb_mu_;

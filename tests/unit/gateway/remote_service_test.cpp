@@ -1,0 +1,326 @@
+// The gateway's RemoteService against real EngineServers over Unix sockets,
+// with a scripted fake Service behind each: submissions and their events,
+// refusals, cancellation, the secret, and what happens to requests when an
+// engine goes away (resubmission, resume after the tokens sent, the crash
+// limit). Waits are on conditions with deadlines, never sleeps.
+#include "gateway/remote_service.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "wire/engine_server.hpp"
+
+namespace vg::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// A Service whose submissions the test drives: it records each request and
+/// sink; the test pushes the events.
+class FakeService final : public Service {
+ public:
+  struct Sub {
+    CompletionRequest request;
+    std::shared_ptr<EventSink> sink;
+    std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  };
+  class Handle final : public RequestHandle {
+   public:
+    Handle(std::string id, std::shared_ptr<std::atomic<bool>> c, FakeService* owner)
+        : id_(std::move(id)), c_(std::move(c)), owner_(owner) {}
+    void cancel() override {
+      c_->store(true);
+      owner_->notify();
+    }
+    const std::string& id() const override { return id_; }
+
+   private:
+    std::string id_;
+    std::shared_ptr<std::atomic<bool>> c_;
+    FakeService* owner_;
+  };
+
+  std::optional<Error> refuse;  // set before submissions arrive
+
+  Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override {
+    if (refuse) return *refuse;
+    Sub s{request, sink};
+    Submission out;
+    out.handle = std::make_shared<Handle>(request.request_id, s.cancelled, this);
+    out.model = "fake";
+    out.prompt_tokens = 3;
+    out.cost_bytes = 1000;
+    {
+      std::lock_guard lk(mu_);
+      subs_.push_back(s);
+    }
+    notify();
+    return out;
+  }
+  std::vector<ModelInfo> models() const override {
+    ModelInfo m;
+    m.id = "fake";
+    m.devices = {"virt:0"};
+    return {m};
+  }
+  bool healthy(std::string*) const override { return true; }
+  bool ready() const override { return true; }
+  AdmissionState admission_state() const override {
+    AdmissionState s;
+    s.policy = "memory";
+    std::lock_guard lk(mu_);
+    s.completed = static_cast<std::int64_t>(subs_.size());
+    return s;
+  }
+
+  /// Waits for the n-th submission (1-based) and returns it.
+  Sub wait_sub(std::size_t n) {
+    std::unique_lock lk(mu_);
+    EXPECT_TRUE(cv_.wait_for(lk, 10s, [&] { return subs_.size() >= n; })) << "no submission " << n;
+    return subs_.size() >= n ? subs_[n - 1] : Sub{};
+  }
+  bool wait_cancelled(const Sub& s) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 10s, [&] { return s.cancelled->load(); });
+  }
+  void notify() {
+    std::lock_guard lk(mu_);
+    cv_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Sub> subs_;
+};
+
+/// Records the events a request's owner receives.
+class Recorder final : public EventSink {
+ public:
+  void push(EngineEvent e) override {
+    std::lock_guard lk(mu_);
+    events.push_back(std::move(e));
+    cv_.notify_all();
+  }
+  bool wait_terminal() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 20s, [&] { return !events.empty() && is_terminal(events.back()); });
+  }
+  bool wait_count(std::size_t n) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 20s, [&] { return events.size() >= n; });
+  }
+  std::string text() {
+    std::lock_guard lk(mu_);
+    std::string t;
+    for (auto& e : events) {
+      if (auto* x = std::get_if<TextEvent>(&e)) t += x->text;
+    }
+    return t;
+  }
+  int count_started() {
+    std::lock_guard lk(mu_);
+    return static_cast<int>(std::count_if(events.begin(), events.end(),
+                                          [](const EngineEvent& e) { return std::holds_alternative<StartedEvent>(e); }));
+  }
+  std::vector<EngineEvent> events;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+class RemoteServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("vg-remote-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    ::chmod(dir_.c_str(), 0700);
+    socket_ = (dir_ / "e.sock").string();
+  }
+  void TearDown() override {
+    gateway_.reset();
+    engine_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void start_engine(FakeService& service, const std::string& secret = "s3cret") {
+    {
+      std::ofstream(socket_ + ".secret") << "s3cret";
+    }
+    wire::EngineServer::Options o;
+    o.socket_path = socket_;
+    o.secret = secret;
+    o.devices = {"virt:0"};
+    auto s = wire::EngineServer::start(o, service);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    engine_ = std::move(s).value();
+  }
+  void start_gateway(int max_crash_retries = 2) {
+    RemoteService::Options o;
+    EngineEndpoint ep;
+    ep.socket_path = socket_;
+    o.engines.push_back(ep);
+    o.max_crash_retries = max_crash_retries;
+    o.heartbeat_timeout_s = 30;
+    auto g = RemoteService::create(o);
+    ASSERT_TRUE(g.ok());
+    gateway_ = std::move(g).value();
+  }
+  CompletionRequest request(const std::string& id) {
+    CompletionRequest r;
+    r.request_id = id;
+    r.prompt = std::string("hello");
+    r.max_tokens = 8;
+    return r;
+  }
+
+  /// A fake engine's service; it outlives the EngineServer serving it.
+  FakeService& new_fake() { return *fakes_.emplace_back(std::make_unique<FakeService>()); }
+
+  std::vector<std::unique_ptr<FakeService>> fakes_;
+  std::filesystem::path dir_;
+  std::string socket_;
+  std::unique_ptr<wire::EngineServer> engine_;
+  std::unique_ptr<RemoteService> gateway_;
+};
+
+TEST_F(RemoteServiceTest, SubmitsAndForwardsEventsInOrder) {
+  FakeService& fake = new_fake();
+  start_engine(fake);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  auto rec = std::make_shared<Recorder>();
+  auto sub = gateway_->submit(request("r1"), rec);
+  ASSERT_TRUE(sub.ok()) << sub.error().message;
+  EXPECT_EQ(sub->prompt_tokens, 3);
+  EXPECT_EQ(sub->cost_bytes, 1000);
+  auto s = fake.wait_sub(1);
+  EXPECT_EQ(s.request.request_id, "r1");
+  s.sink->push(StartedEvent{1.0});
+  s.sink->push(TextEvent{"ab", 2, 0, {}, {5, 6}});
+  s.sink->push(FinishedEvent{"length", {3, 2}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->text(), "ab");
+  EXPECT_EQ(std::get<FinishedEvent>(rec->events.back()).usage.completion_tokens, 2);
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
+  EXPECT_EQ(gateway_->models().at(0).id, "fake");
+  EXPECT_EQ(gateway_->admission_state().completed, 1);
+}
+
+TEST_F(RemoteServiceTest, EngineRefusalIsTheSubmitError) {
+  FakeService& fake = new_fake();
+  Error e(ErrorCode::kOverloaded, "queue full");
+  e.retry_after_s = 2.0;
+  fake.refuse = e;
+  start_engine(fake);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  auto sub = gateway_->submit(request("r1"), std::make_shared<Recorder>());
+  ASSERT_FALSE(sub.ok());
+  EXPECT_EQ(sub.error().code, ErrorCode::kOverloaded);
+  EXPECT_EQ(sub.error().retry_after_s, std::optional<double>(2.0));
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
+}
+
+TEST_F(RemoteServiceTest, CancelReachesTheEngine) {
+  FakeService& fake = new_fake();
+  start_engine(fake);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  auto rec = std::make_shared<Recorder>();
+  auto sub = gateway_->submit(request("r1"), rec);
+  ASSERT_TRUE(sub.ok());
+  auto s = fake.wait_sub(1);
+  sub->handle->cancel();
+  EXPECT_TRUE(fake.wait_cancelled(s));
+  s.sink->push(FailedEvent{Error(ErrorCode::kCancelled, "gone"), {}, {}});
+  ASSERT_TRUE(rec->wait_terminal());
+}
+
+TEST_F(RemoteServiceTest, WrongSecretIsRefused) {
+  FakeService& fake = new_fake();
+  start_engine(fake, "another secret");
+  start_gateway();
+  EXPECT_FALSE(gateway_->wait_ready(Clock::now() + 1s));
+  EXPECT_EQ(engine_->connections(), 0);
+  auto sub = gateway_->submit(request("r1"), std::make_shared<Recorder>());
+  ASSERT_FALSE(sub.ok());
+  EXPECT_EQ(sub.error().code, ErrorCode::kOverloaded);
+  EXPECT_TRUE(sub.error().retry_after_s.has_value());
+  EXPECT_FALSE(gateway_->ready());
+}
+
+TEST_F(RemoteServiceTest, ResumesAfterTheTokensSentWhenTheEngineGoes) {
+  FakeService& first = new_fake();
+  start_engine(first);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  auto rec = std::make_shared<Recorder>();
+  auto sub = gateway_->submit(request("r1"), rec);
+  ASSERT_TRUE(sub.ok());
+  auto s1 = first.wait_sub(1);
+  s1.sink->push(StartedEvent{});
+  s1.sink->push(TextEvent{"ab", 2, 0, {}, {5, 6}});
+  ASSERT_TRUE(rec->wait_count(2));
+  // The engine goes away; a new one takes its socket.
+  engine_->stop();
+  engine_.reset();
+  FakeService& second = new_fake();
+  start_engine(second);
+  auto s2 = second.wait_sub(1);
+  EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(s2.request.request_id, "r1");
+  s2.sink->push(StartedEvent{});  // not shown twice
+  s2.sink->push(TextEvent{"c", 1, 0, {}, {7}});
+  s2.sink->push(FinishedEvent{"length", {3, 3}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->text(), "abc");
+  EXPECT_EQ(rec->count_started(), 1);
+  EXPECT_TRUE(std::holds_alternative<FinishedEvent>(rec->events.back()));
+}
+
+TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {
+  FakeService& first = new_fake();
+  start_engine(first);
+  start_gateway(/*max_crash_retries=*/2);
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(gateway_->submit(request("poison"), rec).ok());
+  auto queued = std::make_shared<Recorder>();
+  ASSERT_TRUE(gateway_->submit(request("queued"), queued).ok());
+  first.wait_sub(2);
+  first.wait_sub(1).sink->push(StartedEvent{});  // running; "queued" never starts
+  ASSERT_TRUE(rec->wait_count(1));
+  engine_->stop();
+  engine_.reset();
+  FakeService& second = new_fake();
+  start_engine(second);
+  // Both come back, in their order; the suspect runs alone among suspects.
+  auto again = second.wait_sub(1);
+  EXPECT_EQ(again.request.request_id, "poison");
+  again.sink->push(StartedEvent{});
+  engine_->stop();
+  engine_.reset();
+  ASSERT_TRUE(rec->wait_terminal());
+  const auto& f = std::get<FailedEvent>(rec->events.back());
+  EXPECT_EQ(f.error.code, ErrorCode::kEngineCrashed);
+  EXPECT_NE(f.error.message.find("poison"), std::string::npos);
+  // The other one was never running at a crash: it carries on.
+  FakeService& third = new_fake();
+  start_engine(third);
+  auto q = third.wait_sub(1);
+  EXPECT_EQ(q.request.request_id, "queued");
+  q.sink->push(FinishedEvent{"stop", {3, 0}, {}, 0});
+  ASSERT_TRUE(queued->wait_terminal());
+  EXPECT_TRUE(std::holds_alternative<FinishedEvent>(queued->events.back()));
+}
+
+}  // namespace
+}  // namespace vg::gateway
