@@ -9,6 +9,10 @@ Makes, under OUT_DIR:
                      its activations (and so its memory) grow with H x W, a
                      stand-in for one denoiser step of an image model
   audio_classifier/  a 1-D conv net over batch x samples -> batch x 6 logits
+  audio_enhancer/    a causal 1-D conv net, batch x samples -> the same shape;
+                     each output sample depends only on the input up to it,
+                     so zeros appended at the end change nothing before them:
+                     its config.json declares "samples" paddable
 Each folder holds model.pt (torch.jit.trace of the module, weights seeded)
 and config.json. With --reference each folder also gets reference.json: an
 input at a shape other than the one traced and the output the TorchScript
@@ -22,6 +26,7 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -68,6 +73,28 @@ class AudioClassifier(nn.Module):
         return self.head(x.mean(dim=2))
 
 
+class AudioEnhancer(nn.Module):
+    """Causal: every convolution is padded on the left only, so output sample
+    t sees input samples <= t. Requests of different lengths padded with zeros
+    at the end and run together give each one its own output on its own
+    samples (vramgate crops the rest off)."""
+
+    def __init__(self, width=8, kernel=9):
+        super().__init__()
+        self.kernel = kernel
+        self.inp = nn.Conv1d(1, width, kernel)
+        self.mid = nn.Conv1d(width, width, kernel)
+        self.out = nn.Conv1d(width, 1, kernel)
+
+    def causal(self, conv, x):
+        return conv(F.pad(x, (self.kernel - 1, 0)))
+
+    def forward(self, audio):
+        x = torch.relu(self.causal(self.inp, audio.unsqueeze(1)))
+        x = torch.relu(self.causal(self.mid, x))
+        return audio + 0.1 * self.causal(self.out, x).squeeze(1)
+
+
 # The ranges keep every convolution above 20480 input elements, where
 # libtorch's CPU convolution always takes its oneDNN path: below it, a batch
 # of one takes the im2col path, whose column buffer makes the peak memory of
@@ -109,6 +136,18 @@ MODELS = {
             "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 6]}],
             "dims": {"batch": {"max": 16}, "samples": {"min": 24000, "max": 96000}},
             "pad": [],
+        },
+    },
+    "audio_enhancer": {
+        "module": AudioEnhancer,
+        "trace_shape": [1, 32000],
+        "reference_shape": [2, 25000],
+        "config": {
+            "model_type": "torchscript",
+            "inputs": [{"name": "audio", "dtype": "float32", "shape": ["batch", "samples"]}],
+            "outputs": [{"name": "audio", "dtype": "float32", "shape": ["batch", "samples"]}],
+            "dims": {"batch": {"max": 16}, "samples": {"min": 24000, "max": 96000}},
+            "pad": ["samples"],
         },
     },
 }

@@ -265,4 +265,20 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
   return out;
 }
 
+std::optional<Lease> AdmissionController::reserve_extra(int engine, RequestId id, std::int64_t bytes) {
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  if (bytes <= 0 || engine < 0 || static_cast<std::size_t>(engine) >= s.engines.size()) return std::nullopt;
+  if (s.holders.count(id)) return std::nullopt;
+  State::EngineState& eng = s.engines[static_cast<std::size_t>(engine)];
+  State::DeviceState& dev = s.devices[static_cast<std::size_t>(eng.config.device)];
+  if (s.options.policy.kind == AdmissionPolicy::Kind::kMemory && dev.reserved + bytes > dev.effective_budget) {
+    return std::nullopt;
+  }
+  dev.reserved += bytes;
+  dev.peak_reserved = std::max(dev.peak_reserved, dev.reserved);
+  s.holders[id] = State::Holder{engine, 0, true};
+  return Lease(state_, id, bytes);
+}
+
 }  // namespace vg

@@ -262,6 +262,17 @@ class AdmissionController {
   /// `max_grants` (the engine's free batch slots) are granted.
   std::vector<AdmissionGrant> grant(TimePoint now, int max_grants = 1 << 30, int engine = 0);
 
+  /// Reserves `bytes` more on `engine`'s device for work it already holds
+  /// leases for (a padded tensor batch whose forward pass is predicted to
+  /// peak above its requests' leases together). Under memory granted only
+  /// when the device's reserved bytes stay <= its effective budget (I1);
+  /// fixed and none check no bytes. The lease counts no slot and is not
+  /// counted as admitted or released; queued requests are not consulted
+  /// (the bytes are free now, and come back when the pass ends). nullopt
+  /// when it does not fit, `bytes` <= 0, the engine is unknown or `id`
+  /// already holds a lease.
+  std::optional<Lease> reserve_extra(int engine, RequestId id, std::int64_t bytes);
+
   /// Whether `engine` may be given work (false: not ready, unhealthy or
   /// stopping; its queued share goes to the other engines). Call grant() on
   /// the others afterwards (wake them).

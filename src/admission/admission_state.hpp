@@ -73,6 +73,7 @@ struct AdmissionController::State final : LeaseLedger {
   struct Holder {
     int engine = 0;
     int slots = 1;  // sequences its lease counts for (until split off: Lease::split)
+    bool extra = false;  // reserve_extra(): bytes on top of granted leases, not a request
   };
   std::unordered_map<RequestId, Holder> holders VG_GUARDED_BY(mu);  // granted lease -> its engine
   std::unordered_map<RequestId, Running> running VG_GUARDED_BY(mu);  // granted lease -> its work
@@ -106,7 +107,7 @@ struct AdmissionController::State final : LeaseLedger {
       device.reserved -= bytes;
       device.active_leases -= h.slots;
       engine.active_leases -= h.slots;
-      ++counters.released;
+      if (!h.extra) ++counters.released;
       wake = on_release;
     }
     if (wake) (*wake)();

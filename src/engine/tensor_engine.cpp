@@ -14,6 +14,8 @@
 #include "admission/memory_profile.hpp"
 #include "device/device.hpp"
 #include "engine/oom_budget.hpp"
+#include "engine/tensor_batch.hpp"
+#include "metrics/server_metrics.hpp"
 #include "model/torchscript_model.hpp"
 
 namespace vg {
@@ -21,6 +23,8 @@ namespace {
 
 
 Duration ms(double v) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(v)); }
+
+double seconds_between(TimePoint a, TimePoint b) { return std::chrono::duration<double>(b - a).count(); }
 
 }  // namespace
 
@@ -159,11 +163,38 @@ struct TensorEngine::Impl {
   std::vector<std::shared_ptr<TensorJob>> pending;  // engine thread only: granted, not yet run
   std::atomic<std::int64_t> passes{0};  // forward passes attempted
 
+  /// The metric children of this model (looked up once; null without metrics).
+  struct Recorders {
+    metrics::Histogram* queue_wait = nullptr;        // every request
+    metrics::Histogram* duration = nullptr;          // every request
+    metrics::Histogram* model_queue_wait = nullptr;  // {model}
+    metrics::Histogram* model_duration = nullptr;    // {model}
+    metrics::Histogram* model_batch_size = nullptr;  // {model}
+    metrics::Counter* completed = nullptr;
+    metrics::Counter* failed = nullptr;
+    metrics::Counter* cancelled = nullptr;
+  } rec;
+
+  /// A batch chosen to run now, with the bytes reserved beyond its leases.
+  struct ReadyBatch {
+    std::vector<std::shared_ptr<TensorJob>> jobs;
+    Lease extra;  // held for the pass: its padded peak above the members' leases
+  };
+
   Impl(const Options& o, TorchScriptModel& m, Device& d) : options(o), model(m), device(d) {}
 
   void end(const std::shared_ptr<TensorJob>& job, Result<TensorResult> result, TimePoint now) {
     const bool ok = result.ok();
     const ErrorCode code = ok ? ErrorCode::kInternal : result.error().code;
+    // A granted job is finished only here (a cancel finishes queued ones), so
+    // its metrics go in before its answer does.
+    if (job->finished.load()) return;
+    if (rec.duration) {
+      const double s = seconds_between(job->enqueued, now);
+      rec.duration->observe(s);
+      rec.model_duration->observe(s);
+      (ok ? rec.completed : code == ErrorCode::kCancelled ? rec.cancelled : rec.failed)->inc();
+    }
     if (!job->finish(std::move(result))) return;
     if (ok) admission->record_completion(now);
     {
@@ -185,25 +216,14 @@ struct TensorEngine::Impl {
   }
   void take_grants(TimePoint now);
   void drop_pending(TimePoint now);
-  /// The next batch to run now, removed from `pending`; empty (and
-  /// *wait_until set) while a partial batch may wait `delay_ms` for more.
-  std::vector<std::shared_ptr<TensorJob>> next_batch(TimePoint now, double delay_ms, std::optional<TimePoint>* wait_until);
+  /// The next batch to run now, removed from `pending` (plan_batch over the
+  /// pending requests in grant order); empty (and *wait_until set) while a
+  /// partial batch may wait `delay_ms` for more.
+  ReadyBatch next_batch(TimePoint now, double delay_ms, std::optional<TimePoint>* wait_until);
   void run_batch(std::vector<std::shared_ptr<TensorJob>> batch);
   void fail_all(std::vector<std::shared_ptr<TensorJob>>& jobs, const Error& error, TimePoint now) {
     for (auto& j : jobs) end(j, error, now);
     jobs.clear();
-  }
-  /// The non-batch dimensions of every input: requests batch together when equal.
-  std::vector<std::int64_t> key(const TensorJob& job) const {
-    std::vector<std::int64_t> k;
-    for (const HostTensor& t : job.req.inputs) {
-      k.push_back(static_cast<std::int64_t>(t.shape.size()));
-      k.insert(k.end(), t.shape.begin() + (model.spec().batched ? 1 : 0), t.shape.end());
-    }
-    return k;
-  }
-  std::int64_t rows(const TensorJob& job) const {
-    return model.spec().batched ? job.req.inputs.front().shape.front() : 1;
   }
   bool naive() const { return options.policy.kind == AdmissionPolicy::Kind::kNone; }
 };
@@ -227,6 +247,17 @@ Result<std::unique_ptr<TensorEngine>> TensorEngine::create(const Options& option
   impl->admission = &front_admission(*front);
   impl->index = index;
   impl->place = *place;
+  if (metrics::ServerMetrics* m = options.metrics) {
+    const std::vector<std::string> labels{options.model_name};
+    impl->rec = Impl::Recorders{&m->queue_wait_seconds,
+                                &m->request_duration_seconds,
+                                &m->tensor_queue_wait_seconds.with(labels),
+                                &m->tensor_request_duration_seconds.with(labels),
+                                &m->tensor_batch_size.with(labels),
+                                &m->tensor_requests_total.with({options.model_name, "completed"}),
+                                &m->tensor_requests_total.with({options.model_name, "failed"}),
+                                &m->tensor_requests_total.with({options.model_name, "cancelled"})};
+  }
   impl->oom.emplace(options.oom_governor, options.budget_bytes, options.policy.kind == AdmissionPolicy::Kind::kMemory,
                     *impl->admission, device.name(), place->device);
   add_front_listener(*front, [weak = std::weak_ptr<TensorSignal>(impl->signal)] {
@@ -284,6 +315,11 @@ void TensorEngine::Impl::take_grants(TimePoint now) {
     }
     job->lease = std::move(g.lease);
     job->granted = now;
+    if (rec.queue_wait) {
+      const double s = seconds_between(job->enqueued, now);
+      rec.queue_wait->observe(s);
+      rec.model_queue_wait->observe(s);
+    }
     {
       std::lock_guard lk(mu);
       ++stats.running;
@@ -306,37 +342,51 @@ void TensorEngine::Impl::drop_pending(TimePoint now) {
   pending.swap(keep);
 }
 
-std::vector<std::shared_ptr<TensorJob>> TensorEngine::Impl::next_batch(TimePoint now, double delay_ms,
-                                                                       std::optional<TimePoint>* wait_until) {
-  std::vector<std::shared_ptr<TensorJob>> batch;
-  if (pending.empty()) return batch;
-  const std::vector<std::int64_t> k = key(*pending.front());
-  const std::int64_t max_rows = model.spec().max_batch();
-  const int max_requests = model.spec().batched ? options.max_batch : 1;
-  std::int64_t total = 0;
-  bool full = false;
-  std::vector<std::size_t> taken;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    if (key(*pending[i]) != k) continue;
-    if (static_cast<int>(taken.size()) == max_requests || total + rows(*pending[i]) > max_rows) {
-      full = true;
-      break;
-    }
-    total += rows(*pending[i]);
-    taken.push_back(i);
+TensorEngine::Impl::ReadyBatch TensorEngine::Impl::next_batch(TimePoint now, double delay_ms,
+                                                              std::optional<TimePoint>* wait_until) {
+  ReadyBatch ready;
+  if (pending.empty()) return ready;
+  std::vector<BatchCandidate> candidates;
+  candidates.reserve(pending.size());
+  for (const auto& job : pending) {
+    BatchCandidate c;
+    for (const HostTensor& t : job->req.inputs) c.shapes.push_back(t.shape);
+    c.held_bytes = job->lease.bytes();
+    candidates.push_back(std::move(c));
   }
-  if (static_cast<int>(taken.size()) == max_requests || total == max_rows) full = true;
+  const AdmissionSnapshot snap = admission->snapshot(now);
+  BatchLimits limits;
+  limits.max_requests = options.max_batch;
+  limits.max_rows = model.spec().max_batch();
+  const bool by_bytes = options.policy.kind == AdmissionPolicy::Kind::kMemory;
+  if (by_bytes) {
+    const DeviceAdmission& dev = snap.devices.at(static_cast<std::size_t>(place.device));
+    limits.extra_bytes = std::max<std::int64_t>(0, dev.effective_budget_bytes - dev.reserved_bytes);
+  }
+  BatchPlan plan = plan_batch(model.spec(), options.profile, candidates, limits);
   // A partial batch waits for more while requests may still come: not past
   // the delay, and nothing left waiting in the queue (then the budget or
   // max_running is what limits the batch, and waiting would not grow it).
   const TimePoint due = pending.front()->granted + ms(delay_ms);
-  if (!full && now < due && admission->snapshot(now).queue_depth == 0) {
+  if (!plan.full && now < due && snap.queue_depth == 0) {
     *wait_until = due;
-    return batch;
+    return ready;
   }
-  for (std::size_t i : taken) batch.push_back(pending[i]);
-  for (auto it = taken.rbegin(); it != taken.rend(); ++it) pending.erase(pending.begin() + static_cast<long>(*it));
-  return batch;
+  if (by_bytes && plan.cost_bytes > plan.held_bytes) {
+    // Padding: the pass needs more than its leases; reserve the difference
+    // for it, or (the free bytes went to a grant meanwhile) batch fewer.
+    if (auto extra = admission->reserve_extra(index, next_front_id(*front), plan.cost_bytes - plan.held_bytes)) {
+      ready.extra = std::move(*extra);
+    } else {
+      limits.extra_bytes = 0;
+      plan = plan_batch(model.spec(), options.profile, candidates, limits);
+    }
+  }
+  for (std::size_t i : plan.members) ready.jobs.push_back(pending[i]);
+  for (auto it = plan.members.rbegin(); it != plan.members.rend(); ++it) {
+    pending.erase(pending.begin() + static_cast<long>(*it));
+  }
+  return ready;
 }
 
 void TensorEngine::Impl::run_batch(std::vector<std::shared_ptr<TensorJob>> batch) {
@@ -361,10 +411,21 @@ void TensorEngine::Impl::run_batch(std::vector<std::shared_ptr<TensorJob>> batch
       stats.batched_requests += static_cast<std::int64_t>(batch.size());
       stats.largest_batch = std::max(stats.largest_batch, static_cast<int>(batch.size()));
     }
+    if (rec.model_batch_size) rec.model_batch_size->observe(static_cast<double>(batch.size()));
+    std::vector<std::vector<std::vector<std::int64_t>>> shapes(batch.size());
+    std::vector<const std::vector<std::vector<std::int64_t>>*> members;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      for (const HostTensor& t : batch[i]->req.inputs) shapes[i].push_back(t.shape);
+      members.push_back(&shapes[i]);
+    }
+    const auto pass_shapes = batch_shapes(model.spec(), members);
+    const std::int64_t pass_cost = tensor_cost(options.profile, total_elements(pass_shapes));
     for (std::size_t i = 0; i < batch.size(); ++i) {
       TensorResult r;
       r.outputs = std::move((*out)[i]);
       r.batch_requests = static_cast<int>(batch.size());
+      if (!pass_shapes.empty()) r.batch_shape = pass_shapes.front();
+      r.batch_cost_bytes = pass_cost;
       r.queue_ms = ms_between(batch[i]->enqueued, batch[i]->granted);
       r.compute_ms = ms_between(batch[i]->granted, now);
       end(batch[i], std::move(r), now);
@@ -422,7 +483,7 @@ void TensorEngine::Impl::run() {
       std::vector<std::vector<std::shared_ptr<TensorJob>>> batches;
       while (!pending.empty()) {
         std::optional<TimePoint> ignored;
-        batches.push_back(next_batch(now, 0, &ignored));
+        batches.push_back(next_batch(now, 0, &ignored).jobs);
       }
       std::vector<std::thread> threads;
       for (auto& b : batches) {
@@ -435,9 +496,10 @@ void TensorEngine::Impl::run() {
       if (!batches.empty() && options.step_delay_ms > 0) std::this_thread::sleep_for(ms(options.step_delay_ms));
     } else {
       while (true) {
-        auto batch = next_batch(now, options.max_batch_delay_ms, &wait_until);
-        if (batch.empty()) break;
-        run_batch(std::move(batch));
+        ReadyBatch batch = next_batch(now, options.max_batch_delay_ms, &wait_until);
+        if (batch.jobs.empty()) break;
+        run_batch(std::move(batch.jobs));
+        batch.extra.release();
         if (options.step_delay_ms > 0) std::this_thread::sleep_for(ms(options.step_delay_ms));
         now = Clock::now();
         expire_queue(now);

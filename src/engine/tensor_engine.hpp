@@ -5,8 +5,13 @@
 // forward pass (predicted peak x --memory-safety, tensor_cost.hpp), so the
 // requests granted at once, and hence a batch, never pass the free budget.
 // The engine thread batches granted requests of equal shape (every
-// non-batch dimension equal) up to --max-batch; a partial batch waits at most
-// --max-batch-delay-ms for more. A batch that runs out of memory is split in
+// non-batch dimension equal, except the model's paddable ones, which are
+// zero-padded to the batch's largest) up to --max-batch; a partial batch
+// waits at most --max-batch-delay-ms for more. A padded batch may be
+// predicted to peak above its requests' leases together: it runs only when
+// the device's free budget holds the difference, reserved for the pass
+// (AdmissionController::reserve_extra); otherwise fewer requests join it
+// (tensor_batch.hpp). A batch that runs out of memory is split in
 // halves and retried (the OOM governor cuts the budget); a single request
 // that still fails gets kOverloaded + Retry-After.
 //
@@ -35,6 +40,9 @@ namespace vg {
 
 class Device;
 class TorchScriptModel;
+namespace metrics {
+class ServerMetrics;
+}
 struct TensorRegistry;
 
 /// One inference request, its inputs checked (check_inputs) and in the
@@ -48,8 +56,12 @@ struct TensorRequest {
 
 /// A request's outputs, in the declared order, and where its time went.
 struct TensorResult {
-  std::vector<HostTensor> outputs;
+  std::vector<HostTensor> outputs;  ///< cropped back to the request's own sizes when padded
   int batch_requests = 1;   ///< requests in the forward pass that computed it
+  /// That pass's first input shape (rows summed, paddable dimensions padded).
+  std::vector<std::int64_t> batch_shape;
+  /// That pass's cost: tensor_cost over its (padded) input elements, bytes.
+  std::int64_t batch_cost_bytes = 0;
   double queue_ms = 0;      ///< enqueue -> grant
   double compute_ms = 0;    ///< grant -> outputs (batching delay included)
 };
@@ -99,6 +111,11 @@ class TensorEngine {
     /// which the device's next allocation fails with out-of-memory; 0 = never.
     std::int64_t inject_oom_at_pass = 0;
     std::int64_t inject_oom_count = 1;  ///< test hook: consecutive passes that fail so (>= 1)
+    /// Where the engine thread records queue wait, duration, batch size and
+    /// outcomes (labelled `model_name`); null: nothing recorded. Must
+    /// outlive the engine.
+    metrics::ServerMetrics* metrics = nullptr;
+    std::string model_name;
   };
 
   /// Starts the engine thread for engine `index` of the front's topology.

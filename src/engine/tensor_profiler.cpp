@@ -9,6 +9,7 @@
 #include "admission/memory_profile.hpp"
 #include "common/decimal.hpp"
 #include "device/device.hpp"
+#include "engine/tensor_batch.hpp"
 #include "model/torchscript_model.hpp"
 
 namespace vg {
@@ -27,16 +28,6 @@ std::vector<std::vector<std::int64_t>> profile_shapes(const TensorModelSpec& spe
   std::vector<std::vector<std::int64_t>> out;
   for (const TensorSpec& t : spec.inputs) out.push_back(bind_shape(spec, t, bound));
   return out;
-}
-
-std::int64_t input_elements(const std::vector<std::vector<std::int64_t>>& shapes) {
-  std::int64_t n = 0;
-  for (const auto& s : shapes) {
-    std::int64_t e = 1;
-    for (std::int64_t d : s) e *= d;
-    n += e;
-  }
-  return n;
 }
 
 Result<TensorMemoryProfile> measure_tensor_profile(TorchScriptModel& model, Device& device,
@@ -69,7 +60,7 @@ Result<TensorMemoryProfile> measure_tensor_profile(TorchScriptModel& model, Devi
     }
     PeakSample s;
     s.shape = shapes.front();
-    s.elements = input_elements(shapes);
+    s.elements = total_elements(shapes);
     s.peak_bytes = std::max<std::int64_t>(0, device.memory().peak_allocated - base);
     s.held_out = run.held_out;
     p.samples.push_back(std::move(s));

@@ -12,6 +12,7 @@
 
 #include "admission/tensor_cost.hpp"
 #include "common/error.hpp"
+#include "engine/tensor_batch.hpp"  // total_elements
 
 namespace vg {
 
@@ -29,9 +30,6 @@ struct TensorProfileOptions {
 /// dimension (when there is one) at `batch`.
 std::vector<std::vector<std::int64_t>> profile_shapes(const TensorModelSpec& spec, double fraction,
                                                       std::int64_t batch);
-
-/// Input elements of `shapes` (summed over the inputs).
-std::int64_t input_elements(const std::vector<std::vector<std::int64_t>>& shapes);
 
 /// Runs the profile and fits it (fit_peak). Runs that do not fit on the
 /// device are skipped (they are beyond what admission could grant anyway).

@@ -87,11 +87,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   if (ex.traffic.key) log.key_id = ex.traffic.key->id;
   if (log_text) log.prompt = request.prompt;
   const auto log_end = [&](const char* outcome, std::string reason, int status) {
-    log.outcome = outcome;
-    log.reason = std::move(reason);
-    log.status = status;
-    log.duration_ms = ms_between(ex.start, Clock::now());
-    log_request(log);
+    log_request_end(log, ex.start, outcome, std::move(reason), status);
   };
   const auto log_rejected = [&](const Error& e) {
     if (e.needed_bytes) log.reserved_bytes = *e.needed_bytes;

@@ -1,8 +1,11 @@
 // KServe v2 JSON codec (see kserve_codec.hpp).
 #include "http/kserve_codec.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 
 #include "common/decimal.hpp"
 #include "http/json_fields.hpp"
@@ -28,18 +31,30 @@ bool flatten(const json::value& v, std::vector<float>& out, int depth) {
   return true;
 }
 
-Status refuse_binary(const json::object* parameters, const std::string& where) {
+/// Refuses every parameter of `parameters` (those known were taken out).
+Status refuse_unknown(const json::object* parameters, const std::string& where) {
   if (parameters == nullptr) return Status::Ok();
-  for (const char* key : {"binary_data", "binary_data_size", "binary_data_output"}) {
-    if (parameters->contains(key)) {
-      return invalid(where + " parameter '" + std::string(key) +
-                     "': the binary tensor extension is not supported; send the tensors as JSON \"data\"");
-    }
-  }
   for (const auto& kv : *parameters) {
     return invalid(where + " parameter '" + std::string(kv.key()) + "' is not supported");
   }
   return Status::Ok();
+}
+
+/// A boolean parameter of the binary tensor extension.
+Result<bool> bool_parameter(const json::value& v, const std::string& where, const char* key) {
+  if (!v.is_bool()) return invalid(where + " parameter '" + key + "' must be true or false");
+  return v.get_bool();
+}
+
+/// Bytes per element of a KServe datatype in the binary extension; 0 for
+/// BYTES (variable), -1 for an unknown name.
+int datatype_bytes(std::string_view dtype) {
+  if (dtype == "BOOL" || dtype == "UINT8" || dtype == "INT8") return 1;
+  if (dtype == "UINT16" || dtype == "INT16" || dtype == "FP16" || dtype == "BF16") return 2;
+  if (dtype == "UINT32" || dtype == "INT32" || dtype == "FP32") return 4;
+  if (dtype == "UINT64" || dtype == "INT64" || dtype == "FP64") return 8;
+  if (dtype == "BYTES") return 0;
+  return -1;
 }
 
 Result<const json::object*> parameters_of(const json::object& o, const std::string& where) {
@@ -49,7 +64,10 @@ Result<const json::object*> parameters_of(const json::object& o, const std::stri
   return &p->as_object();
 }
 
-Result<HostTensor> decode_input(const json::value& v, std::size_t index, std::string* dtype) {
+/// One input; `*binary_size` is set when its data comes as binary
+/// (binary_data_size), and then t.data is left empty for the caller to fill.
+Result<HostTensor> decode_input(const json::value& v, std::size_t index, std::string* dtype,
+                                std::optional<std::int64_t>* binary_size) {
   const std::string where = "inputs[" + std::to_string(index) + "]";
   if (!v.is_object()) return invalid(where + " must be an object {name, shape, datatype, data}");
   const json::object& o = v.as_object();
@@ -68,23 +86,36 @@ Result<HostTensor> decode_input(const json::value& v, std::size_t index, std::st
   }
   auto params = parameters_of(o, in);
   if (!params.ok()) return std::move(params).error();
-  if (Status st = refuse_binary(*params, in); !st.ok()) return st.error();
+  if (const json::object* p = *params) {
+    json::object rest = *p;
+    if (const json::value* size = p->if_contains("binary_data_size")) {
+      std::int64_t n = -1;
+      if (size->is_int64()) n = size->get_int64();
+      else if (size->is_uint64() && size->get_uint64() < (1ull << 62)) n = static_cast<std::int64_t>(size->get_uint64());
+      if (n < 0) return invalid(in + ": parameter 'binary_data_size' must be an integer >= 0 (bytes)");
+      *binary_size = n;
+      rest.erase("binary_data_size");
+    }
+    if (Status st = refuse_unknown(&rest, in); !st.ok()) return st.error();
+  }
   const json::value* datatype = o.if_contains("datatype");
   if (datatype == nullptr || !datatype->is_string()) return invalid(in + ": 'datatype' must be a string such as \"FP32\"");
   *dtype = std::string(datatype->as_string());
   const json::value* shape = o.if_contains("shape");
   if (shape == nullptr || !shape->is_array()) return invalid(in + ": 'shape' must be an array of integers");
   if (shape->as_array().size() > kMaxRank) return invalid(in + ": rank above " + std::to_string(kMaxRank));
-  std::int64_t elements = 1;
   for (const json::value& d : shape->as_array()) {
     std::int64_t n = -1;
     if (d.is_int64()) n = d.get_int64();
     else if (d.is_uint64() && d.get_uint64() < (1ull << 40)) n = static_cast<std::int64_t>(d.get_uint64());
     if (n < 0 || n > (std::int64_t{1} << 40)) return invalid(in + ": 'shape' entries must be integers >= 0");
     t.shape.push_back(n);
-    elements = n == 0 ? 0 : std::min<std::int64_t>(elements * n, std::int64_t{1} << 40);
   }
   const json::value* data = o.if_contains("data");
+  if (*binary_size) {
+    if (data != nullptr) return invalid(in + ": has both 'data' and parameter 'binary_data_size'; send one");
+    return t;
+  }
   if (data == nullptr || !data->is_array()) {
     return invalid(in + ": 'data' must be an array of numbers (flat or nested, row-major)");
   }
@@ -92,8 +123,63 @@ Result<HostTensor> decode_input(const json::value& v, std::size_t index, std::st
   for (float x : t.data) {
     if (!std::isfinite(x)) return invalid(in + ": 'data' holds a value outside the float32 range");
   }
-  (void)elements;  // the length is checked against the shape with the model (check_inputs)
+  // The length is checked against the shape with the model (check_inputs).
   return t;
+}
+
+/// "[2, 3]" (vg_http does not link the model library's shape_text).
+std::string dims_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// Fills `t.data` from `bytes` (FP32 little-endian) after checking the size
+/// against the shape.
+Status fill_binary(HostTensor& t, const std::string& dtype, std::string_view bytes) {
+  const std::string in = "input '" + t.name + "'";
+  const int width = datatype_bytes(dtype);
+  if (width == 0) {
+    return invalid(in + ": datatype 'BYTES' is not supported (the models served take FP32)");
+  }
+  if (width < 0) return invalid(in + ": unknown datatype '" + dtype + "'");
+  // Elements, saturating: shape entries are < 2^40 and rank <= 8.
+  std::int64_t elements = 1;
+  for (std::int64_t d : t.shape) {
+    if (d == 0) {
+      elements = 0;
+      break;
+    }
+    elements = elements > (std::int64_t{1} << 50) / d ? (std::int64_t{1} << 50) : elements * d;
+  }
+  const std::int64_t want = elements * width;
+  if (static_cast<std::int64_t>(bytes.size()) != want) {
+    return invalid(in + ": binary_data_size is " + std::to_string(bytes.size()) + " bytes, shape " +
+                   dims_text(t.shape) + " of " + dtype + " needs " + std::to_string(want));
+  }
+  if (dtype != "FP32") return invalid(in + ": datatype '" + dtype + "' is not served; the model takes FP32");
+  static_assert(std::endian::native == std::endian::little, "the binary tensor extension is little-endian");
+  t.data.resize(static_cast<std::size_t>(elements));
+  if (elements > 0) std::memcpy(t.data.data(), bytes.data(), bytes.size());
+  for (float x : t.data) {
+    if (!std::isfinite(x)) return invalid(in + ": binary data holds a NaN or an infinity");
+  }
+  return Status::Ok();
+}
+
+/// The Inference-Header-Content-Length value: a byte count within the body.
+Result<std::size_t> header_bytes(std::string_view value, std::size_t body_size) {
+  std::size_t n = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+    return invalid("header Inference-Header-Content-Length must be a byte count, got '" +
+                   std::string(value.substr(0, 40)) + "'");
+  }
+  if (n > body_size) {
+    return invalid("header Inference-Header-Content-Length is " + std::to_string(n) + " but the body has only " +
+                   std::to_string(body_size) + " bytes");
+  }
+  return n;
 }
 
 void put_float(std::string& out, float x) {
@@ -135,10 +221,23 @@ json::array tensors_json(const std::vector<TensorSpec>& specs) {
 
 }  // namespace
 
-Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, const std::string& model) {
+Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, const std::string& model,
+                                                       std::optional<std::string_view> header_length) {
+  std::string_view header = body;
+  std::string_view binary;
+  if (header_length) {
+    auto n = header_bytes(*header_length, body.size());
+    if (!n.ok()) return std::move(n).error();
+    header = body.substr(0, *n);
+    binary = body.substr(*n);
+  }
   json::error_code ec;
-  json::value root = json::parse(body, ec);
-  if (ec) return invalid("request body is not valid JSON: " + ec.message());
+  json::value root = json::parse(header, ec);
+  if (ec) {
+    return invalid(std::string(header_length ? "the JSON header (Inference-Header-Content-Length bytes)"
+                                             : "request body") +
+                   " is not valid JSON: " + ec.message());
+  }
   if (!root.is_object()) return invalid("request body must be a JSON object with \"inputs\"");
   const json::object& o = root.as_object();
   for (const auto& kv : o) {
@@ -170,18 +269,49 @@ Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, co
       r.priority = parsed;
       rest.erase("priority");
     }
-    if (Status st = refuse_binary(&rest, "request"); !st.ok()) return st.error();
+    if (const json::value* all = p->if_contains("binary_data_output")) {
+      auto b = bool_parameter(*all, "request", "binary_data_output");
+      if (!b.ok()) return std::move(b).error();
+      r.all_outputs_binary = *b;
+      rest.erase("binary_data_output");
+    }
+    if (Status st = refuse_unknown(&rest, "request"); !st.ok()) return st.error();
   }
   const json::value* inputs = o.if_contains("inputs");
   if (inputs == nullptr || !inputs->is_array() || inputs->as_array().empty()) {
     return invalid("'inputs' must be a non-empty array of {name, shape, datatype, data}");
   }
+  std::size_t offset = 0;  // into `binary`
+  std::string sizes;       // "a: 16, b: 8" for the sum's message
   for (std::size_t i = 0; i < inputs->as_array().size(); ++i) {
     std::string dtype;
-    auto t = decode_input(inputs->as_array()[i], i, &dtype);
+    std::optional<std::int64_t> size;
+    auto t = decode_input(inputs->as_array()[i], i, &dtype, &size);
     if (!t.ok()) return std::move(t).error();
+    if (size) {
+      const std::string in = "input '" + t->name + "'";
+      if (!header_length) {
+        return invalid(in + ": parameter 'binary_data_size' needs the header Inference-Header-Content-Length "
+                            "(the JSON's length in bytes)");
+      }
+      const std::size_t left = binary.size() - offset;
+      if (static_cast<std::uint64_t>(*size) > left) {
+        return invalid(in + ": binary_data_size " + std::to_string(*size) + " runs past the end of the body (" +
+                       std::to_string(left) + " bytes of binary data left)");
+      }
+      if (Status st = fill_binary(*t, dtype, binary.substr(offset, static_cast<std::size_t>(*size))); !st.ok()) {
+        return st.error();
+      }
+      offset += static_cast<std::size_t>(*size);
+      sizes += (sizes.empty() ? "" : ", ") + t->name + ": " + std::to_string(*size);
+    }
     r.inputs.push_back(std::move(t).value());
     r.dtypes.push_back(std::move(dtype));
+  }
+  if (offset != binary.size()) {
+    return invalid("the body has " + std::to_string(binary.size()) +
+                   " bytes after the JSON header, but the inputs' binary_data_size add up to " +
+                   std::to_string(offset) + (sizes.empty() ? " (no input has binary_data_size)" : " (" + sizes + ")"));
   }
   if (const json::value* outputs = o.if_contains("outputs"); outputs != nullptr && !outputs->is_null()) {
     if (!outputs->is_array()) return invalid("'outputs' must be an array of {name}");
@@ -190,35 +320,56 @@ Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, co
         return invalid("each 'outputs' entry must be an object with a string 'name'");
       }
       const std::string name(v.as_object().at("name").as_string());
+      const std::string where = "output '" + name + "'";
       for (const auto& kv : v.as_object()) {
         if (kv.key() != "name" && kv.key() != "parameters") {
-          return invalid("output '" + name + "': unknown field '" + std::string(kv.key()) + "'");
+          return invalid(where + ": unknown field '" + std::string(kv.key()) + "'");
         }
       }
-      auto op = parameters_of(v.as_object(), "output '" + name + "'");
+      auto op = parameters_of(v.as_object(), where);
       if (!op.ok()) return std::move(op).error();
-      if (Status st = refuse_binary(*op, "output '" + name + "'"); !st.ok()) return st.error();
+      if (const json::object* p = *op) {
+        json::object rest = *p;
+        if (const json::value* b = p->if_contains("binary_data")) {
+          auto flag = bool_parameter(*b, where, "binary_data");
+          if (!flag.ok()) return std::move(flag).error();
+          if (*flag) r.binary_outputs.push_back(name);
+          rest.erase("binary_data");
+        }
+        if (Status st = refuse_unknown(&rest, where); !st.ok()) return st.error();
+      }
       r.outputs.push_back(name);
     }
   }
   return r;
 }
 
-std::string encode_tensor_infer_response(const std::string& model, const std::string& id, const TensorResult& result,
-                                         const std::vector<std::string>& only, std::int64_t reserved_bytes) {
+InferResponseBody encode_tensor_infer_response(const std::string& model, const std::string& id,
+                                               const TensorResult& result, const OutputSelection& sel,
+                                               std::int64_t reserved_bytes) {
   std::string out = "{\"model_name\":" + json_fields::serialize(json::value(json_fields::safe(model))) +
                     ",\"model_version\":\"1\"";
   if (!id.empty()) out += ",\"id\":" + json_fields::serialize(json::value(json_fields::safe(id)));
   out += ",\"outputs\":[";
   bool first = true;
+  std::vector<const HostTensor*> raw;  // binary outputs, in order
+  const auto listed = [](const std::vector<std::string>& names, const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
   for (const HostTensor& t : result.outputs) {
-    if (!only.empty() && std::find(only.begin(), only.end(), t.name) == only.end()) continue;
+    if (!sel.only.empty() && !listed(sel.only, t.name)) continue;
     if (!first) out += ",";
     first = false;
     out += "{\"name\":" + json_fields::serialize(json::value(json_fields::safe(t.name))) +
            ",\"datatype\":\"FP32\",\"shape\":[";
     for (std::size_t i = 0; i < t.shape.size(); ++i) out += (i ? "," : "") + std::to_string(t.shape[i]);
-    out += "],\"data\":[";
+    out += "]";
+    if (sel.all_binary || listed(sel.binary, t.name)) {
+      out += ",\"parameters\":{\"binary_data_size\":" + std::to_string(t.data.size() * sizeof(float)) + "}}";
+      raw.push_back(&t);
+      continue;
+    }
+    out += ",\"data\":[";
     out.reserve(out.size() + t.data.size() * 12);
     for (std::size_t i = 0; i < t.data.size(); ++i) {
       if (i) out += ',';
@@ -226,17 +377,31 @@ std::string encode_tensor_infer_response(const std::string& model, const std::st
     }
     out += "]}";
   }
+  json::array batch_shape;
+  for (std::int64_t d : result.batch_shape) batch_shape.emplace_back(d);
   out += "],\"parameters\":" + json_fields::serialize(json::object{{"batch_requests", result.batch_requests},
+                                                                   {"batch_shape", batch_shape},
+                                                                   {"batch_cost_bytes", result.batch_cost_bytes},
                                                                    {"queue_ms", result.queue_ms},
                                                                    {"compute_ms", result.compute_ms},
                                                                    {"reserved_bytes", reserved_bytes}});
-  return out + "}";
+  out += "}";
+  InferResponseBody r;
+  r.json_bytes = out.size();
+  for (const HostTensor* t : raw) {
+    static_assert(std::endian::native == std::endian::little, "the binary tensor extension is little-endian");
+    out.append(reinterpret_cast<const char*>(t->data.data()), t->data.size() * sizeof(float));
+  }
+  r.body = std::move(out);
+  return r;
 }
 
 std::string encode_tensor_model_metadata(const TensorModelInfo& info) {
   const TensorMemoryProfile& p = info.profile;
   json::object dims;
   for (const DimRange& d : info.spec.dims) dims[d.name] = json::object{{"min", d.min}, {"max", d.max}};
+  json::array pad;
+  for (const std::string& d : info.spec.pad) pad.emplace_back(json_fields::safe(d));
   json::array devices;
   for (const std::string& d : info.devices) devices.emplace_back(json_fields::safe(d));
   json::array samples;
@@ -262,6 +427,7 @@ std::string encode_tensor_model_metadata(const TensorModelInfo& info) {
                  {"inputs", tensors_json(info.spec.inputs)},
                  {"outputs", tensors_json(info.spec.outputs)},
                  {"dims", dims},
+                 {"pad", pad},
                  {"max_batch", info.max_batch},
                  {"devices", devices},
                  {"budget_bytes", info.budget_bytes},
@@ -270,7 +436,8 @@ std::string encode_tensor_model_metadata(const TensorModelInfo& info) {
 }
 
 std::string encode_server_metadata() {
-  return json_fields::serialize(json::object{{"name", "vramgate"}, {"version", "0.1.0"}, {"extensions", json::array{}}});
+  return json_fields::serialize(
+      json::object{{"name", "vramgate"}, {"version", "0.1.0"}, {"extensions", json::array{"binary_tensor_data"}}});
 }
 
 }  // namespace vg::httpd

@@ -12,6 +12,7 @@
 #include "http/event_queue.hpp"
 #include "http/json_codec.hpp"
 #include "http/kserve_codec.hpp"
+#include "http/request_log.hpp"
 
 namespace vg::httpd {
 namespace {
@@ -145,13 +146,25 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
   }
 
   // POST /v2/models/{name}/infer
-  if (request.find("Inference-Header-Content-Length") != request.end()) {
-    reply = error_reply(Error(ErrorCode::kInvalidRequest,
-                              "header Inference-Header-Content-Length: the binary tensor extension is not supported; "
-                              "send the tensors as JSON \"data\""));
-    co_return co_await send(ex, std::move(reply));
+  RequestLogLine log;
+  log.id = ex.request_id;
+  log.model = model;
+  log.route = std::string(ex.route);
+  if (ex.traffic.key) log.key_id = ex.traffic.key->id;
+  if (ex.traffic.priority) log.priority = to_string(*ex.traffic.priority);
+  // One line per decoded request, as for completions.
+  const auto log_end = [&](const char* outcome, std::string reason, int status) {
+    log_request_end(log, ex.start, outcome, std::move(reason), status);
+  };
+  const auto log_failed = [&](const Error& e) {
+    if (e.needed_bytes) log.reserved_bytes = *e.needed_bytes;
+    log_end("failed", error_type(e.code), http_status(e.code));
+  };
+  std::optional<std::string_view> header_length;
+  if (auto it = request.find("Inference-Header-Content-Length"); it != request.end()) {
+    header_length = std::string_view(it->value().data(), it->value().size());
   }
-  auto decoded = decode_tensor_infer_request(request.body(), model);
+  auto decoded = decode_tensor_infer_request(request.body(), model, header_length);
   if (!decoded.ok()) {
     reply = error_reply(decoded.error());
     co_return co_await send(ex, std::move(reply));
@@ -159,8 +172,9 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
   TensorInferRequest infer = std::move(decoded).value();
   infer.request_id = ex.request_id;
   if (ex.traffic.priority) infer.priority = ex.traffic.priority;
+  if (infer.priority) log.priority = to_string(*infer.priority);
   const std::string body_id = infer.id;
-  const std::vector<std::string> only = infer.outputs;
+  const OutputSelection selection{infer.outputs, infer.binary_outputs, infer.all_outputs_binary};
 
   auto queue = std::make_shared<EventQueue>([exec = socket_.get_executor(), weak = weak_from_this()] {
     net::post(exec, [weak] {
@@ -171,6 +185,7 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
   if (!scope.registered) {
     Error bye(ErrorCode::kOverloaded, "server is shutting down");
     bye.retry_after_s = 1.0;
+    log_failed(bye);
     reply = error_reply(bye);
     co_return co_await send(ex, std::move(reply));
   }
@@ -183,11 +198,14 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
     queue->push(FinishedEvent{});  // wakes the session
   });
   if (!submitted.ok()) {
+    log_failed(submitted.error());
     reply = error_reply(submitted.error());
     co_return co_await send(ex, std::move(reply));
   }
   scope.handle = submitted->handle;
   const TensorSubmission sub = *submitted;
+  log.model = sub.model;
+  log.reserved_bytes = sub.cost_bytes;
 
   bool watch = true;
   bool client_gone = false;
@@ -211,17 +229,32 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
     }
   }
   scope.ended = true;
-  if (client_gone) co_return false;
-  if (!result) co_return false;
+  if (result && result->ok()) {
+    log.queue_ms = (*result)->queue_ms;
+    log.compute_ms = (*result)->compute_ms;
+    log.batch_requests = (*result)->batch_requests;
+  }
+  if (client_gone || !result) {
+    log_end("cancelled", error_type(ErrorCode::kCancelled), http_status(ErrorCode::kCancelled));
+    co_return false;
+  }
   if (!result->ok()) {
     Error error = std::move(*result).error();
-    if (error.code == ErrorCode::kCancelled) {
+    const bool cancelled = error.code == ErrorCode::kCancelled;
+    if (cancelled) {
       error = Error(ErrorCode::kOverloaded, "request cancelled by the server: " + error.message);
       error.retry_after_s = 1.0;
     }
     reply = error_reply(error);
+    log_end(cancelled ? "cancelled" : "failed", error_type(error.code), reply.status);
   } else {
-    reply = json_reply(encode_tensor_infer_response(sub.model, body_id, **result, only, sub.cost_bytes));
+    InferResponseBody encoded = encode_tensor_infer_response(sub.model, body_id, **result, selection, sub.cost_bytes);
+    if (encoded.binary()) {
+      reply.content_type = "application/octet-stream";
+      reply.headers.emplace_back("Inference-Header-Content-Length", std::to_string(encoded.json_bytes));
+    }
+    reply.body = std::move(encoded.body);
+    log_end("completed", "", 200);
   }
   reply.headers.emplace_back("X-Queue-Position", std::to_string(sub.queue_position));
   if (result->ok()) {

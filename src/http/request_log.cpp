@@ -70,6 +70,8 @@ std::string encode_request_log(const RequestLogLine& l) {
   if (!l.priority.empty()) w.field("priority", l.priority);
   if (!l.idempotency.empty()) w.field("idempotency", l.idempotency);
   if (!l.retry.empty()) w.field("retry", l.retry);
+  if (l.compute_ms) w.millis("compute_ms", *l.compute_ms);
+  if (l.batch_requests) w.field("batch_requests", std::int64_t{*l.batch_requests});
   if (l.prompt) {
     if (const auto* text = std::get_if<std::string>(&*l.prompt)) {
       w.field("prompt", *text);
@@ -86,6 +88,14 @@ std::string encode_request_log(const RequestLogLine& l) {
 void log_request(const RequestLogLine& line) {
   if (!spdlog::should_log(spdlog::level::info)) return;
   spdlog::info("request {}", encode_request_log(line));
+}
+
+void log_request_end(RequestLogLine& line, TimePoint start, std::string outcome, std::string reason, int status) {
+  line.outcome = std::move(outcome);
+  line.reason = std::move(reason);
+  line.status = status;
+  line.duration_ms = ms_between(start, Clock::now());
+  log_request(line);
 }
 
 }  // namespace vg::httpd

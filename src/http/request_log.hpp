@@ -1,5 +1,6 @@
-// The request log: one JSON line per finished completion request, written at
-// info level ("request {...}"). Internal to src/http; any thread.
+// The request log: one JSON line per finished completion request and per
+// decoded KServe v2 infer request, written at info level ("request {...}").
+// Internal to src/http; any thread.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 #include <string>
 #include <variant>
 #include <vector>
+
+#include "common/clock.hpp"
 
 namespace vg::httpd {
 
@@ -30,6 +33,9 @@ struct RequestLogLine {
   std::string priority;     ///< the class it was queued with: low, normal, high
   std::string idempotency;  ///< with an Idempotency-Key: new, attached or replayed
   std::string retry;        ///< a retry that took its booked place: claimed by token, idempotency_key or body
+  // Tensor (TorchScript) requests; each written only when set.
+  std::optional<double> compute_ms;   ///< lease granted -> outputs (batching delay included)
+  std::optional<int> batch_requests;  ///< requests in the forward pass that computed it
   /// Only with --log-request-text.
   std::optional<std::variant<std::string, std::vector<std::int32_t>>> prompt;
   std::optional<std::string> output;
@@ -40,5 +46,9 @@ std::string encode_request_log(const RequestLogLine& line);
 
 /// Writes "request <json>" at info level.
 void log_request(const RequestLogLine& line);
+
+/// Ends `line`: sets outcome, reason, status and duration_ms (from `start`,
+/// the request's arrival, to now), then writes it (log_request).
+void log_request_end(RequestLogLine& line, TimePoint start, std::string outcome, std::string reason, int status);
 
 }  // namespace vg::httpd

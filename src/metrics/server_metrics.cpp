@@ -38,6 +38,22 @@ ServerMetrics::ServerMetrics(Registry& r)
                       {-10, -5, -2, -1, -0.5, -0.25, -0.1, -0.05, -0.025, -0.01, 0, 0.01, 0.025, 0.05, 0.1, 0.25,
                        0.5, 1, 2, 5, 10})
               .with({})),
+      tensor_queue_wait_seconds(r.histogram("vramgate_tensor_queue_wait_seconds",
+                                            "TorchScript requests: time from enqueue to their lease being granted, "
+                                            "by model.",
+                                            latency_buckets(), {"model"})),
+      tensor_request_duration_seconds(r.histogram("vramgate_tensor_request_duration_seconds",
+                                                  "TorchScript requests granted a lease: time from submission to their "
+                                                  "end, whatever the outcome, by model.",
+                                                  latency_buckets(), {"model"})),
+      tensor_batch_size(r.histogram("vramgate_tensor_batch_size",
+                                    "TorchScript requests in one successful forward pass, by model.",
+                                    {1, 2, 4, 8, 16, 32, 64, 128, 256}, {"model"})),
+      tensor_requests_total(r.counter("vramgate_tensor_requests_total",
+                                      "TorchScript requests granted a lease, by model and how they ended: "
+                                      "completed, failed, cancelled (queue refusals and expiries are in "
+                                      "vramgate_admission_outcomes_total).",
+                                      {"model", "outcome"})),
       unauthorized_total(r.counter("vramgate_unauthorized_total",
                                    "Requests refused with 401: no API key, or one that is not valid.")
                              .with({})),

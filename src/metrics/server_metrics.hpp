@@ -75,6 +75,21 @@ class ServerMetrics {
   /// booked place, grant time − promised time (negative: granted early).
   Histogram& retry_promise_error_seconds;
 
+  // -- recorded by the tensor engine threads (TorchScript models), by model.
+  // Tensor requests are also counted in queue_wait_seconds and
+  // request_duration_seconds above (one queue, every request); the
+  // token histograms and batch_size are the language models' only.
+  /// vramgate_tensor_queue_wait_seconds{model}: enqueue -> lease granted.
+  HistogramFamily& tensor_queue_wait_seconds;
+  /// vramgate_tensor_request_duration_seconds{model}: submission -> end, any
+  /// outcome, for requests granted a lease.
+  HistogramFamily& tensor_request_duration_seconds;
+  /// vramgate_tensor_batch_size{model}: requests in one successful forward pass.
+  HistogramFamily& tensor_batch_size;
+  /// vramgate_tensor_requests_total{model,outcome}: requests granted a
+  /// lease, by how they ended: completed, failed, cancelled.
+  CounterFamily& tensor_requests_total;
+
   // -- recorded by the HTTP layer's traffic policies
   Counter& unauthorized_total;  ///< vramgate_unauthorized_total: 401s
   Counter& rate_limited_total;  ///< vramgate_rate_limited_total: 429s

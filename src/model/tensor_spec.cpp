@@ -3,6 +3,7 @@
 #include "model/tensor_spec.hpp"
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -121,6 +122,16 @@ std::int64_t TensorModelSpec::max_batch() const {
   return b ? b->max : 1;
 }
 
+bool TensorModelSpec::paddable(const std::string& name) const {
+  return std::find(pad.begin(), pad.end(), name) != pad.end();
+}
+
+bool TensorModelSpec::paddable(std::size_t input, std::size_t d) const {
+  if (input >= inputs.size() || d >= inputs[input].shape.size()) return false;
+  const auto* name = std::get_if<std::string>(&inputs[input].shape[d]);
+  return name != nullptr && paddable(*name);
+}
+
 std::int64_t HostTensor::elements() const {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
@@ -191,9 +202,18 @@ Result<TensorModelSpec> parse_tensor_model_spec(const std::string& json_text, co
   }
   if (const json::value* pad = o.if_contains("pad")) {
     if (!pad->is_array()) return spec_error(path, "'pad' must be an array of dimension names");
-    if (!pad->as_array().empty()) {
-      return spec_error(path, "'pad' is not supported yet: requests are batched only with equal dimensions; "
-                              "use \"pad\": []");
+    for (const json::value& v : pad->as_array()) {
+      if (!v.is_string() || v.as_string().empty()) return spec_error(path, "'pad' entries must be dimension names");
+      const std::string name(v.as_string());
+      if (name == "batch") return spec_error(path, "'pad' names 'batch': requests are batched along it, not padded");
+      if (!input_dims.count(name)) {
+        return spec_error(path, "'pad' names '" + name + "', which is not a named dimension of any input");
+      }
+      if (spec.paddable(name)) return spec_error(path, "'pad' names '" + name + "' twice");
+      spec.pad.push_back(name);
+    }
+    if (!spec.pad.empty() && !spec.batched) {
+      return spec_error(path, "'pad' needs a 'batch' dimension: padding only serves to batch requests together");
     }
   }
   return spec;

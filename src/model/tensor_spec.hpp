@@ -39,11 +39,20 @@ struct TensorModelSpec {
   /// True when every input's first dimension is "batch": requests are
   /// batched along it and the engine chooses its size.
   bool batched = false;
+  /// config.json "pad": named input dimensions (never "batch") along which
+  /// requests of different sizes may be zero-padded to share a forward pass.
+  /// An output dimension with one of these names is cropped back to each
+  /// request's own size.
+  std::vector<std::string> pad;
 
   /// The range of dimension `name`, or nullptr.
   const DimRange* dim(const std::string& name) const;
   /// The largest batch the model declares (1 when not batched).
   std::int64_t max_batch() const;
+  /// True when dimension `name` is listed in `pad`.
+  bool paddable(const std::string& name) const;
+  /// True when dimension `d` of input `input` (declared order) is paddable.
+  bool paddable(std::size_t input, std::size_t d) const;
 };
 
 /// Parses and validates a config.json text. Errors: kModelLoad naming `path`

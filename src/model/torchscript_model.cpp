@@ -7,7 +7,9 @@
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "device/device.hpp"
 #include "model/decoder.hpp"
@@ -86,6 +88,19 @@ HostTensor to_host(const at::Tensor& t, const std::string& name) {
   h.data.resize(static_cast<std::size_t>(c.numel()));
   if (c.numel() > 0) std::memcpy(h.data.data(), c.data_ptr<float>(), h.data.size() * sizeof(float));
   return h;
+}
+
+/// The size a request gives dimension `name` (from the first input that uses
+/// it), or nullopt.
+std::optional<std::int64_t> bound_dim(const TensorModelSpec& spec, const TensorInputs& request, const std::string& name) {
+  for (std::size_t i = 0; i < spec.inputs.size() && i < request.size(); ++i) {
+    const TensorSpec& s = spec.inputs[i];
+    for (std::size_t d = 0; d < s.shape.size() && d < request[i]->shape.size(); ++d) {
+      const auto* n = std::get_if<std::string>(&s.shape[d]);
+      if (n != nullptr && *n == name) return request[i]->shape[d];
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -169,15 +184,28 @@ Result<std::vector<std::vector<HostTensor>>> TorchScriptModel::forward(std::span
   }
   const std::size_t n_inputs = spec_.inputs.size();
   std::vector<std::int64_t> rows;  // each request's batch size
+  // The forward pass's shape of each input: the requests' rows summed, each
+  // paddable dimension at the batch's largest.
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (std::size_t i = 0; i < n_inputs; ++i) shapes.push_back(batch.front()[i]->shape);
+  bool padded = false;
   for (const TensorInputs& r : batch) {
     if (r.size() != n_inputs) return Error(ErrorCode::kInvalidRequest, "a request of the batch lacks inputs");
     rows.push_back(spec_.batched ? r.front()->shape.front() : 1);
     for (std::size_t i = 0; i < n_inputs; ++i) {
       const auto& a = r[i]->shape;
-      const auto& b = batch.front()[i]->shape;
-      if (a.size() != b.size() || !std::equal(a.begin() + 1, a.end(), b.begin() + 1)) {
+      auto& b = shapes[i];
+      bool fits = a.size() == b.size();
+      for (std::size_t d = 1; fits && d < a.size(); ++d) {
+        if (a[d] == b[d]) continue;
+        if (!spec_.paddable(i, d)) fits = false;
+        padded = true;
+        b[d] = std::max(a[d], b[d]);
+      }
+      if (!fits) {
         return Error(ErrorCode::kInvalidRequest, "input '" + spec_.inputs[i].name + "': shapes " + shape_text(a) +
-                                                     " and " + shape_text(b) + " cannot be batched together");
+                                                     " and " + shape_text(batch.front()[i]->shape) +
+                                                     " cannot be batched together");
       }
     }
   }
@@ -186,18 +214,21 @@ Result<std::vector<std::vector<HostTensor>>> TorchScriptModel::forward(std::span
     std::vector<c10::IValue> in;
     const auto to_device = torch::TensorOptions().dtype(torch::kFloat).device(impl_->device);
     for (std::size_t i = 0; i < n_inputs; ++i) {
-      std::vector<std::int64_t> shape = batch.front()[i]->shape;
+      std::vector<std::int64_t> shape = shapes[i];
       if (spec_.batched) {
         shape.front() = 0;
         for (std::int64_t b : rows) shape.front() += b;
       }
-      at::Tensor t = torch::empty(shape, to_device);
+      // Padding is zeros; an unpadded batch is overwritten whole.
+      at::Tensor t = padded ? torch::zeros(shape, to_device) : torch::empty(shape, to_device);
       std::int64_t offset = 0;
       for (const TensorInputs& r : batch) {
         const HostTensor& h = *r[i];
         at::Tensor src = torch::from_blob(const_cast<float*>(h.data.data()), h.shape, torch::kFloat);
         if (spec_.batched) {
-          t.narrow(0, offset, h.shape.front()).copy_(src);
+          at::Tensor dst = t.narrow(0, offset, h.shape.front());
+          for (std::size_t d = 1; d < h.shape.size(); ++d) dst = dst.narrow(static_cast<std::int64_t>(d), 0, h.shape[d]);
+          dst.copy_(src);
           offset += h.shape.front();
         } else {
           t.copy_(src);
@@ -216,14 +247,25 @@ Result<std::vector<std::vector<HostTensor>>> TorchScriptModel::forward(std::span
     std::vector<std::vector<HostTensor>> result(batch.size());
     for (std::size_t o = 0; o < outs->size(); ++o) {
       const at::Tensor& t = (*outs)[o];
+      const TensorSpec& os = spec_.outputs[o];
       std::int64_t offset = 0;
       for (std::size_t r = 0; r < batch.size(); ++r) {
-        if (spec_.batched) {
-          result[r].push_back(to_host(t.narrow(0, offset, rows[r]), spec_.outputs[o].name));
-          offset += rows[r];
-        } else {
-          result[r].push_back(to_host(t, spec_.outputs[o].name));
+        if (!spec_.batched) {
+          result[r].push_back(to_host(t, os.name));
+          continue;
         }
+        at::Tensor mine = t.narrow(0, offset, rows[r]);
+        offset += rows[r];
+        // Crop back: an output dimension named like a padded input dimension
+        // takes the request's own size of it.
+        for (std::size_t d = 1; padded && d < os.shape.size() && d < static_cast<std::size_t>(mine.dim()); ++d) {
+          const auto* name = std::get_if<std::string>(&os.shape[d]);
+          if (name == nullptr || !spec_.paddable(*name)) continue;
+          if (auto own = bound_dim(spec_, batch[r], *name)) {
+            mine = mine.narrow(static_cast<std::int64_t>(d), 0, std::min(*own, mine.size(static_cast<std::int64_t>(d))));
+          }
+        }
+        result[r].push_back(to_host(mine, os.name));
       }
     }
     return result;

@@ -46,12 +46,16 @@ class TorchScriptModel {
   std::int64_t parameter_bytes() const;
 
   /// One forward pass over `batch` (requests already checked with
-  /// check_inputs, equal in every non-batch dimension): their inputs are
-  /// concatenated along the batch dimension (a model that is not batched
-  /// takes one request), copied onto the device and run; the outputs are
-  /// split back per request, in the declared output order. Errors:
-  /// kOutOfMemory (nothing kept on the device), kInvalidRequest for requests
-  /// that cannot be batched together, kInternal for other libtorch errors.
+  /// check_inputs, equal in every non-batch dimension except the paddable
+  /// ones, spec().pad): their inputs are concatenated along the batch
+  /// dimension (a model that is not batched takes one request), each
+  /// paddable dimension zero-padded at its end to the batch's largest size
+  /// of it, copied onto the device and run; the outputs are split back per
+  /// request, in the declared output order, and an output dimension named
+  /// like a paddable input dimension is cropped back to the request's own
+  /// size of it. Errors: kOutOfMemory (nothing kept on the device),
+  /// kInvalidRequest for requests that cannot be batched together,
+  /// kInternal for other libtorch errors.
   Result<std::vector<std::vector<HostTensor>>> forward(std::span<const TensorInputs> batch);
 
   /// A forward pass on zero-filled inputs of `shapes` (one per input, in the

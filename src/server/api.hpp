@@ -78,6 +78,11 @@ struct TensorInferRequest {
   std::vector<std::string> dtypes;  ///< each input's "datatype", parallel to inputs
   /// Names of the outputs to return (the body's "outputs"); empty: all.
   std::vector<std::string> outputs;
+  /// Binary tensor extension (HTTP only; the service ignores these): the
+  /// outputs asked for with "binary_data": true, and the request parameter
+  /// "binary_data_output": true (every output as raw bytes).
+  std::vector<std::string> binary_outputs;
+  bool all_outputs_binary = false;
   std::optional<double> timeout_s;  ///< vramgate parameter "timeout" (seconds)
   std::optional<Priority> priority;
 };

@@ -235,6 +235,8 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
         to.step_delay_ms = config.test_step_delay_ms;
         to.inject_oom_at_pass = config.test_inject_oom_step;
         to.inject_oom_count = config.test_inject_oom_count;
+        to.metrics = metrics;
+        to.model_name = svc->models_[m]->info.id;
         auto engine = TensorEngine::create(to, *d->setup.tensor_models[m], *d->setup.device, *front, registry, index++);
         if (!engine.ok()) return std::move(engine).error();
         svc->models_[m]->tensor_engines.push_back(engine->get());

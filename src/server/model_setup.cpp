@@ -101,7 +101,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
     for (std::size_t i = 0; i < models.size(); ++i) {
       if (out.tensor_models[i]) {
         const TensorModelSpec& ts_spec = out.tensor_models[i]->spec();
-        const std::int64_t smallest = tensor_cost(out.tensor_profiles[i], input_elements(profile_shapes(ts_spec, 0, 1)));
+        const std::int64_t smallest = tensor_cost(out.tensor_profiles[i], total_elements(profile_shapes(ts_spec, 0, 1)));
         if (out.budget_bytes < smallest) {
           return Error(ErrorCode::kConfig,
                        "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +

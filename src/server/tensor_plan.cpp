@@ -25,7 +25,7 @@ TensorPlan make_tensor_plan(const TensorModelSpec& spec, TensorPlan plan) {
     const auto shapes = profile_shapes(spec, fraction, 1);
     TensorPlanRow row;
     row.shape = shapes.front();
-    row.elements = input_elements(shapes);
+    row.elements = total_elements(shapes);
     row.predicted_bytes = predicted_peak(plan.profile, row.elements);
     row.cost_bytes = tensor_cost(plan.profile, row.elements);
     row.memory_fit = row.cost_bytes > 0 ? plan.budget_bytes / row.cost_bytes : 0;

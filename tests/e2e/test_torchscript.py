@@ -2,13 +2,21 @@
 tools/make_torchscript_models.py, served next to tinylm from one
 multi-model folder. The forward pass through vramgate equals the Python
 TorchScript module's; GET /v2/models/{name} shows the memory profile; bad
-input is a 400 naming the input; a shape that can never fit is 413 at once;
+input is a 400 naming the input; the binary tensor data extension answers
+what the JSON path answers, and refuses inconsistent bodies by input;
+requests of different lengths padded into one batch get what each gets
+alone, within the budget; tensor requests move /metrics and write request
+log lines; a shape that can never fit is 413 at once;
 mixed resolutions at 32 concurrent clients on a small virtual device run
 out of memory under --admission none and never under memory (every request
 200 or 503 + Retry-After); batches grow until the reserved bytes would pass
 the budget; a batch that runs out of memory is split and retried."""
+import http.client
+import json
+import math
 import os
 import shutil
+import struct
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -125,9 +133,9 @@ def test_bad_input_is_a_400_naming_the_input(server):
         ({"inputs": [tensor("picture", good)]}, "input 'picture': unknown input"),
         ({"inputs": [dict(tensor("image", good), data=["a"] * 27648)]}, "input 'image': 'data' must hold only numbers"),
         ({"inputs": [dict(tensor("image", good), parameters={"binary_data_size": 110592})]},
-         "parameter 'binary_data_size'"),
-        ({"inputs": [tensor("image", good)], "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]},
-         "parameter 'binary_data'"),
+         "input 'image': has both 'data' and parameter 'binary_data_size'"),
+        ({"inputs": [tensor("image", good)], "outputs": [{"name": "logits", "parameters": {"binary_data": 1}}]},
+         "parameter 'binary_data' must be true or false"),
         ({"inputs": [tensor("image", good)], "extra": 1}, "unknown field 'extra'"),
         ({"inputs": []}, "'inputs'"),
     ]
@@ -136,9 +144,6 @@ def test_bad_input_is_a_400_naming_the_input(server):
         assert r.status_code == 400, (expected, r.text)
         e = error_of(r)
         assert e["type"] == "invalid_request" and expected in e["message"], (expected, e)
-    r = requests.post(server.url + "/v2/models/image_classifier/infer", data=b"{}\x00\x00",
-                      headers={"Inference-Header-Content-Length": "2", "Content-Type": "application/octet-stream"})
-    assert r.status_code == 400 and "Inference-Header-Content-Length" in error_of(r)["message"]
     r = requests.post(server.url + "/v2/models/image_classifier/infer", data=b"{not json")
     assert r.status_code == 400
     assert server.get("/v2/models/image_classifier/infer").status_code == 405
@@ -288,3 +293,246 @@ def test_a_client_that_leaves_while_queued_is_cancelled(models, make_server):
     st = s.admission()
     assert st["completed"] == 1 and st["admitted"] == 1 and st["cancelled"] == 1, st  # the second never ran
     assert st["devices"][0]["reserved_bytes"] == 0, st
+
+
+# -- the binary tensor data extension (Triton's), with a raw HTTP client
+
+def raw_post(server, path, body, headers):
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def binary_infer(server, model, header, tensors):
+    """POSTs `header` (a dict) as the JSON header and `tensors` (float lists) as raw FP32 after it."""
+    head = json.dumps(header).encode()
+    tail = b"".join(struct.pack(f"<{len(t)}f", *t) for t in tensors)
+    return raw_post(server, f"/v2/models/{model}/infer", head + tail,
+                    {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"})
+
+
+def f32(values):
+    """JSON numbers as the float32 values they print (the JSON path writes each float32's shortest form)."""
+    return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
+
+
+def split_binary_response(headers, body):
+    n = int(headers["Inference-Header-Content-Length"])
+    head = json.loads(body[:n])
+    rest = body[n:]
+    out = {}
+    for o in head["outputs"]:
+        if "parameters" in o and "binary_data_size" in o["parameters"]:
+            size = o["parameters"]["binary_data_size"]
+            out[o["name"]] = list(struct.unpack(f"<{size // 4}f", rest[:size]))
+            rest = rest[size:]
+        else:
+            out[o["name"]] = o["data"]
+    assert rest == b"", "bytes left after the binary outputs"
+    return head, out
+
+
+def test_binary_tensors_answer_what_the_json_path_answers(server):
+    x = torch.randn(2, 3, 100, 120, generator=torch.Generator().manual_seed(11))
+    values = x.flatten().tolist()
+    by_json = infer(server, "image_classifier", {"inputs": [tensor("image", x)]})
+    assert by_json.status_code == 200, by_json.text
+    want = by_json.json()["outputs"][0]
+
+    # Binary in, binary out.
+    header = {"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32",
+                          "parameters": {"binary_data_size": 4 * len(values)}}],
+              "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}
+    status, headers, body = binary_infer(server, "image_classifier", header, [values])
+    assert status == 200, body[:500]
+    assert headers["Content-Type"] == "application/octet-stream"
+    head, out = split_binary_response(headers, body)
+    (meta,) = head["outputs"]
+    assert meta["shape"] == want["shape"] and meta["datatype"] == "FP32" and "data" not in meta
+    assert meta["parameters"]["binary_data_size"] == 4 * len(want["data"])
+    assert out["logits"] == f32(want["data"])  # the same float32 values
+
+    # Binary in, JSON out (and binary_data_output asks for every output as binary).
+    header["outputs"] = [{"name": "logits"}]
+    status, headers, body = binary_infer(server, "image_classifier", header, [values])
+    assert status == 200 and headers["Content-Type"] == "application/json", body[:500]
+    assert json.loads(body)["outputs"][0]["data"] == want["data"]  # binary input, the same result
+    del header["outputs"]
+    header["parameters"] = {"binary_data_output": True}
+    status, headers, body = binary_infer(server, "image_classifier", header, [values])
+    assert status == 200, body[:500]
+    assert split_binary_response(headers, body)[1]["logits"] == f32(want["data"])
+    assert "binary_tensor_data" in server.get("/v2").json()["extensions"]
+
+
+def test_inconsistent_binary_bodies_are_400_naming_the_input(server):
+    n = 3 * 96 * 96
+    ok = [0.5] * n
+
+    def header(size, shape=(1, 3, 96, 96), datatype="FP32"):
+        return {"inputs": [{"name": "image", "shape": list(shape), "datatype": datatype,
+                            "parameters": {"binary_data_size": size}}]}
+
+    cases = [
+        # binary_data_size not shape x 4
+        (header(4 * n - 4), [ok[:-1]], f"input 'image': binary_data_size is {4 * n - 4} bytes, shape [1, 3, 96, 96] of "
+                                        f"FP32 needs {4 * n}"),
+        # more bytes than the body holds
+        (header(4 * n), [ok[:-1]], f"input 'image': binary_data_size {4 * n} runs past the end of the body"),
+        # bytes left over
+        (header(4 * n), [ok + [1.0]], f"the body has {4 * n + 4} bytes after the JSON header"),
+        (header(4 * n, datatype="BYTES"), [ok], "input 'image': datatype 'BYTES' is not supported"),
+        (header(4 * n, datatype="INT32"), [ok], "input 'image': datatype 'INT32' is not served"),
+        (header(8, shape=(1, 3, 4, 96)), [[0.0, 0.0]], "input 'image': binary_data_size is 8 bytes"),
+    ]
+    for head, tensors, expected in cases:
+        status, _, body = binary_infer(server, "image_classifier", head, tensors)
+        assert status == 400, (expected, body[:300])
+        e = json.loads(body)["error"]
+        assert e["type"] == "invalid_request" and expected in e["message"], (expected, e)
+    # The header's length past the body, or not a number; binary_data_size without the header.
+    payload = json.dumps(header(4 * n)).encode() + struct.pack(f"<{n}f", *ok)
+    path = "/v2/models/image_classifier/infer"
+    for value, expected in [(str(len(payload) + 1), "but the body has only"), ("x1", "must be a byte count"),
+                            ("10", "is not valid JSON")]:
+        status, _, body = raw_post(server, path, payload, {"Inference-Header-Content-Length": value})
+        assert status == 400 and expected in json.loads(body)["error"]["message"], (value, body[:300])
+    status, _, body = raw_post(server, path, json.dumps(header(4 * n)).encode(), {"Content-Type": "application/json"})
+    assert status == 400 and "needs the header Inference-Header-Content-Length" in json.loads(body)["error"]["message"]
+    assert server.get("/v2/health/live").status_code == 200  # none of it hurt the server
+
+
+# -- padding: requests of different lengths in one forward pass
+
+def audio_body(samples, seed):
+    x = torch.randn(1, samples, generator=torch.Generator().manual_seed(seed))
+    return x, {"inputs": [tensor("audio", x)]}
+
+
+def cost_of(profile, shape):
+    elements = math.prod(shape)
+    peak = math.ceil(profile["fixed_bytes"] + profile["bytes_per_element"] * elements)
+    return math.ceil(peak * profile["safety_factor"])
+
+
+def padded_burst(s, sizes):
+    def one(i):
+        x, body = audio_body(sizes[i], seed=100 + i)
+        return x, s.post("/v2/models/audio_enhancer/infer", body, timeout=300)
+    with ThreadPoolExecutor(len(sizes)) as pool:
+        return list(pool.map(one, range(len(sizes))))
+
+
+def check_padded_results(models, s, results):
+    """Each output equals the Python module run on that request alone; returns the batches' parameters."""
+    module = torch.jit.load(str(models / "audio_enhancer" / "model.pt"))
+    meta = s.get("/v2/models/audio_enhancer").json()
+    params = []
+    for x, r in results:
+        assert r.status_code == 200, r.text
+        (out,) = r.json()["outputs"]
+        assert out["shape"] == list(x.shape), out["shape"]  # cropped back to its own length
+        with torch.no_grad():
+            want = module(x)
+        got = torch.tensor(out["data"]).reshape(want.shape)
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+        p = r.json()["parameters"]
+        rows, padded = p["batch_shape"]
+        assert rows == p["batch_requests"] and padded >= x.shape[1], p
+        # The pass was admitted at the predicted peak of its padded shape.
+        assert abs(p["batch_cost_bytes"] - cost_of(meta["memory_profile"], p["batch_shape"])) <= 2, p
+        assert p["batch_cost_bytes"] <= meta["budget_bytes"], p
+        params.append(p)
+    return params
+
+
+def test_padded_batches_give_each_request_what_it_gets_alone(models, make_server):
+    s = make_server("--device", "virt:0=256MiB", *BIG_BODY, "--max-batch", "8", "--max-batch-delay-ms", "3000",
+                    model_dir=str(models / "audio_enhancer"))
+    meta = s.get("/v2/models/audio_enhancer").json()
+    assert meta["pad"] == ["samples"]
+    sizes = [24000, 25000, 31000, 40000, 52000, 24001]  # all different: a batch of two is padded
+    params = check_padded_results(models, s, padded_burst(s, sizes))
+    assert max(p["batch_requests"] for p in params) >= 2, params
+    assert any(p["batch_shape"][1] > min(sizes) for p in params if p["batch_requests"] >= 2), params
+    st = s.admission()
+    assert st["out_of_memory"] == 0 and st["devices"][0]["reserved_bytes"] == 0, st
+
+
+def test_padded_batches_stay_within_the_budget(models, make_server):
+    # A device whose budget holds a few long passes: padding a short request up to a long one must be
+    # paid for from the free budget, so batches are smaller than --max-batch and never pass it.
+    s = make_server("--device", "virt:0=40MiB", *BIG_BODY, "--max-batch", "16", "--max-batch-delay-ms", "500",
+                    "--max-queue", "64", model_dir=str(models / "audio_enhancer"))
+    sizes = [24000 + (i * 7919) % 72000 for i in range(16)]
+    params = check_padded_results(models, s, padded_burst(s, sizes))
+    budget = s.get("/v2/models/audio_enhancer").json()["budget_bytes"]
+    assert all(p["batch_cost_bytes"] <= budget for p in params)
+    st = s.admission()
+    dev = st["devices"][0]
+    assert st["out_of_memory"] == 0, st
+    assert dev["peak_reserved_bytes"] <= dev["budget_bytes"], dev  # I1 with the padding's extra bytes
+    assert dev["peak_bytes"] <= dev["capacity_bytes"], dev
+    assert dev["reserved_bytes"] == 0 and st["running"] == 0, st
+
+
+# -- /metrics and the request log
+
+def request_logs(server):
+    return [json.loads(line[line.index("{"):]) for line in list(server.log) if " request {" in line]
+
+
+def metric(text, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        key, val = line.rsplit(" ", 1)
+        base, _, rest = key.partition("{")
+        got = ",".join(sorted(p for p in rest.rstrip("}").split(",") if p and not p.startswith("le=")))
+        if base == name and got == want:
+            total += float(val)
+    return total
+
+
+def test_tensor_requests_move_metrics_and_write_request_log_lines(server):
+    before = server.get("/metrics").text
+    x = torch.zeros(1, 3, 96, 96)
+    ids = [f"ts-log-{i}" for i in range(3)]
+    for rid in ids:
+        r = infer(server, "image_classifier", {"inputs": [tensor("image", x)]}, headers={"X-Request-Id": rid})
+        assert r.status_code == 200, r.text
+    bad = infer(server, "image_classifier", {"inputs": [tensor("picture", x)]}, headers={"X-Request-Id": "ts-log-bad"})
+    assert bad.status_code == 400
+    after = server.get("/metrics").text
+    model = {"model": "image_classifier"}
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert delta("vramgate_tensor_requests_total", outcome="completed", **model) == 3
+    assert delta("vramgate_tensor_queue_wait_seconds_count", **model) == 3
+    assert delta("vramgate_tensor_request_duration_seconds_count", **model) == 3
+    assert delta("vramgate_tensor_request_duration_seconds_sum", **model) > 0
+    assert delta("vramgate_tensor_batch_size_count", **model) >= 1
+    assert delta("vramgate_queue_wait_seconds_count") >= 3  # the server-wide histograms count them too
+    assert delta("vramgate_request_duration_seconds_count") >= 3
+    assert delta("vramgate_tensor_requests_total", outcome="completed", model="image_to_image") == 0
+
+    from conftest import wait_until
+    wait_until(lambda: set(ids + ["ts-log-bad"]) <= {x["id"] for x in request_logs(server)}, what="request log lines")
+    lines = {x["id"]: x for x in request_logs(server)}
+    for rid in ids:
+        line = lines[rid]
+        assert line["model"] == "image_classifier" and line["route"] == "/v2/models/{name}/infer", line
+        assert line["status"] == 200 and line["outcome"] == "completed" and line["reserved_bytes"] > 0, line
+        assert line["batch_requests"] >= 1 and line["compute_ms"] >= 0 and line["queue_ms"] >= 0, line
+        assert line["duration_ms"] >= line["compute_ms"], line
+    bad_line = lines["ts-log-bad"]
+    assert bad_line["outcome"] == "failed" and bad_line["reason"] == "invalid_request" and bad_line["status"] == 400

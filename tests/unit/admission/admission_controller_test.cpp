@@ -140,6 +140,43 @@ TEST(AdmissionController, LeaseReleaseReturnsBytesAndWakesTheEngine) {
   EXPECT_EQ(snap.counters.released, 2);
 }
 
+// A padded tensor batch tops its requests' leases up with free bytes: only
+// while the budget holds them (I1), counted in reserved and peak bytes, never
+// as a request admitted or released, and it blocks grants while held.
+TEST(AdmissionController, ReserveExtraTakesOnlyFreeBytesAndReturnsThem) {
+  int wakes = 0;
+  auto c = make(options(1000), [&wakes] { ++wakes; });
+  ManualClock clock;
+  ASSERT_TRUE(c->enqueue(1, 400, clock.now()).ok());
+  auto g = c->grant(clock.now());
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_FALSE(c->reserve_extra(0, 100, 601).has_value());  // 400 + 601 > 1000
+  EXPECT_FALSE(c->reserve_extra(0, 100, 0).has_value());
+  EXPECT_FALSE(c->reserve_extra(1, 100, 10).has_value());   // no engine 1
+  EXPECT_FALSE(c->reserve_extra(0, 1, 10).has_value());     // id 1 holds a lease
+  std::optional<Lease> extra = c->reserve_extra(0, 100, 600);
+  ASSERT_TRUE(extra.has_value());
+  EXPECT_EQ(extra->bytes(), 600);
+  EXPECT_EQ(c->snapshot(clock.now()).reserved_bytes, 1000);
+  ASSERT_TRUE(c->enqueue(2, 1, clock.now()).ok());
+  EXPECT_TRUE(c->grant(clock.now()).empty());  // the budget is full while the extra bytes are held
+  extra->release();
+  EXPECT_EQ(wakes, 1);
+  auto later = c->grant(clock.now());
+  EXPECT_EQ(later.size(), 1u);
+  const auto snap = c->snapshot(clock.now());
+  EXPECT_EQ(snap.reserved_bytes, 401);
+  EXPECT_EQ(snap.peak_reserved_bytes, 1000);
+  EXPECT_EQ(snap.counters.admitted, 2);
+  EXPECT_EQ(snap.counters.released, 0);
+  EXPECT_EQ(snap.active_leases, 2);
+
+  AdmissionOptions fixed = options(1000);
+  fixed.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, 2};
+  auto f = make(fixed);
+  EXPECT_TRUE(f->reserve_extra(0, 7, 5000).has_value());  // fixed:N checks no bytes
+}
+
 TEST(AdmissionController, LeaseMayOutliveTheControllerWithoutWakingIt) {
   int wakes = 0;
   auto c = make(options(1000), [&wakes] { ++wakes; });

@@ -69,9 +69,9 @@ TEST(TensorProfile, HeldOutShapesAreWithinThePredictionAndAtMost25PercentAbove) 
     for (const auto& [fraction, batch] : unseen) {
       const auto shapes = profile_shapes(l.model->spec(), fraction, batch);
       const std::int64_t measured = measured_peak(l, shapes);
-      const std::int64_t predicted = predicted_peak(*p, input_elements(shapes));
+      const std::int64_t predicted = predicted_peak(*p, total_elements(shapes));
       SCOPED_TRACE(shape_text(shapes.front()));
-      EXPECT_LE(measured, tensor_cost(*p, input_elements(shapes)));
+      EXPECT_LE(measured, tensor_cost(*p, total_elements(shapes)));
       EXPECT_LE(measured, predicted);
       EXPECT_LE(static_cast<double>(predicted), 1.25 * static_cast<double>(measured));
     }

@@ -50,8 +50,6 @@ TEST(TensorSpec, RefusesWhatItCannotServeByName) {
   EXPECT_NE(load_error(replace(kImage, "\"dtype\": \"float32\", \"shape\": [\"batch\", 3", "\"dtype\": \"int64\", \"shape\": [\"batch\", 3"))
                 .find("inputs[0].dtype' is 'int64'"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"width\"]")).find("'pad' is not supported"),
-            std::string::npos);
   EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pads\": []")).find("unknown key 'pads'"), std::string::npos);
   EXPECT_NE(load_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}", "\"height\": {\"min\": 8}"))
                 .find("'dims.height.max'"),
@@ -68,6 +66,34 @@ TEST(TensorSpec, RefusesWhatItCannotServeByName) {
   EXPECT_NE(load_error(replace(kImage, "[\"batch\", 3, ", "[\"batch\", 0, ")).find("inputs[0].shape[1]"), std::string::npos);
   EXPECT_NE(load_error("[1, 2]").find("JSON object"), std::string::npos);
   EXPECT_NE(load_error("{").find("not valid JSON"), std::string::npos);
+}
+
+TEST(TensorSpec, PadNamesInputDimensionsOtherThanBatch) {
+  auto spec = parse_tensor_model_spec(replace(kImage, "\"pad\": []", "\"pad\": [\"width\", \"height\"]"), "c.json");
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->pad, (std::vector<std::string>{"width", "height"}));
+  EXPECT_TRUE(spec->paddable("width"));
+  EXPECT_FALSE(spec->paddable("batch"));
+  EXPECT_FALSE(spec->paddable(0, 0));  // batch
+  EXPECT_FALSE(spec->paddable(0, 1));  // the fixed 3
+  EXPECT_TRUE(spec->paddable(0, 2));
+  EXPECT_TRUE(spec->paddable(0, 3));
+  EXPECT_FALSE(spec->paddable(1, 0));  // no second input
+  EXPECT_TRUE(image_spec().pad.empty());
+
+  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"batch\"]")).find("'pad' names 'batch'"),
+            std::string::npos);
+  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"depth\"]")).find("'depth'"), std::string::npos);
+  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"width\", \"width\"]")).find("twice"),
+            std::string::npos);
+  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [3]")).find("'pad' entries"), std::string::npos);
+  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": \"width\"")).find("'pad' must be an array"),
+            std::string::npos);
+  const std::string unbatched = R"({"model_type": "torchscript",
+    "inputs": [{"name": "x", "dtype": "float32", "shape": [3, "n"]}],
+    "outputs": [{"name": "y", "dtype": "float32", "shape": [3, "n"]}],
+    "dims": {"n": {"max": 8}}, "pad": ["n"]})";
+  EXPECT_NE(load_error(unbatched).find("needs a 'batch' dimension"), std::string::npos);
 }
 
 HostTensor image(std::vector<std::int64_t> shape, std::string name = "image") {
