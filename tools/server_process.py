@@ -33,9 +33,10 @@ class ServerProcess:
         if "serve" in self.args and "--in-process" not in self.args and "--runtime-dir" not in self.args:
             self.runtime_dir = tempfile.mkdtemp(prefix="vg-run-")
             self.args += ["--runtime-dir", self.runtime_dir]
-        # Its own session: kill() ends the engine processes with the server.
+        # Its own process group (in this session, so that its niceness and
+        # autogroup stay ours): kill() ends the engine processes with the server.
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env, start_new_session=True)
+                                     env=env, process_group=0)
         self.log = []
         self.port = None
         self.signalled = False

@@ -113,6 +113,10 @@ struct ServeConfig {
   std::int64_t test_inject_oom_count = 1; ///< consecutive steps from test_inject_oom_step that fail, >= 1
   /// Test hook: an engine process aborts when a request whose prompt contains this text starts running.
   std::string test_crash_on_prompt;
+  /// Test hook: an engine process aborts before it loads its model (every start).
+  bool test_engine_crash_at_start = false;
+  /// Test hook: this engine step (1-based) counts as producing NaN logits; 0 = never.
+  std::int64_t test_poison_logits_step = 0;
   bool test_trim_heap = false;       ///< GET /v1/admission first calls malloc_trim(0), so RSS is comparable (soak)
 
   /// Checks ranges and formats; the first field that breaks a rule, or none.

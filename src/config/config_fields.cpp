@@ -172,6 +172,12 @@ const ConfigField kFields[] = {
     {"test_crash_on_prompt", "test",
      "Test hook: an engine process aborts when a request whose prompt contains this text starts running",
      &C::test_crash_on_prompt},
+    {"test_engine_crash_at_start", "test", "Test hook: an engine process aborts before it loads its model",
+     &C::test_engine_crash_at_start},
+    {"test_poison_logits_step", "test",
+     "Test hook: this engine step (from 1) counts as producing NaN logits (an engine process then exits to be "
+     "restarted)",
+     &C::test_poison_logits_step},
     {"test_trim_heap", "test",
      "Test hook: GET /v1/admission first returns free heap memory to the OS (malloc_trim), so that RSS "
      "measurements compare live memory (tools/soak.py)",

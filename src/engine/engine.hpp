@@ -155,6 +155,16 @@ class Engine {
     /// which the device is marked not ready for oom_governor.quiet_period:
     /// no grants, new requests refused with kOverloaded (>= 1).
     int oom_unready_after = 5;
+    /// A step whose logits contain NaN or Inf means the device or the model
+    /// state is broken (a poisoned CUDA context, corrupted weights): this is
+    /// called on the engine thread with the reason, before the token is used.
+    /// An engine process exits from it so that its supervisor restarts it
+    /// (the only way to a clean CUDA context) and resumes its requests. Null:
+    /// the sequence fails with 500 and the engine goes on.
+    std::function<void(const std::string& reason)> on_poisoned;
+    /// Test hook: the step with this number (1-based, over the engine's
+    /// life) counts as having produced non-finite logits; 0 = never.
+    std::int64_t test_poison_logits_at_step = 0;
     /// Where the engine thread records its observations (histograms,
     /// generated tokens); null records nothing. Must outlive the engine.
     metrics::ServerMetrics* metrics = nullptr;

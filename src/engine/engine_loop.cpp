@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "device/device.hpp"
 #include "engine/engine_impl.hpp"
@@ -415,6 +416,16 @@ std::int64_t Engine::Impl::begin_step() {
 }
 
 void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits) {
+  const bool injected = options.test_poison_logits_at_step > 0 && steps_run.load() == options.test_poison_logits_at_step;
+  if (injected || !std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); })) {
+    const std::string reason = "the logits of request " + s.req->gen.id + " at step " +
+                               std::to_string(steps_run.load()) + " are not finite (NaN or Inf)" +
+                               (injected ? " (test hook)" : "");
+    spdlog::error("engine on {}: {}", device.name(), reason);
+    if (options.on_poisoned) options.on_poisoned(reason);
+    fail(s, Error(ErrorCode::kInternal, reason + "; the device state is not trusted"));
+    return;
+  }
   s.p.generated.push_back(token);
   ++s.p.unsent_tokens;
   const Tokenizer& tok = model.tokenizer();

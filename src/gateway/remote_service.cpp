@@ -86,6 +86,7 @@ struct RemoteService::Slot {
   AdmissionState carried;
   std::optional<AdmissionState> last_state;
   bool connecting = false;
+  bool tried_attach = false;         // the first start looked for a running engine
 
   std::string label() const {
     if (!ep.device.empty()) return ep.device;
@@ -210,8 +211,23 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     return;
   }
   if (s.connecting) return;
-  // Not connected: start a supervised engine that has no process, else try
-  // the socket (a started engine creates it once its model is loaded).
+  // Not connected: at the first start, an engine already running on the
+  // socket (this gateway's predecessor's) is re-attached if its settings
+  // match; then start a supervised engine that has no process, else try the
+  // socket (a started engine creates it once its model is loaded).
+  struct stat st{};
+  if (!s.tried_attach) {
+    s.tried_attach = true;
+    if (!s.ep.command.empty() && ::stat(s.ep.socket_path.c_str(), &st) == 0) {
+      s.connecting = true;
+      Slot* p = &s;
+      mu_.unlock();
+      (void)try_connect(*p);
+      mu_.lock();
+      p->connecting = false;
+      if (p->channel) return;
+    }
+  }
   if (!s.ep.command.empty() && s.pid == 0) {
     if (now < s.next_start || fatal_) return;
     ::unlink(s.ep.socket_path.c_str());
@@ -235,7 +251,6 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     set_state(s, s.restarts > 0 ? "restarting" : "starting");
     return;
   }
-  struct stat st{};
   if (now < s.next_connect || ::stat(s.ep.socket_path.c_str(), &st) != 0) return;
   s.connecting = true;
   Slot* p = &s;
@@ -513,7 +528,12 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   } else if (auto* t = std::get_if<TextEvent>(&e)) {
     r->any_text = true;
     if (t->choice == 0) r->delivered.insert(r->delivered.end(), t->token_ids.begin(), t->token_ids.end());
-    r->suspect = false;  // it got through a prefill and a step
+    if (r->suspect) {
+      // Alone among the suspects, it got through a prefill and a step: it is
+      // not what brought the engine down, and a later crash counts afresh.
+      r->suspect = false;
+      r->crashes = 0;
+    }
   } else if (std::holds_alternative<PromptEvent>(e)) {
     forward = !r->prompt_sent;
     r->prompt_sent = true;
@@ -986,13 +1006,16 @@ void RemoteService::shutdown() {
     for (auto& s : slots_) {
       if (s->channel) {
         if (options_.release_engines) s->channel->send(json::object{{"t", "release"}});
+      } else if (s->child && s->pid > 0) {
+        // Still loading: it would serve no one.
+        ::kill(s->pid, SIGTERM);
       }
       if (s->child && s->pid > 0) children.push_back(s->pid);
     }
     cv_.notify_all();
   }
   if (monitor_.joinable()) monitor_.join();
-  // Give the release a moment to be written before the connections close.
+  // The releases are written before the connections close.
   {
     std::vector<std::shared_ptr<Channel>> channels;
     {
@@ -1001,13 +1024,10 @@ void RemoteService::shutdown() {
         if (s->channel) channels.push_back(s->channel);
       }
     }
-    for (int i = 0; i < 50; ++i) {
-      bool idle = true;
-      for (auto& c : channels) idle = idle && c->closed();
-      if (idle) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (auto& c : channels) {
+      (void)c->flush(1.0);
+      c->close("gateway stopping");
     }
-    for (auto& c : channels) c->close("gateway stopping");
     // Their reader threads call back into this object until they end.
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, std::chrono::seconds(10), [&] { return open_channels_ == 0; });

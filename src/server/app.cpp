@@ -88,8 +88,8 @@ std::string self_exe() {
   return ec ? std::string("vramgate") : p.string();
 }
 
-/// The gateway's service over the engines of `config` (started and
-/// supervised here, or the --engine sockets given).
+/// The gateway's service over the engine process of `config` (started and
+/// supervised here), or over the --engine sockets given.
 Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& config,
                                                              metrics::ServerMetrics* metrics) {
   gateway::RemoteService::Options o;
@@ -117,24 +117,27 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   engine_config.port = 0;
   const std::string toml = format_config_toml(engine_config);
   const std::string exe = self_exe();
-  for (const std::string& device : config.device) {
-    const std::string digest = hex(traffic::sha256_parts({toml, "\n", device}), 16);
-    const std::string base = dir + "/engine-" + digest.substr(0, 12);
-    const std::string config_path = base + ".toml";
-    {
-      std::ofstream out(config_path, std::ios::trunc);
-      out << toml;
-      if (!out) return Error(ErrorCode::kConfig, "cannot write " + config_path);
-    }
-    gateway::EngineEndpoint ep;
-    ep.socket_path = base + ".sock";
-    ep.device = device;
-    ep.config_digest = digest;
-    ep.command = {exe, "engine", "--config", config_path, "--device", device, "--listen", "unix:" + ep.socket_path,
-                  "--config-digest", digest};
-    o.engines.push_back(std::move(ep));
+  // One engine process for the configured devices: one admission queue over
+  // them, placing each request on the device where it fits with the most
+  // free budget (as in one process). For a process per device, run
+  // `vramgate engine --device D` for each and give them with --engine.
+  std::string devices;
+  for (const std::string& d : config.device) devices += (devices.empty() ? "" : ",") + d;
+  const std::string digest = hex(traffic::sha256_parts({toml, "\n", devices}), 16);
+  const std::string base = dir + "/engine-" + digest.substr(0, 12);
+  const std::string config_path = base + ".toml";
+  {
+    std::ofstream out(config_path, std::ios::trunc);
+    out << toml;
+    if (!out) return Error(ErrorCode::kConfig, "cannot write " + config_path);
   }
-  spdlog::info("engines: {} process(es) under {} (--runtime-dir)", o.engines.size(), dir);
+  gateway::EngineEndpoint ep;
+  ep.socket_path = base + ".sock";
+  ep.device = devices;
+  ep.config_digest = digest;
+  ep.command = {exe, "engine", "--config", config_path, "--listen", "unix:" + ep.socket_path, "--config-digest", digest};
+  o.engines.push_back(std::move(ep));
+  spdlog::info("engine process for {}: socket and settings under {} (--runtime-dir)", devices, dir);
   return gateway::RemoteService::create(std::move(o));
 }
 
@@ -190,7 +193,7 @@ int run_server(const ServeConfig& config) {
     InferenceService* s = local.get();
     backend = {s, [s] { s->begin_drain(); }, [s](TimePoint d) { return s->wait_idle(d); }, [s] { s->shutdown(); }};
   } else {
-    spdlog::info("vramgate gateway starting (pid {})", ::getpid());
+    spdlog::info("vramgate starting (gateway, pid {})", ::getpid());
     auto service = make_gateway(config, &metrics);
     if (!service.ok()) {
       spdlog::error("start-up failed: {}", service.error().message);
@@ -292,10 +295,22 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   }
   set_compute_threads(config.threads);
   spdlog::info("vramgate engine starting (pid {}): {}", ::getpid(), torch_runtime_description());
+  if (config.test_engine_crash_at_start) {
+    spdlog::error("test hook --test-engine-crash-at-start: aborting before the model loads");
+    std::abort();
+  }
 
   metrics::Registry registry;
   metrics::ServerMetrics metrics(registry);
-  auto service = InferenceService::create(config, &metrics);
+  // Non-finite logits: the device state is not trusted, and only a new
+  // process gets a clean one. Exit status 3 tells the supervisor to restart
+  // this engine (and resume its requests elsewhere or on the new one).
+  auto on_poisoned = [](const std::string& reason) {
+    spdlog::critical("engine is poisoned ({}); exiting to be restarted", reason);
+    spdlog::default_logger()->flush();
+    std::_Exit(3);
+  };
+  auto service = InferenceService::create(config, &metrics, on_poisoned);
   if (!service.ok()) {
     spdlog::error("start-up failed: {}", service.error().message);
     return 1;

@@ -72,8 +72,8 @@ InferenceService::InferenceService(const ServeConfig& config) : config_(config) 
 
 InferenceService::~InferenceService() { shutdown(); }
 
-Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeConfig& config,
-                                                                  metrics::ServerMetrics* metrics) {
+Result<std::unique_ptr<InferenceService>> InferenceService::create(
+    const ServeConfig& config, metrics::ServerMetrics* metrics, std::function<void(const std::string&)> on_poisoned) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
   svc->started_at_ =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -259,6 +259,8 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(const ServeCo
       eo.max_preemptions = config.max_preemptions;
       eo.oom_unready_after = config.oom_unready_after;
       eo.metrics = metrics;
+      eo.on_poisoned = on_poisoned;
+      eo.test_poison_logits_at_step = config.test_poison_logits_step;
       auto engine = Engine::create(eo, *d->setup.models[m], *d->setup.device, *front, index++);
       if (!engine.ok()) return std::move(engine).error();
       svc->models_[m]->engines.push_back(engine->get());

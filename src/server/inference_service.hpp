@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,8 +33,11 @@ class InferenceService final : public Service {
   /// service). A device that fails to start is logged and left out (unhealthy
   /// in /v1/admission and /ready); errors (kConfig, kModelLoad) only when
   /// every device fails, with the first device's error.
-  static Result<std::unique_ptr<InferenceService>> create(const ServeConfig& config,
-                                                          metrics::ServerMetrics* metrics = nullptr);
+  /// `on_poisoned` (optional): what an engine calls when a step's logits are
+  /// not finite (Engine::Options::on_poisoned); an engine process exits from it.
+  static Result<std::unique_ptr<InferenceService>> create(
+      const ServeConfig& config, metrics::ServerMetrics* metrics = nullptr,
+      std::function<void(const std::string&)> on_poisoned = nullptr);
   ~InferenceService() override;
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;

@@ -39,7 +39,7 @@ bool Channel::send(const boost::json::object& message) {
     if (queued_bytes_ + frame.size() <= limits_.max_queued_bytes) {
       queued_bytes_ += frame.size();
       queue_.push_back(std::move(frame));
-      cv_.notify_one();
+      cv_.notify_all();
       return true;
     }
   }
@@ -61,6 +61,13 @@ void Channel::close(const std::string& reason) {
 bool Channel::closed() const {
   std::lock_guard lk(mu_);
   return closed_;
+}
+
+bool Channel::flush(double timeout_s) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
+                      [&] { return closed_ || (queue_.empty() && !writing_); }) &&
+         queue_.empty();
 }
 
 void Channel::read_loop(OnMessage on_message, OnClose on_close) {
@@ -110,6 +117,7 @@ void Channel::write_loop() {
       frame = std::move(queue_.front());
       queue_.pop_front();
       queued_bytes_ -= frame.size();
+      writing_ = true;
     }
     std::size_t off = 0;
     while (off < frame.size()) {
@@ -121,6 +129,9 @@ void Channel::write_loop() {
       }
       off += static_cast<std::size_t>(n);
     }
+    std::lock_guard lk(mu_);
+    writing_ = false;
+    cv_.notify_all();
   }
 }
 

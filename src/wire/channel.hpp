@@ -52,6 +52,9 @@ class Channel : public std::enable_shared_from_this<Channel> {
   /// Closes the connection (both threads stop; on_close gets `reason`). Idempotent.
   void close(const std::string& reason);
   bool closed() const;
+  /// Waits until everything queued has been written (or the channel
+  /// closed), at most `timeout_s`; true when the queue is empty.
+  bool flush(double timeout_s);
   int fd() const { return fd_; }
 
  private:
@@ -66,6 +69,7 @@ class Channel : public std::enable_shared_from_this<Channel> {
   std::deque<std::string> queue_;  // guarded by mu_
   std::size_t queued_bytes_ = 0;   // guarded by mu_
   bool closed_ = false;            // guarded by mu_
+  bool writing_ = false;           // guarded by mu_: the writer holds a frame it has not finished
   std::string close_reason_;       // guarded by mu_
 };
 

@@ -112,7 +112,10 @@ void EngineServer::stop() {
     std::lock_guard lk(mu_);
     conns = conns_;
   }
-  for (auto& c : conns) c->channel->close("engine stopping");
+  for (auto& c : conns) {
+    (void)c->channel->flush(1.0);  // events already pushed reach their gateway
+    c->channel->close("engine stopping");
+  }
   // The connections' threads call back into this object until they end.
   {
     std::unique_lock lk(mu_);
@@ -230,11 +233,16 @@ class EventsToConn final : public EventSink {
   EventsToConn(std::weak_ptr<EngineServer::Conn> conn, std::uint64_t rid, bool poison)
       : conn_(std::move(conn)), rid_(rid), poison_(poison) {}
   void push(EngineEvent event) override {
+    auto c = conn_.lock();
     if (poison_ && std::holds_alternative<StartedEvent>(event)) {
+      // As a crash in the request's first step would: after its start is out.
+      if (c) {
+        c->channel->send(json::object{{"t", "event"}, {"rid", rid_}, {"event", encode(event)}});
+        (void)c->channel->flush(1.0);
+      }
       spdlog::error("test hook --test-crash-on-prompt: request {} started; aborting the engine process", rid_);
       std::abort();
     }
-    auto c = conn_.lock();
     if (!c) return;
     const bool terminal = is_terminal(event);
     c->channel->send(json::object{{"t", "event"}, {"rid", rid_}, {"event", encode(event)}});

@@ -13,12 +13,16 @@ from server_process import ServerProcess  # noqa: E402
 
 BIN = os.environ.get("VRAMGATE_BIN", "build/release/vramgate")
 MODEL_DIR = os.environ.get("VRAMGATE_MODEL_DIR", "models/tinylm")
+# VRAMGATE_E2E_IN_PROCESS=1: every server runs --in-process (HTTP and the
+# engines in one process) instead of the default gateway + engine processes.
+IN_PROCESS = os.environ.get("VRAMGATE_E2E_IN_PROCESS") == "1"
+MODE_ARGS = ["--in-process"] if IN_PROCESS else []
 
 
 class Server(ServerProcess):
     def __init__(self, *extra_args, model_dir=None):
         super().__init__([BIN, "serve", "--model-dir", model_dir or MODEL_DIR, "--port", "0", "--threads", "1",
-                          *extra_args])
+                          *MODE_ARGS, *extra_args])
 
     def get(self, path, **kw):
         return requests.get(self.url + path, timeout=kw.pop("timeout", 60), **kw)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
@@ -162,6 +163,45 @@ TEST_F(EngineTest, AfterTheQuietPeriodTheDeviceServesAgainAndOneGoodStepClosesTh
   EXPECT_EQ(engine->stats().consecutive_oom_steps, 0);
   EXPECT_EQ(engine->stats().not_ready_trips, 1);
   EXPECT_TRUE(engine->ready(Clock::now()));
+}
+
+TEST_F(EngineTest, NonFiniteLogitsCallOnPoisonedAndFailTheRequest) {
+  model_.nan_at_length(4);  // the prompt "a" + 3 tokens
+  std::mutex mu;
+  std::vector<std::string> reasons;
+  Engine::Options o = options();
+  o.on_poisoned = [&](const std::string& why) {
+    std::lock_guard lk(mu);
+    reasons.push_back(why);
+  };
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kInternal);
+  EXPECT_EQ(a->text(), expected_text(3));  // the poisoned token is never sent
+  std::lock_guard lk(mu);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("not finite"), std::string::npos);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(EngineTest, AResumedRequestPrefillsWhatWasSentAndGoesOnWithoutResendingIt) {
+  auto engine = make();
+  GenerationRequest r = req(12);
+  const std::string sent = expected_text(5);
+  for (char c : sent) r.resume_generated.push_back(static_cast<unsigned char>(c));
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(r, a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_EQ(sent + a->text(), expected_text(12));
+  EXPECT_EQ(a->finished()->usage.completion_tokens, 12);
+  EXPECT_EQ(tokens_announced(*a), 7);
+  // One prefill of prompt + the 5 tokens sent.
+  const std::vector<int> inputs = model_.inputs_log();
+  EXPECT_NE(std::find(inputs.begin(), inputs.end(), 1 + 5), inputs.end());
 }
 
 }  // namespace

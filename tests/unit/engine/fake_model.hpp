@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -89,6 +90,7 @@ class FakeModel final : public Model {
                              : static_cast<unsigned char>(script_[static_cast<std::size_t>(length) % script_.size()]);
         row[static_cast<std::size_t>(next)] = 10.0f;
         row[static_cast<std::size_t>((next + 1) % 256)] = 9.0f;  // a runner-up, for sampling and logprobs
+        if (nan_at_ && length == *nan_at_) row[3] = std::numeric_limits<float>::quiet_NaN();
         logits.insert(logits.end(), row.begin(), row.end());
       }
       c->length_ += static_cast<int>(in.tokens.size());
@@ -147,6 +149,8 @@ class FakeModel final : public Model {
     return inputs_log_;
   }
   void eos_at_length(int n) { eos_at_ = n; }
+  /// The logits after `n` cache tokens contain a NaN (a poisoned device).
+  void nan_at_length(int n) { nan_at_ = n; }
   int steps() {
     std::lock_guard lk(mu_);
     return steps_;
@@ -195,6 +199,7 @@ class FakeModel final : public Model {
   int fail_count_ = 1;
   std::vector<int> inputs_log_;
   std::optional<int> eos_at_;
+  std::optional<int> nan_at_;
   int cache_copies_ = 0;
 };
 

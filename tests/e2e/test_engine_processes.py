@@ -1,0 +1,387 @@
+"""Engine processes: the default `serve` is a gateway that supervises one
+engine process per device. These tests kill, stop and share engines and
+gateways with real processes on loopback, and check what clients see: every
+request ends with its complete answer or one clear error, streams resume
+without a repeated or lost token, and the device limit holds however many
+gateways there are. Waits are on conditions the servers report."""
+import concurrent.futures as cf
+import json
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import requests
+
+from conftest import BIN, IN_PROCESS, MODEL_DIR, Server, wait_until
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from server_process import ServerProcess  # noqa: E402
+
+PROMPTS = [f"Once upon a time {i}" for i in range(16)]
+
+pytestmark = pytest.mark.skipif(IN_PROCESS, reason="engine processes: the default mode only")
+
+
+def engines(server):
+    return server.get("/v1/engines").json()["data"]
+
+
+def engine_pid(server):
+    data = engines(server)
+    assert len(data) == 1, data
+    return data[0]["pid"]
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped) is not alive.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def complete(server, prompt, stream, max_tokens=40):
+    """One greedy completion; returns (status, text or error body, headers)."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+    r = requests.post(server.url + "/v1/completions", json=body, stream=stream, timeout=120)
+    if r.status_code != 200:
+        return r.status_code, r.json(), r.headers
+    if not stream:
+        return 200, r.json()["choices"][0]["text"], r.headers
+    text, finished, error = "", None, None
+    for line in r.iter_lines():
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:]
+        if data == b"[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            error = chunk["error"]
+            continue
+        for c in chunk["choices"]:
+            text += c["text"]
+            finished = c.get("finish_reason") or finished
+    if error:
+        return 503 if error.get("type") == "overloaded" else 500, {"error": error}, r.headers
+    assert finished in ("length", "stop"), (finished, text)
+    return 200, text, r.headers
+
+
+def metric(server, name):
+    total = 0.0
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_kill_engine_under_load_resumes_every_request():
+    s = Server("--test-step-delay-ms", "15", "--max-batch", "8")
+    try:
+        gateway_pid = s.proc.pid
+        reference = {p: complete(s, p, stream=False)[1] for p in PROMPTS[:4]}
+        # Same text for the other prompts from one fault-free pass (greedy).
+        with cf.ThreadPoolExecutor(16) as pool:
+            for p, (st, text, _) in zip(PROMPTS, pool.map(lambda p: complete(s, p, False), PROMPTS)):
+                assert st == 200
+                reference[p] = text
+        wait_until(lambda: s.admission()["queued"] == 0 and s.admission()["running"] == 0, what="idle")
+        idle_used = s.admission()["devices"][0]["used_bytes"]
+        old_pid = engine_pid(s)
+
+        with cf.ThreadPoolExecutor(16) as pool:
+            futures = [pool.submit(complete, s, p, i % 2 == 0) for i, p in enumerate(PROMPTS)]
+            # Kill it while streams are under way and others wait in the queue.
+            wait_until(lambda: s.admission()["running"] >= 4, what="requests running")
+            os.kill(old_pid, signal.SIGKILL)
+            results = [f.result() for f in futures]
+        for p, (status, text, headers) in zip(PROMPTS, results):
+            if status == 503:
+                assert "Retry-After" in headers, text
+                continue
+            assert status == 200, (p, status, text)
+            assert text == reference[p], (p, text, reference[p])
+        assert sum(1 for r in results if r[0] == 200) >= 12, [r[0] for r in results]
+        assert s.proc.poll() is None and s.proc.pid == gateway_pid
+        wait_until(lambda: engines(s)[0]["state"] == "ready", what="new engine ready")
+        e = engines(s)[0]
+        assert e["pid"] != old_pid and e["restarts"] == 1 and e["last_exit"] == "signal 9", e
+        assert metric(s, "vramgate_engine_restarts_total") == 1
+        assert metric(s, 'vramgate_requests_resumed_total{reason="resumed"}') >= 1
+        assert "resumed on engine" in s.logs()
+        wait_until(lambda: s.admission()["queued"] == 0 and s.admission()["running"] == 0, what="idle again")
+        assert s.admission()["devices"][0]["used_bytes"] == idle_used
+        assert complete(s, PROMPTS[0], True)[1] == reference[PROMPTS[0]]
+    finally:
+        assert s.stop() == 0, s.logs()
+
+
+def test_gateway_killed_and_restarted_keeps_the_engine(tmp_path):
+    runtime = str(tmp_path / "run")
+    a = Server("--runtime-dir", runtime, "--test-step-delay-ms", "20")
+    engine = engine_pid(a)
+    with cf.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(requests.post, a.url + "/v1/completions",
+                               json={"prompt": p, "max_tokens": 200, "stream": True}, timeout=60, stream=True)
+                   for p in PROMPTS[:4]]
+        wait_until(lambda: a.admission()["running"] >= 2, what="requests running")
+        a.proc.send_signal(signal.SIGKILL)  # the gateway only: its engine stays
+        a.proc.wait()
+        for f in futures:
+            try:
+                r = f.result()
+                for _ in r.iter_lines():
+                    pass
+            except requests.RequestException:
+                pass  # their gateway is gone
+    assert pid_alive(engine)
+    b = Server("--runtime-dir", runtime, "--test-step-delay-ms", "20")
+    try:
+        assert engine_pid(b) == engine
+        assert "re-attached" in b.logs()
+        assert "vramgate engine starting" not in b.logs()  # no second weight load
+        # The vanished clients' work was cancelled.
+        wait_until(lambda: b.admission()["running"] == 0 and b.admission()["queued"] == 0, what="cancelled")
+        status, text, _ = complete(b, "Hello", stream=False, max_tokens=4)
+        assert status == 200 and text
+    finally:
+        assert b.stop() == 0, b.logs()
+    wait_until(lambda: not pid_alive(engine), what="the released engine to exit")
+
+
+def test_two_gateways_share_one_engine_and_its_limit(tmp_path):
+    sock = str(tmp_path / "e.sock")
+    os.chmod(tmp_path, 0o700)
+    engine = ServerProcess.__new__(ServerProcess)  # not an HTTP server: run it plainly
+    proc = subprocess.Popen([BIN, "engine", "--model-dir", MODEL_DIR, "--device", "virt:0=64MiB", "--threads", "1",
+                             "--max-batch", "4", "--test-step-delay-ms", "5", "--listen", "unix:" + sock],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    del engine
+    try:
+        wait_until(lambda: os.path.exists(sock), what="engine socket")
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(sock + ".secret").st_mode) == 0o600
+        g1 = Server("--engine", "unix:" + sock)
+        g2 = Server("--engine", "unix:" + sock)
+        try:
+            budget = g1.admission()["devices"][0]["budget_bytes"]
+            samples = []
+            stop = False
+
+            def sample():
+                while not stop:
+                    for g in (g1, g2):
+                        d = g.admission()["devices"][0]
+                        samples.append((d["reserved_bytes"], d["running"]))
+
+            def call(i):
+                g = (g1, g2)[i % 2]
+                r = g.post("/v1/completions", {"prompt": PROMPTS[i % 16], "max_tokens": 24})
+                return r.status_code, r.headers
+
+            with cf.ThreadPoolExecutor(25) as pool:
+                sampler = pool.submit(sample)
+                results = list(pool.map(call, range(24)))  # 3x --max-batch from each side
+                stop = True
+                sampler.result()
+            for status, headers in results:
+                assert status in (200, 503), status
+                if status == 503:
+                    assert "Retry-After" in headers
+            assert sum(1 for st, _ in results if st == 200) >= 8
+            assert samples
+            assert max(r for r, _ in samples) <= budget
+            assert max(n for _, n in samples) <= 4
+            # One ledger: both gateways see the same completed count.
+            assert g1.admission()["completed"] == g2.admission()["completed"]
+        finally:
+            assert g1.stop() == 0 and g2.stop() == 0
+        assert proc.poll() is None  # an engine given with --engine is not stopped by its gateways
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
+def test_poison_request_ends_engine_crashed_and_others_complete():
+    s = Server("--test-crash-on-prompt", "POISON", "--max-crash-retries", "2", "--test-step-delay-ms", "10")
+    try:
+        with cf.ThreadPoolExecutor(7) as pool:
+            # The others run first; the poison joins their steps.
+            others = [pool.submit(complete, s, p, i % 2 == 0, 40) for i, p in enumerate(PROMPTS[:6])]
+            wait_until(lambda: s.admission()["running"] >= 6, what="the others running")
+            poison = pool.submit(s.post, "/v1/completions", {"prompt": "a POISON pill", "max_tokens": 8},
+                                 headers={"X-Request-Id": "poison-1"})
+            r = poison.result()
+            results = [f.result() for f in others]
+        assert r.status_code == 500, r.text
+        err = r.json()["error"]
+        assert err["type"] == "engine_crashed" and "poison-1" in err["message"], err
+        assert r.headers.get("x-should-retry") == "false"
+        for status, text, headers in results:
+            assert status == 200 or (status == 503 and "Retry-After" in headers), (status, text)
+        assert all(r[0] == 200 for r in results), [r[:2] for r in results]
+        wait_until(lambda: engines(s)[0]["state"] == "ready", what="engine up after the crashes")
+        assert engines(s)[0]["restarts"] == 2
+        assert complete(s, "Hello", False, 4)[0] == 200
+    finally:
+        assert s.stop() == 0, s.logs()
+
+
+def test_stopped_engine_is_restarted_after_its_heartbeat_timeout():
+    s = Server("--engine-heartbeat-timeout", "1")
+    try:
+        old = engine_pid(s)
+        os.kill(old, signal.SIGSTOP)
+        wait_until(lambda: engines(s)[0]["restarts"] == 1, what="a restart")
+        wait_until(lambda: engines(s)[0]["state"] == "ready", what="the new engine")
+        e = engines(s)[0]
+        assert e["pid"] != old
+        assert "heartbeat" in s.logs()
+        assert not pid_alive(old)
+        assert complete(s, "Hello", False, 4)[0] == 200
+    finally:
+        assert s.stop() == 0, s.logs()
+
+
+def test_engine_that_dies_while_loading_backs_off_and_never_hangs():
+    argv = [BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--threads", "1", "--test-engine-crash-at-start"]
+    s = ServerProcess.__new__(ServerProcess)
+    # Not ready ever: start it without waiting for /ready.
+    proc_dir = tempfile.mkdtemp(prefix="vg-run-")
+    proc = subprocess.Popen(argv + ["--runtime-dir", proc_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    del s
+    try:
+        port = None
+        lines = []
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "listening on http://" in line:
+                port = int(line.rsplit(":", 1)[1])
+        assert port, "".join(lines)
+        url = f"http://127.0.0.1:{port}"
+
+        def restarts():
+            return requests.get(url + "/v1/engines", timeout=10).json()["data"][0]["restarts"]
+
+        wait_until(lambda: restarts() >= 3, timeout=60, what="three restarts")
+        r = requests.get(url + "/ready", timeout=10)
+        assert r.status_code == 503 and "engine on" in r.text, r.text
+        r = requests.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=10)
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert r.json()["error"]["type"] == "overloaded"
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+        log = "".join(lines) + out
+        assert proc.returncode == 0, log
+        # The delays grew: 0.5, 1, 2 s ...
+        assert "restart 1 in 0.5 s" in log and "restart 3 in 2.0 s" in log, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def frame(obj):
+    payload = json.dumps(obj).encode()
+    return struct.pack(">I", len(payload)) + payload
+
+
+def read_frame(sock):
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    n = struct.unpack(">I", head)[0]
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
+
+
+def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
+    s = Server()
+    try:
+        sock_path = engines(s)[0]["address"][len("unix:"):]
+        folder = os.path.dirname(sock_path)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(sock_path + ".secret").st_mode) == 0o600
+        cases = [frame({"t": "hello", "v": 1, "secret": "wrong"}),
+                 frame({"t": "hello", "v": 99, "secret": open(sock_path + ".secret").read()}),
+                 frame({"t": "submit", "rid": 1}),
+                 struct.pack(">I", 1 << 30),     # oversized
+                 struct.pack(">I", 5) + b"nope!",  # not JSON
+                 b"\x00\x00"]                    # truncated
+        for data in cases:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(10)
+            c.connect(sock_path)
+            c.sendall(data)
+            if data == b"\x00\x00":
+                c.shutdown(socket.SHUT_WR)
+            reply = read_frame(c)
+            assert reply is None or reply["t"] == "refused", reply
+            assert c.recv(1) == b""  # closed
+            c.close()
+        log = s.logs()
+        assert "wrong or missing secret" in log and "protocol version mismatch" in log
+        # A good gateway connection with a bad message after the hello is closed too.
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(sock_path)
+        c.sendall(frame({"t": "hello", "v": 1, "secret": open(sock_path + ".secret").read()}))
+        assert read_frame(c)["t"] == "hello"
+        c.sendall(frame({"t": "submit", "rid": 7, "request": {"prompt": "x", "max_tokens": -5}}))
+        while True:
+            m = read_frame(c)
+            if m is None:
+                break
+            assert m["t"] == "status", m
+        c.close()
+        assert "bad submit" in s.logs()
+        # The engine never went down.
+        assert engines(s)[0]["restarts"] == 0
+        assert complete(s, "Hello", False, 4)[0] == 200
+    finally:
+        assert s.stop() == 0, s.logs()
+
+
+def test_non_finite_logits_restart_the_engine_and_the_stream_resumes():
+    # Step 12 of each engine process counts as producing NaN logits: the
+    # first engine exits (status 3) mid-stream; the restarted one finishes
+    # the stream within its first 12 steps.
+    reference_server = Server("--in-process")
+    try:
+        reference = complete(reference_server, "Once upon a time", True, 20)[1]
+    finally:
+        assert reference_server.stop() == 0
+    s = Server("--test-poison-logits-step", "12")
+    try:
+        status, text, _ = complete(s, "Once upon a time", True, 20)
+        assert status == 200 and text == reference, (status, text, reference)
+        wait_until(lambda: engines(s)[0]["state"] == "ready", what="the restarted engine")
+        e = engines(s)[0]
+        assert e["restarts"] == 1 and e["last_exit"] == "exit 3", e
+        assert "are not finite" in s.logs() and "engine is poisoned" in s.logs()
+    finally:
+        assert s.stop() == 0, s.logs()
