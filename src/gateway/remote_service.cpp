@@ -555,11 +555,21 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
 void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& reason) {
   std::vector<std::pair<std::shared_ptr<Req>, EngineEvent>> ends;
   int moved = 0;
+  // The last thing this callback does is count its channel closed: until
+  // then shutdown() waits, so the slot stays alive.
+  struct Closed {
+    RemoteService* svc;
+    ~Closed() {
+      std::lock_guard lk(svc->mu_);
+      --svc->open_channels_;
+      svc->cv_.notify_all();
+    }
+  } closed{this};
+  std::string label;
   {
     std::lock_guard lk(mu_);
-    --open_channels_;
-    cv_.notify_all();
     if (s->epoch != epoch) return;
+    label = s->label();
     s->channel.reset();
     if (s->last_state) {
       // Counters of this process carry over to the next one.
@@ -645,7 +655,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     s->inflight.clear();
     cv_.notify_all();
   }
-  spdlog::warn("engine on {} disconnected ({}): {} requests to move, {} ended", s->label(),
+  spdlog::warn("engine on {} disconnected ({}): {} requests to move, {} ended", label,
                reason.empty() ? "closed" : reason, moved, ends.size());
   for (auto& [r, ev] : ends) r->sink->push(std::move(ev));
 }

@@ -6,6 +6,7 @@
 #include "gateway/remote_service.hpp"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +140,9 @@ class Recorder final : public EventSink {
 class RemoteServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // spdlog's registry starts on first use; make that this thread, before
+    // the threads under test log (its lock lives in the uninstrumented library).
+    spdlog::default_logger()->set_level(spdlog::level::info);
     dir_ = std::filesystem::temp_directory_path() /
            ("vg-remote-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
