@@ -516,7 +516,20 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   const json::value* ev = m.if_contains("event");
   auto event = ev ? wire::decode_event(*ev) : Result<EngineEvent>(Error(ErrorCode::kInvalidRequest, "no event"));
   if (!event.ok()) {
-    spdlog::warn("engine on {}: bad event for request {}: {}", s->label(), r->id_, event.error().message);
+    // The request cannot go on from a stream it cannot read: it ends here,
+    // and the engine is told to stop it.
+    spdlog::error("engine on {}: bad event for request {}: {}", s->label(), r->id_, event.error().message);
+    s->inflight.erase(rid);
+    if (r->ended) return;
+    r->ended = true;
+    --active_;
+    cv_.notify_all();
+    std::shared_ptr<Channel> ch = s->channel;
+    lk.unlock();
+    if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}});
+    r->sink->push(FailedEvent{Error(ErrorCode::kInternal, "the engine sent an event that could not be read: " +
+                                                              event.error().message),
+                              {}, {}});
     return;
   }
   EngineEvent e = std::move(event).value();

@@ -2,6 +2,7 @@
 // field readers and turns it into a kInvalidRequest at each public function.
 #include "wire/codec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -79,6 +80,12 @@ double number(const json::object& o, const char* key, double lo, double hi, doub
   }
   if (!std::isfinite(x) || x < lo || x > hi) fail(std::string("\"") + key + "\" is out of range");
   return x;
+}
+
+/// A duration (ms or s) measured by the peer: finite; a value just below 0
+/// (two clocks read in the other order) counts as 0.
+double duration(const json::object& o, const char* key) {
+  return std::max(0.0, number(o, key, -1e12, 1e12, 0));
 }
 
 bool boolean(const json::object& o, const char* key) {
@@ -381,7 +388,7 @@ Timings decode_timings(const json::object& o) {
   const json::value* v = get(o, "timings");
   if (!v) return {};
   const json::object& t = as_object(*v, "\"timings\"");
-  return Timings{number(t, "queue_ms", 0, 1e12, 0), number(t, "prefill_ms", 0, 1e12, 0), number(t, "decode_ms", 0, 1e12, 0)};
+  return Timings{duration(t, "queue_ms"), duration(t, "prefill_ms"), duration(t, "decode_ms")};
 }
 json::array encode_logprobs(const std::vector<TokenLogprobs>& v) {
   json::array a;
@@ -460,7 +467,7 @@ Result<EngineEvent> decode_event(const json::value& v) {
     const std::string k = str(o, "k", true);
     constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
     if (k == "queued") return QueuedEvent{static_cast<int>(integer(o, "position", 0, kMaxInt, 0))};
-    if (k == "started") return StartedEvent{number(o, "queue_ms", 0, 1e12, 0)};
+    if (k == "started") return StartedEvent{duration(o, "queue_ms")};
     if (k == "text") {
       TextEvent t;
       t.text = str(o, "text");
@@ -629,7 +636,7 @@ Result<AdmissionState> decode_admission_state(const json::value& v) {
       for (const json::value& e : *a) {
         const json::object& w = as_object(e, "a waiting entry");
         s.waiting.push_back(WaitingRequest{static_cast<int>(integer(w, "position", 0, kMax32, 0)),
-                                           integer(w, "cost_bytes", 0, kMax64, 0), number(w, "waited_s", 0, 1e12, 0),
+                                           integer(w, "cost_bytes", 0, kMax64, 0), duration(w, "waited_s"),
                                            str(w, "priority")});
       }
     }

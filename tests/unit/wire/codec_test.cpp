@@ -116,6 +116,15 @@ TEST(Codec, EventsRoundTripWithTokenIdsAndLogprobs) {
   EXPECT_FALSE(decode_event(json::value(json::object{{"k", "exploded"}})).ok());
 }
 
+TEST(Codec, ADurationJustBelowZeroIsZeroAndNaNIsRefused) {
+  // Two clocks read in the other order give a tiny negative wait.
+  auto started = decode_event(json::value(json::object{{"k", "started"}, {"queue_ms", -0.0004}}));
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  EXPECT_EQ(std::get<StartedEvent>(*started).queue_ms, 0.0);
+  auto bad = decode_event(json::value(json::object{{"k", "started"}, {"queue_ms", "soon"}}));
+  EXPECT_FALSE(bad.ok());
+}
+
 TEST(Codec, ErrorsTravelByTypeName) {
   Error e(ErrorCode::kEngineCrashed, "boom");
   Error out;
