@@ -32,13 +32,15 @@ template <typename T>
   const std::int64_t hd = shape.head_dim;
   const std::int64_t kv_head = head / (shape.n_head / shape.n_kv_head);
   const T* q = s.q + head * hd;
-  const T* k = s.k_cache + kv_head * s.capacity * hd;
-  const T* v = s.v_cache + kv_head * s.capacity * hd;
+  // Key j of this head starts at (j * n_kv_head + kv_head) * head_dim.
+  const std::int64_t row = shape.n_kv_head * hd;
+  const T* k = s.k_cache + kv_head * hd;
+  const T* v = s.v_cache + kv_head * hd;
   const std::int64_t keys = s.position + 1;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   T max = -INFINITY;
   for (std::int64_t j = 0; j < keys; ++j) {
-    scores[j] = dot(q, k + j * hd, hd) * scale;
+    scores[j] = dot(q, k + j * row, hd) * scale;
     max = std::max(max, scores[j]);
   }
   T total = 0;
@@ -54,14 +56,14 @@ template <typename T>
     T block[8] = {};
     for (std::int64_t j = 0; j < keys; ++j) {
       const T p = scores[j];
-      const T* vj = v + j * hd + c;
+      const T* vj = v + j * row + c;
       for (int u = 0; u < 8; ++u) block[u] += p * vj[u];
     }
     std::copy(block, block + 8, out + c);
   }
   for (; c < hd; ++c) {
     T sum = 0;
-    for (std::int64_t j = 0; j < keys; ++j) sum += scores[j] * v[j * hd + c];
+    for (std::int64_t j = 0; j < keys; ++j) sum += scores[j] * v[j * row + c];
     out[c] = sum;
   }
 }
@@ -97,10 +99,9 @@ void decode_attention(std::span<const DecodeSequence<T>> sequences, const Decode
   const std::int64_t hd = shape.head_dim;
   std::int64_t longest = 0, work = 0;
   for (const DecodeSequence<T>& s : sequences) {
-    for (std::int64_t h = 0; h < shape.n_kv_head; ++h) {
-      std::memcpy(s.k_cache + (h * s.capacity + s.position) * hd, s.k_new + h * hd, sizeof(T) * hd);
-      std::memcpy(s.v_cache + (h * s.capacity + s.position) * hd, s.v_new + h * hd, sizeof(T) * hd);
-    }
+    const std::int64_t row = shape.n_kv_head * hd;
+    std::memcpy(s.k_cache + s.position * row, s.k_new, sizeof(T) * row);
+    std::memcpy(s.v_cache + s.position * row, s.v_new, sizeof(T) * row);
     longest = std::max(longest, s.position + 1);
     work += (s.position + 1) * hd * shape.n_head;
   }
