@@ -473,8 +473,15 @@ at::Tensor DecoderModel::attend_decode_group(const at::Tensor& q, const at::Tens
   }
   k_parts.push_back(k_new);
   v_parts.push_back(v_new);
+  // Rows are gathered whole (contiguous [kv_heads * head_dim] each), then laid
+  // out head-major in one copy.
   const auto padded = [&](const std::vector<at::Tensor>& parts) {
-    return at::cat(parts, 0).transpose(0, 1).index_select(1, group.gather).view({kv_heads, n, 1, keys, head_dim});
+    return at::cat(parts, 0)
+        .index_select(0, group.gather)
+        .view({n, keys, kv_heads, head_dim})
+        .permute({2, 0, 1, 3})
+        .contiguous()
+        .view({kv_heads, n, 1, keys, head_dim});
   };
   const at::Tensor keys_padded = padded(k_parts);
   const at::Tensor values_padded = padded(v_parts);
