@@ -1,16 +1,31 @@
-// Decode-step throughput of the GPT-2 forward pass at batch 1, 4, 16 and 32
-// (tokens/s), each sequence at a different cache length, batched in one
+// Decode-step throughput of the GPT-2 forward pass at batch 1, 4, 16, 32 and
+// 64 (tokens/s), each sequence at a different cache length, batched in one
 // Model::step (BM_DecodeStep) and, for comparison, one step() call per
 // sequence (BM_DecodeOneByOne); BM_MixedStep adds one 64-token prefill chunk
-// to a batch of decodes. The model is `--model=DIR` or, by default, a random
-// checkpoint of the tinylm shape (3 layers, 128 wide, 4 heads, 256 positions,
-// vocab 257) written by tools/make_random_gpt2.py. `--dtype=float64` switches
-// the compute dtype, `--threads=N` the intra-op threads (default 1); other
-// flags go to Google Benchmark.
+// to a batch of decodes. BM_DecodeStep also reports the ATen ops a step
+// dispatches, counted by a RecordFunction observer: `aten_ops` (every op,
+// nested ones included), `aten_top_ops` (those the model calls itself) and
+// `kernel_ops` (ops that call no other op and are neither views nor
+// allocations: the ones that do arithmetic or copy data, as a device kernel
+// would).
+// The model is `--model=DIR` or, by default, a random checkpoint of the
+// tinylm shape (3 layers, 128 wide, 4 heads, 256 positions, vocab 257)
+// written by tools/make_random_gpt2.py. `--dtype=bfloat16|float64` switches
+// the compute dtype, `--path=tensor` runs float32/float64 on the tensor path
+// (the one CUDA and bfloat16 run) instead of the host decode kernel,
+// `--threads=N` the intra-op threads (default 1), `--op-names` prints the
+// ops of each BM_DecodeStep run by name (per step, most frequent first, to
+// stderr); other flags go to Google Benchmark.
+#include <ATen/record_function.h>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string_view>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -28,6 +43,72 @@ namespace {
 
 std::unique_ptr<VirtualDevice> g_device;
 std::unique_ptr<Model> g_model;
+
+/// ATen ops dispatched since start-up, on any thread: all of them, and those
+/// not nested inside another op.
+std::atomic<std::int64_t> g_ops{0};
+std::atomic<std::int64_t> g_top_ops{0};
+std::atomic<std::int64_t> g_kernel_ops{0};
+thread_local int t_depth = 0;
+/// Per open op on this thread: whether another op started inside it.
+thread_local std::vector<bool> t_has_child;
+
+/// Ops that only make views or allocate (they compute nothing).
+bool is_view_or_allocation(std::string_view name) {
+  static const std::set<std::string_view> kNames = {
+      "aten::as_strided", "aten::view",         "aten::_reshape_alias", "aten::reshape",     "aten::expand",
+      "aten::permute",    "aten::transpose",    "aten::t",              "aten::unsqueeze",   "aten::squeeze",
+      "aten::resolve_conj", "aten::resolve_neg", "aten::alias",         "aten::_unsafe_view", "aten::select",
+      "aten::slice",      "aten::narrow",       "aten::split_with_sizes", "aten::split",     "aten::unbind",
+      "aten::empty",      "aten::empty_strided", "aten::empty_like",    "aten::detach",      "aten::lift_fresh"};
+  return kNames.count(name) > 0;
+}
+/// With --op-names: ops by name since the last reset (all, nested included).
+bool g_count_names = false;
+std::mutex g_names_mutex;
+std::map<std::string, std::int64_t> g_names;
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  g_ops.fetch_add(1, std::memory_order_relaxed);
+  if (t_depth++ == 0) g_top_ops.fetch_add(1, std::memory_order_relaxed);
+  if (!t_has_child.empty()) t_has_child.back() = true;
+  t_has_child.push_back(false);
+  if (g_count_names) {
+    const std::lock_guard lock(g_names_mutex);
+    ++g_names[fn.name()];
+  }
+  return nullptr;
+}
+
+void print_op_names(int batch, std::int64_t steps) {
+  std::vector<std::pair<std::int64_t, std::string>> by_count;
+  {
+    const std::lock_guard lock(g_names_mutex);
+    for (const auto& [name, n] : g_names) by_count.emplace_back(n, name);
+    g_names.clear();
+  }
+  std::sort(by_count.rbegin(), by_count.rend());
+  std::cerr << "ops per decode step at batch " << batch << ":";
+  for (const auto& [n, name] : by_count) {
+    std::cerr << " " << name << "=" << static_cast<double>(n) / static_cast<double>(std::max<std::int64_t>(steps, 1));
+  }
+  std::cerr << "\n";
+}
+
+void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  --t_depth;
+  if (t_has_child.empty()) return;  // started before the observer was installed
+  const bool leaf = !t_has_child.back();
+  t_has_child.pop_back();
+  if (leaf && !is_view_or_allocation(fn.name())) g_kernel_ops.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// The op counters at one moment.
+struct OpCount {
+  std::int64_t ops = g_ops.load();
+  std::int64_t top = g_top_ops.load();
+  std::int64_t kernels = g_kernel_ops.load();
+};
 
 /// `batch` caches filled to different lengths, with a token each to decode.
 struct Batch {
@@ -59,6 +140,11 @@ struct Batch {
 void BM_DecodeStep(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   auto b = std::make_unique<Batch>(batch, 0);
+  std::int64_t ops = 0, top = 0, kernels = 0;
+  if (g_count_names) {
+    const std::lock_guard lock(g_names_mutex);
+    g_names.clear();
+  }
   for (auto _ : state) {
     if (!b->room(1)) {
       state.PauseTiming();
@@ -67,10 +153,19 @@ void BM_DecodeStep(benchmark::State& state) {
     }
     std::vector<StepInput> inputs;
     for (int i = 0; i < batch; ++i) inputs.push_back({b->caches[static_cast<std::size_t>(i)].get(), std::span(&b->next[static_cast<std::size_t>(i)], 1)});
+    const OpCount before;
     auto r = g_model->step(inputs);
+    ops += g_ops.load() - before.ops;
+    top += g_top_ops.load() - before.top;
+    kernels += g_kernel_ops.load() - before.kernels;
     if (!r.ok()) std::abort();
     benchmark::DoNotOptimize(r->data());
   }
+  const auto steps = static_cast<double>(std::max<std::int64_t>(state.iterations(), 1));
+  if (g_count_names) print_op_names(batch, state.iterations());
+  state.counters["aten_ops"] = static_cast<double>(ops) / steps;
+  state.counters["aten_top_ops"] = static_cast<double>(top) / steps;
+  state.counters["kernel_ops"] = static_cast<double>(kernels) / steps;
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * batch,
                                                       benchmark::Counter::kIsRate);
 }
@@ -122,7 +217,7 @@ void BM_MixedStep(benchmark::State& state) {
 /// repetition is the one to compare.
 double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
-BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
+BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
 BENCHMARK(BM_DecodeOneByOne)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
 BENCHMARK(BM_MixedStep)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
 
@@ -132,6 +227,7 @@ BENCHMARK(BM_MixedStep)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)
 int main(int argc, char** argv) {
   std::filesystem::path model_dir;
   std::string dtype = "float32";
+  bool host_kernel = true;
   int threads = 1;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
@@ -140,6 +236,10 @@ int main(int argc, char** argv) {
       model_dir = arg.substr(8);
     } else if (arg.rfind("--dtype=", 0) == 0) {
       dtype = arg.substr(8);
+    } else if (arg.rfind("--path=", 0) == 0) {
+      host_kernel = arg.substr(7) != "tensor";
+    } else if (arg == "--op-names") {
+      vg::g_count_names = true;
     } else if (arg.rfind("--threads=", 0) == 0) {
       threads = std::stoi(arg.substr(10));
     } else {
@@ -160,16 +260,20 @@ int main(int argc, char** argv) {
   vg::set_compute_threads(threads);
   vg::g_device = std::move(vg::VirtualDevice::create(0, 4LL << 30)).value();
   vg::DeviceScope scope(vg::g_device.get());
-  auto model = vg::Model::load({model_dir, vg::g_device.get(), dtype});
+  auto model = vg::Model::load({model_dir, vg::g_device.get(), dtype, host_kernel});
   if (!model.ok()) {
     std::cerr << model.error().message << "\n";
     return 1;
   }
   vg::g_model = std::move(model).value();
-  std::cerr << vg::torch_runtime_description() << ", dtype " << dtype << "\n";
+  std::cerr << vg::torch_runtime_description() << ", dtype " << dtype << ", "
+            << (host_kernel ? "host decode kernel where the dtype has one" : "tensor path") << "\n";
+  const at::CallbackHandle observer = at::addGlobalCallback(
+      at::RecordFunctionCallback(vg::on_op_start, vg::on_op_end).scopes({at::RecordScope::FUNCTION}));
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   benchmark::RunSpecifiedBenchmarks();
+  at::removeCallback(observer);
   vg::g_model.reset();
   benchmark::Shutdown();
   std::filesystem::remove_all(scratch);

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <vector>
 
+#include "common/thread_env.hpp"
 #include "config/config.hpp"
 #include "config/config_cli.hpp"
 #include "config/config_file.hpp"
@@ -42,6 +43,7 @@ int config_error(const vg::Error& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  vg::ensure_passive_thread_waits(argv);
   CLI::App app{"vramgate: an inference server that admits only what fits in device memory"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "vramgate 0.1.0");

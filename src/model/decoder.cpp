@@ -25,6 +25,30 @@ std::optional<at::ScalarType> stored_dtype(const std::string& safetensors_dtype)
   return std::nullopt;
 }
 
+/// A view of `base`'s storage with `sizes`, `strides` and `offset` (in
+/// elements), made directly rather than through the dispatcher: a view
+/// launches nothing, and per-sequence views of the caches are the only
+/// per-sequence host work of a batched decode layer. The caller keeps the
+/// view inside the storage.
+at::Tensor direct_view(const at::Tensor& base, at::IntArrayRef sizes, at::IntArrayRef strides, std::int64_t offset) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
+                                                   base.key_set(), base.dtype());
+  impl->set_sizes_and_strides(sizes, strides);
+  impl->set_storage_offset(offset);
+  return at::Tensor(std::move(impl));
+}
+
+/// The first `count` positions of a cache view [capacity, n_kv_head, head_dim].
+at::Tensor leading_positions(const at::Tensor& cache, std::int64_t count) {
+  return direct_view(cache, {count, cache.size(1), cache.size(2)}, cache.strides(), cache.storage_offset());
+}
+
+/// libtorch's CPU batched matrix product runs a small-matrix kernel (float
+/// accumulation) when contraction x rows x columns is below this, BLAS-style
+/// kernels otherwise (aten/src/ATen/native/LinearAlgebra.cpp,
+/// bmm_out_or_baddbmm_); a decode's two products are head_dim x 1 x keys.
+constexpr std::int64_t kSmallMatrixProduct = 400;
+
 std::string shape_string(at::IntArrayRef shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -118,7 +142,7 @@ Result<std::unique_ptr<KvCache>> DecoderModel::new_cache(int capacity_tokens) {
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
-    at::Tensor storage = at::empty({config_.n_layer, 2, config_.n_kv_head, capacity_tokens, config_.head_dim},
+    at::Tensor storage = at::empty({config_.n_layer, 2, capacity_tokens, config_.n_kv_head, config_.head_dim},
                                    at::TensorOptions().dtype(dtype_).device(torch_device()));
     return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, std::move(storage)));
   } catch (...) {
@@ -189,7 +213,9 @@ Result<std::vector<std::vector<float>>> DecoderModel::step(std::span<const StepI
       }
       rows = at::tensor(pick, at::TensorOptions().dtype(at::kLong)).to(torch_device());
     }
-    const at::Tensor last = head(hidden(p).index_select(0, rows)).contiguous();  // [picked rows, vocab]
+    const at::Tensor x = hidden(p);
+    if (p.n_decode > 0 && !p.host_decode) write_decode_kv(p);
+    const at::Tensor last = head(x.index_select(0, rows)).contiguous();  // [picked rows, vocab]
     std::vector<std::vector<float>> logits;
     logits.reserve(inputs.size());
     const float* row = last.data_ptr<float>();
@@ -221,7 +247,7 @@ Status DecoderModel::copy_cache(const KvCache& from, KvCache& to) {
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
-    dst->storage().narrow(3, 0, src->length()).copy_(src->storage().narrow(3, 0, src->length()));
+    dst->storage().narrow(2, 0, src->length()).copy_(src->storage().narrow(2, 0, src->length()));
     dst->set_length(src->length());
     return Status::Ok();
   } catch (...) {
@@ -253,15 +279,32 @@ Result<std::vector<float>> DecoderModel::forward_full(std::span<const std::int32
   }
 }
 
+bool DecoderModel::uses_host_decode() const {
+  return config_.host_decode_kernel && torch_device().is_cpu() && (dtype_ == at::kFloat || dtype_ == at::kDouble);
+}
+
 Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
   Plan p;
+  p.host_decode = uses_host_decode();
   const at::TensorOptions host_long = at::TensorOptions().dtype(at::kLong);
   const at::TensorOptions device_long = host_long.device(torch_device());
-  std::vector<std::size_t> order;  // input indices in row order: decode first
-  for (int decode_pass = 1; decode_pass >= 0; --decode_pass) {
+  // Input indices in row order: decode first. On the tensor path in host
+  // memory, decodes whose products are small enough for libtorch's
+  // small-matrix kernel come before the others and attend as their own
+  // DecodeGroup, so that each gets the arithmetic it gets alone.
+  const bool small_group = !p.host_decode && torch_device().is_cpu();
+  const auto pass_of = [&](std::size_t i) {
+    if (caches[i] == nullptr || inputs[i].tokens.size() != 1) return 2;
+    const std::int64_t keys = caches[i]->length() + 1;
+    return small_group && keys * config_.head_dim < kSmallMatrixProduct ? 0 : 1;
+  };
+  std::vector<std::size_t> order;
+  std::int64_t n_small = 0;
+  for (int pass = 0; pass <= 2; ++pass) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const bool decode = caches[i] != nullptr && inputs[i].tokens.size() == 1;
-      if (decode == static_cast<bool>(decode_pass)) order.push_back(i);
+      if (pass_of(i) != pass) continue;
+      order.push_back(i);
+      if (pass == 0) ++n_small;
     }
   }
   std::vector<std::int64_t> ids, positions, last_rows(inputs.size());
@@ -289,44 +332,83 @@ Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCach
     }
     p.segments.push_back(std::move(s));
   }
-  // One host tensor [ids | positions | last rows], one copy to the device.
+  // Tensor-path decode groups: padded key j of the group's segment i reads
+  // row gather[i * keys + j] of [cached keys of its segments | their new keys].
+  if (p.n_decode > 0 && !p.host_decode) {
+    for (const auto& [row0, rows] : {std::pair{std::int64_t{0}, n_small}, std::pair{n_small, p.n_decode - n_small}}) {
+      if (rows == 0) continue;
+      DecodeGroup g{row0, rows, 0, {}, {}};
+      for (std::int64_t i = row0; i < row0 + rows; ++i) {
+        g.keys = std::max(g.keys, p.segments[static_cast<std::size_t>(i)].pos0 + 1);
+      }
+      p.decode.groups.push_back(std::move(g));
+    }
+  }
+  std::int64_t padded = 0;
+  for (const DecodeGroup& g : p.decode.groups) padded += g.rows * g.keys;
+  // One host tensor [ids | positions | last rows | per group: gather, pad], one copy to the device.
   const auto n = static_cast<std::int64_t>(inputs.size());
-  const at::Tensor host = at::empty({2 * p.rows + n}, host_long);
+  const at::Tensor host = at::empty({2 * p.rows + n + 2 * padded}, host_long);
   std::int64_t* out = host.data_ptr<std::int64_t>();
   out = std::copy(ids.begin(), ids.end(), out);
   out = std::copy(positions.begin(), positions.end(), out);
-  std::copy(last_rows.begin(), last_rows.end(), out);
+  out = std::copy(last_rows.begin(), last_rows.end(), out);
+  for (const DecodeGroup& g : p.decode.groups) {
+    std::int64_t cached = 0;
+    for (std::int64_t i = g.row0; i < g.row0 + g.rows; ++i) cached += p.segments[static_cast<std::size_t>(i)].pos0;
+    std::int64_t* gather = out;
+    std::int64_t* pad = out + g.rows * g.keys;
+    for (std::int64_t i = 0, first = 0; i < g.rows; ++i) {
+      const std::int64_t length = p.segments[static_cast<std::size_t>(g.row0 + i)].pos0;
+      for (std::int64_t j = 0; j < g.keys; ++j, ++gather, ++pad) {
+        *gather = j < length ? first + j : j == length ? cached + i : 0;
+        *pad = j > length ? 1 : 0;
+      }
+      first += length;
+    }
+    out += 2 * g.rows * g.keys;
+  }
   const at::Tensor on_device = host.to(torch_device());
   p.ids = on_device.narrow(0, 0, p.rows);
   p.positions = on_device.narrow(0, p.rows, p.rows);
   p.last_rows = on_device.narrow(0, 2 * p.rows, n);
+  std::int64_t offset = 2 * p.rows + n;
+  for (DecodeGroup& g : p.decode.groups) {
+    const std::int64_t size = g.rows * g.keys;
+    g.gather = on_device.narrow(0, offset, size);
+    g.pad = on_device.narrow(0, offset + size, size).view({1, g.rows, 1, 1, g.keys}).ne(0);
+    offset += 2 * size;
+  }
+  if (!p.decode.groups.empty()) p.decode.new_kv.reserve(2 * static_cast<std::size_t>(config_.n_layer));
   return p;
 }
 
 at::Tensor DecoderModel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
                                    const Plan& plan) const {
-  // Decode segments in host memory attend in one call (float32 or float64);
-  // elsewhere every segment attends with tensor ops.
-  const bool host_decode = plan.n_decode > 0 && q.is_cpu() && (dtype_ == at::kFloat || dtype_ == at::kDouble);
-  const auto first = static_cast<std::size_t>(host_decode ? plan.n_decode : 0);
+  // Decode segments attend together: in host memory in one decode_attention
+  // call (float32 or float64), elsewhere as one DecodeBatch; every other
+  // segment attends with its own tensor ops.
+  const auto first = static_cast<std::size_t>(plan.n_decode);
   std::vector<at::Tensor> y;  // attention output pieces in row order
   y.reserve(plan.segments.size() - first + 1);
-  if (host_decode) {
+  if (plan.n_decode > 0 && plan.host_decode) {
     y.push_back(dtype_ == at::kFloat ? attend_decode<float>(q, k, v, layer, plan)
                                      : attend_decode<double>(q, k, v, layer, plan));
+  } else if (plan.n_decode > 0) {
+    y.push_back(attend_decode_batch(q, k, v, layer, plan));
   }
   for (std::size_t i = first; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     const at::Tensor qs = q.narrow(0, s.row0, s.t);
-    const at::Tensor ks = k.narrow(0, s.row0, s.t).transpose(0, 1);  // [n_kv_head, t, head_dim]
-    const at::Tensor vs = v.narrow(0, s.row0, s.t).transpose(0, 1);
+    const at::Tensor ks = k.narrow(0, s.row0, s.t);  // [t, n_kv_head, head_dim]
+    const at::Tensor vs = v.narrow(0, s.row0, s.t);
     if (s.cache == nullptr) {
       y.push_back(attend(qs, ks, vs, s.mask));
       continue;
     }
-    s.cache->k(layer).narrow(1, s.pos0, s.t).copy_(ks);
-    s.cache->v(layer).narrow(1, s.pos0, s.t).copy_(vs);
-    y.push_back(attend(qs, s.cache->k(layer).narrow(1, 0, s.pos0 + s.t), s.cache->v(layer).narrow(1, 0, s.pos0 + s.t),
+    s.cache->k(layer).narrow(0, s.pos0, s.t).copy_(ks);
+    s.cache->v(layer).narrow(0, s.pos0, s.t).copy_(vs);
+    y.push_back(attend(qs, s.cache->k(layer).narrow(0, 0, s.pos0 + s.t), s.cache->v(layer).narrow(0, 0, s.pos0 + s.t),
                        s.mask));
   }
   return y.size() == 1 ? y[0] : at::cat(y, 0);  // [rows, n_head * head_dim]
@@ -358,19 +440,95 @@ at::Tensor DecoderModel::attend_decode(const at::Tensor& q, const at::Tensor& k,
   return out;
 }
 
+at::Tensor DecoderModel::attend_decode_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                                             const Plan& plan) const {
+  const at::Tensor k_new = k.narrow(0, 0, plan.n_decode).contiguous();  // [n_decode, kv_heads, head_dim]
+  const at::Tensor v_new = v.narrow(0, 0, plan.n_decode).contiguous();
+  plan.decode.new_kv.push_back(k_new);
+  plan.decode.new_kv.push_back(v_new);
+  std::vector<at::Tensor> y;
+  for (const DecodeGroup& g : plan.decode.groups) {
+    y.push_back(attend_decode_group(q.narrow(0, g.row0, g.rows), k_new.narrow(0, g.row0, g.rows),
+                                    v_new.narrow(0, g.row0, g.rows), layer, plan, g));
+  }
+  return y.size() == 1 ? y[0] : at::cat(y, 0);
+}
+
+at::Tensor DecoderModel::attend_decode_group(const at::Tensor& q, const at::Tensor& k_new, const at::Tensor& v_new,
+                                             int layer, const Plan& plan, const DecodeGroup& group) const {
+  const std::int64_t n = group.rows;
+  const std::int64_t keys = group.keys;
+  const std::int64_t kv_heads = config_.n_kv_head;
+  const std::int64_t per_kv = config_.n_head / kv_heads;
+  const std::int64_t head_dim = config_.head_dim;
+  // [cached keys of each sequence..., new keys] -> padded [kv_heads, n, 1, keys, head_dim].
+  std::vector<at::Tensor> k_parts, v_parts;
+  k_parts.reserve(static_cast<std::size_t>(n) + 1);
+  v_parts.reserve(static_cast<std::size_t>(n) + 1);
+  for (std::int64_t i = group.row0; i < group.row0 + n; ++i) {
+    const Segment& s = plan.segments[static_cast<std::size_t>(i)];
+    if (s.pos0 == 0) continue;
+    k_parts.push_back(leading_positions(s.cache->k(layer), s.pos0));
+    v_parts.push_back(leading_positions(s.cache->v(layer), s.pos0));
+  }
+  k_parts.push_back(k_new);
+  v_parts.push_back(v_new);
+  // Rows are gathered whole (contiguous [kv_heads * head_dim] each), then laid
+  // out head-major in one copy.
+  const auto padded = [&](const std::vector<at::Tensor>& parts) {
+    return at::cat(parts, 0)
+        .index_select(0, group.gather)
+        .view({n, keys, kv_heads, head_dim})
+        .permute({2, 0, 1, 3})
+        .contiguous()
+        .view({kv_heads, n, 1, keys, head_dim});
+  };
+  const at::Tensor keys_padded = padded(k_parts);
+  const at::Tensor values_padded = padded(v_parts);
+  // The products have the shapes and layouts of attend()'s for one sequence,
+  // with the sequences as one more batch dimension, so each sequence's
+  // arithmetic is the one it gets alone: query head h reads KV head h / per_kv,
+  // q [kv_heads, n, per_kv, 1, head_dim] against k^T [kv_heads, n, 1,
+  // head_dim, keys] (a transposed view) and v [kv_heads, n, 1, keys, head_dim].
+  const at::Tensor qg = q.reshape({n, kv_heads, per_kv, 1, head_dim}).permute({1, 0, 2, 3, 4});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  at::Tensor scores = at::matmul(qg, keys_padded.transpose(3, 4)).mul_(scale);  // [kv_heads, n, per_kv, 1, keys]
+  scores.masked_fill_(group.pad, -std::numeric_limits<double>::infinity());
+  const at::Tensor y = at::matmul(at::softmax(scores, -1), values_padded);  // [kv_heads, n, per_kv, 1, head_dim]
+  return y.permute({1, 0, 2, 3, 4}).reshape({n, config_.n_head * head_dim});
+}
+
+void DecoderModel::write_decode_kv(const Plan& plan) const {
+  const std::int64_t n = plan.n_decode;
+  // [n, n_layer * 2, kv_heads, head_dim] -> one [n_layer, 2, kv_heads, head_dim] slice per sequence.
+  const at::Tensor all = at::stack(plan.decode.new_kv, 1).view({n, config_.n_layer, 2, config_.n_kv_head, config_.head_dim});
+  std::vector<at::Tensor> slots;
+  slots.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const Segment& s = plan.segments[static_cast<std::size_t>(i)];
+    const at::Tensor& storage = s.cache->storage();  // [n_layer, 2, capacity, kv_heads, head_dim]
+    slots.push_back(direct_view(storage, {storage.size(0), 2, storage.size(3), storage.size(4)},
+                                {storage.stride(0), storage.stride(1), storage.stride(3), storage.stride(4)},
+                                storage.storage_offset() + s.pos0 * storage.stride(2)));
+  }
+  at::unbind_copy_out(slots, all, 0);
+}
+
 at::Tensor DecoderModel::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& mask) const {
   const std::int64_t t = q.size(0);
-  const std::int64_t kv_heads = k.size(0);
+  const std::int64_t kv_heads = k.size(1);
   const std::int64_t group = config_.n_head / kv_heads;
   const std::int64_t head_dim = q.size(2);
   // Query head h reads KV head h / group: q [kv_heads, group, t, head_dim]
   // against k and v [kv_heads, 1, keys, head_dim].
   const at::Tensor qg = q.reshape({t, kv_heads, group, head_dim}).permute({1, 2, 0, 3});
+  const at::Tensor kh = k.transpose(0, 1).unsqueeze(1);
+  const at::Tensor vh = v.transpose(0, 1).unsqueeze(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  at::Tensor scores = at::matmul(qg, k.unsqueeze(1).transpose(2, 3)).mul_(scale);  // [kv_heads, group, t, keys]
+  at::Tensor scores = at::matmul(qg, kh.transpose(2, 3)).mul_(scale);  // [kv_heads, group, t, keys]
   if (mask.defined()) scores.masked_fill_(mask, -std::numeric_limits<double>::infinity());
-  const at::Tensor y = at::matmul(at::softmax(scores, -1), v.unsqueeze(1));  // [kv_heads, group, t, head_dim]
+  const at::Tensor y = at::matmul(at::softmax(scores, -1), vh);  // [kv_heads, group, t, head_dim]
   return y.permute({2, 0, 1, 3}).reshape({t, config_.n_head * head_dim});
 }
 

@@ -1,6 +1,7 @@
 // Machinery shared by the decoder-only families (gpt2.cpp, llama.cpp): the
 // KV cache, the ragged step layout, step()/forward_full(), causal attention
-// over the cache (host decode_attention for single-token decode), and weight
+// over the cache (host decode_attention for single-token decode in host
+// memory, one batched set of tensor ops per layer elsewhere), and weight
 // loading from a Checkpoint. An internal header that includes libtorch: only
 // this folder's torch .cpp files include it. A model and its caches belong to
 // one engine thread; every entry point binds the model's device and runs in
@@ -56,13 +57,14 @@ class WeightLoader {
 
 class DecoderModel;
 
-/// K and V of every layer in one allocation [n_layer, 2, n_kv_head,
-/// capacity, head_dim]; k(l) and v(l) are views [n_kv_head, capacity, head_dim].
+/// K and V of every layer in one allocation [n_layer, 2, capacity,
+/// n_kv_head, head_dim]; k(l) and v(l) are views [capacity, n_kv_head,
+/// head_dim], so the keys of one position are contiguous.
 class DecoderCache final : public KvCache {
  public:
   DecoderCache(const DecoderModel* owner, at::Tensor storage);
   int length() const override { return length_; }
-  int capacity() const override { return static_cast<int>(storage_.size(3)); }
+  int capacity() const override { return static_cast<int>(storage_.size(2)); }
   std::int64_t bytes() const override { return storage_.numel() * storage_.element_size(); }
 
   const DecoderModel* owner() const { return owner_; }
@@ -70,7 +72,7 @@ class DecoderCache final : public KvCache {
   const at::Tensor& v(int layer) const { return v_[static_cast<std::size_t>(layer)]; }
   void advance(int tokens) { length_ += tokens; }
   void set_length(int tokens) { length_ = tokens; }
-  /// [n_layer, 2, n_kv_head, capacity, head_dim]
+  /// [n_layer, 2, capacity, n_kv_head, head_dim]
   const at::Tensor& storage() const { return storage_; }
 
  private:
@@ -89,15 +91,42 @@ struct Segment {
   at::Tensor mask;                ///< [t, pos0 + t], true where a key lies after the query; undefined when t == 1
 };
 
+/// Decode segments of a step on the tensor path that attend together: per
+/// layer, their cached keys and new keys are concatenated ([sum of lengths +
+/// rows, n_kv_head, head_dim]), gathered into a padded [n_kv_head, rows, 1,
+/// keys, head_dim] batch and attended with one pair of batched matrix
+/// products and a masked softmax.
+struct DecodeGroup {
+  std::int64_t row0 = 0;  ///< its first decode row
+  std::int64_t rows = 0;
+  std::int64_t keys = 0;  ///< padded key count: its longest sequence's length + 1
+  at::Tensor gather;      ///< [rows * keys] int64: row of the concatenation for each padded key (0 for padding)
+  at::Tensor pad;         ///< [1, rows, 1, 1, keys] bool: true past a sequence's length + 1 keys
+};
+
+/// The decode segments of a step on the tensor path: one group, or in host
+/// memory two (those short enough for libtorch's small-matrix CPU kernel,
+/// then the others), so each sequence gets the arithmetic it gets alone. Their
+/// new K and V reach the caches at the end of the step, in one copy for all
+/// layers and sequences.
+struct DecodeBatch {
+  std::vector<DecodeGroup> groups;
+  /// Per layer, K then V of the decode rows [n_decode, n_kv_head, head_dim]
+  /// (contiguous), appended by attention() as the layers run.
+  mutable std::vector<at::Tensor> new_kv;
+};
+
 /// The ragged layout of one forward pass: every input's new tokens are rows
 /// of one [rows, n_embd] tensor, so norms, projections and MLP run once per
 /// layer for all of them. Decode segments (one token, with a cache) come
-/// first: in host memory they attend in one decode_attention call; the
-/// others attend one by one.
+/// first: in host memory they attend in one decode_attention call, elsewhere
+/// as one DecodeBatch; the others attend one by one.
 struct Plan {
   std::vector<Segment> segments;  ///< in row order
   std::int64_t rows = 0;
   std::int64_t n_decode = 0;      ///< leading decode segments
+  bool host_decode = false;       ///< the decode segments attend through decode_attention
+  DecodeBatch decode;             ///< filled when n_decode > 0 and !host_decode
   at::Tensor ids, positions;      ///< [rows] int64 on the device
   at::Tensor last_rows;           ///< [inputs] int64: each input's last row, in input order
   std::vector<std::int64_t> first_rows;  ///< each input's first row, in input order (host)
@@ -153,11 +182,25 @@ class DecoderModel : public Model {
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
   Plan plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
+  /// Whether decode segments attend through the host kernel: float32 or
+  /// float64 weights in host memory, unless config().host_decode_kernel is off.
+  bool uses_host_decode() const;
+  /// The decode segments of `plan` as its DecodeBatch (tensor path) ->
+  /// [n_decode, n_head * head_dim].
+  at::Tensor attend_decode_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                                 const Plan& plan) const;
+  /// One DecodeGroup: q [rows, n_head, head_dim], its new k and v [rows,
+  /// n_kv_head, head_dim] -> [rows, n_head * head_dim].
+  at::Tensor attend_decode_group(const at::Tensor& q, const at::Tensor& k_new, const at::Tensor& v_new, int layer,
+                                 const Plan& plan, const DecodeGroup& group) const;
+  /// Writes the DecodeBatch's new K and V of every layer at each decode
+  /// segment's position (one unbind_copy over all segments).
+  void write_decode_kv(const Plan& plan) const;
   /// The decode segments in one decode_attention call: -> [n_decode, n_head * head_dim].
   template <typename T>
   at::Tensor attend_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
                            const Plan& plan) const;
-  /// One segment: q [t, n_head, head_dim], k and v [n_kv_head, keys,
+  /// One segment: q [t, n_head, head_dim], k and v [keys, n_kv_head,
   /// head_dim] -> [t, n_head * head_dim].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) const;
 };

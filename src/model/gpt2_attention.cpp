@@ -25,69 +25,67 @@ template <typename T>
   return sum;
 }
 
-/// One query head of one sequence; `scores` has room for position + 1 values.
+/// Every query head of one sequence; `scores` has room for n_head x
+/// (position + 1) values. Keys and values are read position by position
+/// (each position's heads are contiguous in the cache); each score, softmax
+/// and output element is summed in the same order as a head-by-head loop.
 template <typename T>
-[[gnu::always_inline]] inline void attend_head(const DecodeSequence<T>& s, const DecodeAttentionShape& shape,
-                                               std::int64_t head, T* scores) {
+[[gnu::always_inline]] inline void attend_sequence(const DecodeSequence<T>& s, const DecodeAttentionShape& shape,
+                                                   T* scores) {
   const std::int64_t hd = shape.head_dim;
-  const std::int64_t kv_head = head / (shape.n_head / shape.n_kv_head);
-  const T* q = s.q + head * hd;
-  const T* k = s.k_cache + kv_head * s.capacity * hd;
-  const T* v = s.v_cache + kv_head * s.capacity * hd;
+  const std::int64_t heads = shape.n_head;
+  const std::int64_t group = shape.n_head / shape.n_kv_head;  // query heads per KV head
+  const std::int64_t row = shape.n_kv_head * hd;              // one position of the cache
   const std::int64_t keys = s.position + 1;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
-  T max = -INFINITY;
   for (std::int64_t j = 0; j < keys; ++j) {
-    scores[j] = dot(q, k + j * hd, hd) * scale;
-    max = std::max(max, scores[j]);
+    const T* kj = s.k_cache + j * row;
+    for (std::int64_t h = 0; h < heads; ++h) scores[h * keys + j] = dot(s.q + h * hd, kj + (h / group) * hd, hd) * scale;
   }
-  T total = 0;
-  for (std::int64_t j = 0; j < keys; ++j) {
-    scores[j] = std::exp(scores[j] - max);
-    total += scores[j];
-  }
-  for (std::int64_t j = 0; j < keys; ++j) scores[j] /= total;
-  // Columns in blocks of eight summed in locals (vectorizable), then the rest.
-  T* out = s.out + head * hd;
-  std::int64_t c = 0;
-  for (; c + 8 <= hd; c += 8) {
-    T block[8] = {};
+  for (std::int64_t h = 0; h < heads; ++h) {
+    T* p = scores + h * keys;
+    T max = -INFINITY;
+    for (std::int64_t j = 0; j < keys; ++j) max = std::max(max, p[j]);
+    T total = 0;
     for (std::int64_t j = 0; j < keys; ++j) {
-      const T p = scores[j];
-      const T* vj = v + j * hd + c;
-      for (int u = 0; u < 8; ++u) block[u] += p * vj[u];
+      p[j] = std::exp(p[j] - max);
+      total += p[j];
     }
-    std::copy(block, block + 8, out + c);
+    for (std::int64_t j = 0; j < keys; ++j) p[j] /= total;
   }
-  for (; c < hd; ++c) {
-    T sum = 0;
-    for (std::int64_t j = 0; j < keys; ++j) sum += scores[j] * v[j * hd + c];
-    out[c] = sum;
+  // out[h][c] = sum over j in order of p[h][j] * v[j][h / group][c].
+  std::fill(s.out, s.out + heads * hd, T(0));
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const T* vj = s.v_cache + j * row;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const T p = scores[h * keys + j];
+      const T* v = vj + (h / group) * hd;
+      T* out = s.out + h * hd;
+      for (std::int64_t c = 0; c < hd; ++c) out[c] += p * v[c];
+    }
   }
 }
 
 // The hot loop, compiled twice: for AVX2+FMA processors and for any x86-64;
 // the loader picks one at start-up (GCC function multi-versioning).
-[[gnu::target_clones("arch=haswell", "default")]] void attend_head_f32(const DecodeSequence<float>& s,
-                                                                       const DecodeAttentionShape& shape,
-                                                                       std::int64_t head, float* scores) {
-  attend_head<float>(s, shape, head, scores);
+[[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f32(const DecodeSequence<float>& s,
+                                                                           const DecodeAttentionShape& shape,
+                                                                           float* scores) {
+  attend_sequence<float>(s, shape, scores);
 }
 
-[[gnu::target_clones("arch=haswell", "default")]] void attend_head_f64(const DecodeSequence<double>& s,
-                                                                       const DecodeAttentionShape& shape,
-                                                                       std::int64_t head, double* scores) {
-  attend_head<double>(s, shape, head, scores);
+[[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f64(const DecodeSequence<double>& s,
+                                                                           const DecodeAttentionShape& shape,
+                                                                           double* scores) {
+  attend_sequence<double>(s, shape, scores);
 }
 
-void attend_head_any(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, std::int64_t head,
-                     float* scores) {
-  attend_head_f32(s, shape, head, scores);
+void attend_sequence_any(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, float* scores) {
+  attend_sequence_f32(s, shape, scores);
 }
 
-void attend_head_any(const DecodeSequence<double>& s, const DecodeAttentionShape& shape, std::int64_t head,
-                     double* scores) {
-  attend_head_f64(s, shape, head, scores);
+void attend_sequence_any(const DecodeSequence<double>& s, const DecodeAttentionShape& shape, double* scores) {
+  attend_sequence_f64(s, shape, scores);
 }
 
 }  // namespace
@@ -97,22 +95,19 @@ void decode_attention(std::span<const DecodeSequence<T>> sequences, const Decode
   const std::int64_t hd = shape.head_dim;
   std::int64_t longest = 0, work = 0;
   for (const DecodeSequence<T>& s : sequences) {
-    for (std::int64_t h = 0; h < shape.n_kv_head; ++h) {
-      std::memcpy(s.k_cache + (h * s.capacity + s.position) * hd, s.k_new + h * hd, sizeof(T) * hd);
-      std::memcpy(s.v_cache + (h * s.capacity + s.position) * hd, s.v_new + h * hd, sizeof(T) * hd);
-    }
+    const std::int64_t row = shape.n_kv_head * hd;
+    std::memcpy(s.k_cache + s.position * row, s.k_new, sizeof(T) * row);
+    std::memcpy(s.v_cache + s.position * row, s.v_new, sizeof(T) * row);
     longest = std::max(longest, s.position + 1);
     work += (s.position + 1) * hd * shape.n_head;
   }
-  const auto tasks = static_cast<std::int64_t>(sequences.size()) * shape.n_head;
+  const auto tasks = static_cast<std::int64_t>(sequences.size());
   if (tasks == 0) return;
   // About 64k multiply-adds per thread at the least; less runs inline.
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) * tasks / std::max<std::int64_t>(work, 1));
   at::parallel_for(0, tasks, grain, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<T> scores(static_cast<std::size_t>(longest));
-    for (std::int64_t t = begin; t < end; ++t) {
-      attend_head_any(sequences[static_cast<std::size_t>(t / shape.n_head)], shape, t % shape.n_head, scores.data());
-    }
+    std::vector<T> scores(static_cast<std::size_t>(longest * shape.n_head));
+    for (std::int64_t t = begin; t < end; ++t) attend_sequence_any(sequences[static_cast<std::size_t>(t)], shape, scores.data());
   });
 }
 

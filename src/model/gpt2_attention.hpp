@@ -23,8 +23,8 @@ struct DecodeSequence {
   const T* q = nullptr;      ///< [n_head, head_dim]
   const T* k_new = nullptr;  ///< [n_kv_head, head_dim]
   const T* v_new = nullptr;  ///< [n_kv_head, head_dim]
-  T* k_cache = nullptr;      ///< [n_kv_head, capacity, head_dim], contiguous
-  T* v_cache = nullptr;      ///< [n_kv_head, capacity, head_dim], contiguous
+  T* k_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
+  T* v_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
   std::int64_t capacity = 0;
   std::int64_t position = 0;  ///< where the new token goes (< capacity); keys 0..position are attended
   T* out = nullptr;           ///< [n_head, head_dim]

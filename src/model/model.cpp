@@ -17,6 +17,7 @@ Result<std::unique_ptr<Model>> Model::load(const Options& options) {
   Result<ModelConfig> config = read_model_config(options.dir / "config.json");
   if (!config.ok()) return std::move(config).error();
   config->dtype = options.dtype;
+  config->host_decode_kernel = options.host_decode_kernel;
   Result<std::unique_ptr<Tokenizer>> tokenizer = choose_tokenizer(options.dir, *config);
   if (!tokenizer.ok()) return std::move(tokenizer).error();
   Result<Checkpoint> checkpoint = Checkpoint::open(options.dir);

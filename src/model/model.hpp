@@ -35,10 +35,13 @@ struct ModelConfig {
   double rope_theta = 10000.0;       ///< rotary embedding base (llama)
   bool tie_word_embeddings = true;   ///< LM head shares the token embedding (always for gpt2)
   std::string dtype = "float32";  ///< compute and KV cache dtype
+  /// Decode through the hand-written host kernel when the dtype is float32 or
+  /// float64 and the weights live in host memory (set from Model::Options).
+  bool host_decode_kernel = true;
 };
 
 /// One sequence's KV cache: per layer, K and V of shape
-/// [n_kv_head, capacity, head_dim] in the model dtype, allocated in full on
+/// [capacity, n_kv_head, head_dim] in the model dtype, allocated in full on
 /// creation so that growth up to capacity never allocates.
 class KvCache {
  public:
@@ -73,6 +76,11 @@ class Model {
     /// CPU kernels for it). Weights stored as F32, F16, BF16 or F64 are
     /// converted on load. Logits are float32 either way.
     std::string dtype = "float32";
+    /// false: float32/float64 models in host memory decode on the tensor path
+    /// that CUDA devices and bfloat16 run (one set of tensor ops per layer for
+    /// all decoding sequences) instead of the hand-written host kernel; for
+    /// tests and benchmarks that compare the two.
+    bool host_decode_kernel = true;
   };
 
   /// Loads a model folder. Errors: kModelLoad naming the file (and tensor)

@@ -1,7 +1,9 @@
 // Batched Model::step: one step over many sequences (prefill chunks and
 // decode tokens at different cache lengths) gives each sequence the logits
 // it gets alone; float64 greedy generation is token-for-token the same
-// batched and alone; an out-of-memory batched step changes no cache.
+// batched and alone; an out-of-memory batched step changes no cache. Each
+// runs on the host decode kernel and on the tensor path (the batched decode
+// attention of CUDA and bfloat16), and the two paths give the same logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,8 +26,9 @@ std::unique_ptr<VirtualDevice> make_device(std::int64_t capacity = kGiB) {
   return std::move(VirtualDevice::create(0, capacity)).value();
 }
 
-std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, const std::string& dtype = "float32") {
-  auto m = Model::load({dir, device, dtype});
+std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, const std::string& dtype = "float32",
+                            bool host_kernel = true) {
+  auto m = Model::load({dir, device, dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m).value() : nullptr;
 }
@@ -125,20 +128,29 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
   spec.n_positions = 64;
   testing::write_random_gpt2(dir.path(), spec);
   auto device = make_device();
-  auto model = load(dir.path(), device.get());
-  ASSERT_NE(model, nullptr);
   const auto schedules = mixed_schedules(6);
-  std::size_t largest = 0;
-  const auto batched = run_batched(*model, schedules, &largest);
-  const auto alone = run_alone(*model, schedules);
-  EXPECT_EQ(largest, static_cast<std::size_t>(kSequences));
-  for (std::size_t i = 0; i < schedules.size(); ++i) {
-    ASSERT_EQ(batched[i].size(), schedules[i].chunks.size()) << i;
-    ASSERT_EQ(alone[i].size(), schedules[i].chunks.size()) << i;
-    for (std::size_t c = 0; c < alone[i].size(); ++c) {
-      ASSERT_EQ(batched[i][c].size(), 257u);
-      EXPECT_LE(max_abs_diff(batched[i][c], alone[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
+  std::vector<std::vector<std::vector<float>>> host_batched;
+  for (const bool host_kernel : {true, false}) {
+    SCOPED_TRACE(host_kernel ? "host decode kernel" : "tensor path");
+    auto model = load(dir.path(), device.get(), "float32", host_kernel);
+    ASSERT_NE(model, nullptr);
+    std::size_t largest = 0;
+    const auto batched = run_batched(*model, schedules, &largest);
+    const auto alone = run_alone(*model, schedules);
+    EXPECT_EQ(largest, static_cast<std::size_t>(kSequences));
+    for (std::size_t i = 0; i < schedules.size(); ++i) {
+      ASSERT_EQ(batched[i].size(), schedules[i].chunks.size()) << i;
+      ASSERT_EQ(alone[i].size(), schedules[i].chunks.size()) << i;
+      for (std::size_t c = 0; c < alone[i].size(); ++c) {
+        ASSERT_EQ(batched[i][c].size(), 257u);
+        EXPECT_LE(max_abs_diff(batched[i][c], alone[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
+        // The tensor path's batched logits are the host kernel's.
+        if (!host_kernel) {
+          EXPECT_LE(max_abs_diff(batched[i][c], host_batched[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
+        }
+      }
     }
+    if (host_kernel) host_batched = batched;
   }
 }
 
@@ -189,11 +201,12 @@ void generate_batched(Model& model, std::vector<Generation>& gs) {
   }
 }
 
-void expect_greedy_batched_equals_alone(const std::filesystem::path& dir) {
+void expect_greedy_batched_equals_alone(const std::filesystem::path& dir, bool host_kernel = true,
+                                        const std::string& dtype = "float64") {
   auto device = make_device();
-  auto model = load(dir, device.get(), "float64");
+  auto model = load(dir, device.get(), dtype, host_kernel);
   ASSERT_NE(model, nullptr);
-  EXPECT_EQ(model->config().dtype, "float64");
+  EXPECT_EQ(model->config().dtype, dtype);
   const int positions = model->config().n_positions;
   std::vector<Generation> batched, alone;
   for (int i = 0; i < kSequences; ++i) {
@@ -217,6 +230,27 @@ TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAlone) {
                                                                  "--positions 64 --vocab 257"),
             0);
   expect_greedy_batched_equals_alone(dir.path());
+}
+
+TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
+  TempDir dir;
+  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
+                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
+                                                                 "--positions 64 --vocab 257"),
+            0);
+  expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/false);
+}
+
+// bfloat16 rounds every product, so this holds only because a batched decode
+// step gives each sequence the arithmetic it gets alone (prompts of 1..32
+// tokens: short and long ones for libtorch's CPU matrix-product kernels).
+TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
+  TempDir dir;
+  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
+                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
+                                                                 "--positions 64 --vocab 257"),
+            0);
+  expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/false, "bfloat16");
 }
 
 TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTinylm) {

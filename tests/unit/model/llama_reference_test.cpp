@@ -4,7 +4,9 @@
 // grouped-query, BF16-stored, sharded and tied-embedding variants. Each is
 // checked by forward_full, by prefill + one-token decode steps through the KV
 // cache, and by batched steps over sequences of different lengths that join
-// at different steps. Needs /usr/bin/python3 with torch.
+// at different steps; the grouped-query and float64 variants also on the
+// tensor path (the batched decode attention that CUDA and bfloat16 run).
+// Needs /usr/bin/python3 with torch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,9 +42,9 @@ struct Checked {
   std::unique_ptr<Model> model;
 };
 
-Checked load(const std::filesystem::path& dir, const std::string& dtype = "float32") {
+Checked load(const std::filesystem::path& dir, const std::string& dtype = "float32", bool host_kernel = true) {
   Checked c{std::move(VirtualDevice::create(0, 1LL << 30)).value(), nullptr};
-  auto m = Model::load({dir, c.device.get(), dtype});
+  auto m = Model::load({dir, c.device.get(), dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
   if (m.ok()) c.model = std::move(m).value();
   return c;
@@ -82,7 +84,7 @@ void expect_batched_match(Model& model, const std::vector<std::vector<std::int32
 }
 
 /// Writes a checkpoint with make_random_llama.py `args` and checks it.
-void check_variant(const std::string& args, int positions = 40, int vocab = 300) {
+void check_variant(const std::string& args, int positions = 40, int vocab = 300, bool host_kernel = true) {
   TempDir dir;
   ASSERT_EQ(testing::run_python_tool("make_random_llama.py", "--out '" + dir.path().string() + "' --positions " +
                                                                   std::to_string(positions) + " --vocab " +
@@ -91,7 +93,7 @@ void check_variant(const std::string& args, int positions = 40, int vocab = 300)
   const auto prompts = test_prompts(positions, vocab);
   const auto reference = testing::reference_logits(dir.path(), prompts);
   ASSERT_EQ(reference.size(), prompts.size());
-  Checked c = load(dir.path());
+  Checked c = load(dir.path(), "float32", host_kernel);
   ASSERT_NE(c.model, nullptr);
   EXPECT_EQ(c.model->config().family, "llama");
   expect_sequential_match(*c.model, prompts, reference, kFloat32Tolerance);
@@ -103,6 +105,11 @@ TEST(LlamaReference, MultiHeadMatchesPython) { check_variant("--seed 1 --layers 
 TEST(LlamaReference, GroupedQueryAttentionMatchesPython) {
   // 8 query heads share 2 KV heads; the KV cache holds the 2.
   check_variant("--seed 2 --layers 2 --heads 8 --kv-heads 2 --hidden 64 --rope-theta 500000");
+}
+
+TEST(LlamaReference, GroupedQueryAttentionOnTheTensorPathMatchesPython) {
+  check_variant("--seed 2 --layers 2 --heads 8 --kv-heads 2 --hidden 64 --rope-theta 500000", 40, 300,
+                /*host_kernel=*/false);
 }
 
 TEST(LlamaReference, Bf16StoredMatchesPython) {
@@ -124,11 +131,13 @@ TEST(LlamaReference, Float64ModeMatchesPythonTightly) {
   const auto prompts = test_prompts(24, 300);
   const auto reference = testing::reference_logits(dir.path(), prompts);
   ASSERT_EQ(reference.size(), prompts.size());
-  Checked c = load(dir.path(), "float64");
-  ASSERT_NE(c.model, nullptr);
-  EXPECT_EQ(c.model->config().dtype, "float64");
-  expect_sequential_match(*c.model, prompts, reference, kFloat64Tolerance);
-  expect_batched_match(*c.model, prompts, reference, kFloat64Tolerance);
+  for (const bool host_kernel : {true, false}) {
+    Checked c = load(dir.path(), "float64", host_kernel);
+    ASSERT_NE(c.model, nullptr);
+    EXPECT_EQ(c.model->config().dtype, "float64");
+    expect_sequential_match(*c.model, prompts, reference, kFloat64Tolerance);
+    expect_batched_match(*c.model, prompts, reference, kFloat64Tolerance);
+  }
 }
 
 TEST(LlamaModel, ConfigParametersAndIdOnlyTokenizer) {
@@ -159,7 +168,7 @@ TEST(LlamaModel, ConfigParametersAndIdOnlyTokenizer) {
   EXPECT_EQ(tok.token_bytes(17), " 17");
   EXPECT_EQ(tok.token_bytes(2), " 2");
   EXPECT_EQ(tok.token_bytes(300), "");
-  // KV cache: [n_layer, 2, n_kv_head, capacity, head_dim] float32.
+  // KV cache: [n_layer, 2, capacity, n_kv_head, head_dim] float32.
   auto cache = c.model->new_cache(10);
   ASSERT_TRUE(cache.ok());
   EXPECT_EQ((*cache)->bytes(), 2 * 2 * 2 * 10 * 16 * 4);

@@ -1,0 +1,31 @@
+#include "common/thread_env.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace vg {
+
+std::vector<std::pair<std::string, std::string>> passive_thread_waits() {
+  return {{"OMP_WAIT_POLICY", "PASSIVE"}, {"OPENBLAS_THREAD_TIMEOUT", "4"}};
+}
+
+std::vector<std::pair<std::string, std::string>> missing_thread_waits(const char* (*getenv)(const char*)) {
+  std::vector<std::pair<std::string, std::string>> missing;
+  if (getenv("VRAMGATE_THREAD_ENV") != nullptr) return missing;
+  for (auto& [name, value] : passive_thread_waits()) {
+    if (getenv(name.c_str()) == nullptr) missing.emplace_back(name, value);
+  }
+  return missing;
+}
+
+void ensure_passive_thread_waits(char** argv) {
+  const auto missing = missing_thread_waits([](const char* name) -> const char* { return std::getenv(name); });
+  if (missing.empty()) return;
+  for (const auto& [name, value] : missing) ::setenv(name.c_str(), value.c_str(), 0);
+  ::setenv("VRAMGATE_THREAD_ENV", "1", 1);
+  ::execv("/proc/self/exe", argv);
+  // exec failed: run on with the runtimes' own defaults.
+}
+
+}  // namespace vg
