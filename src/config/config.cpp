@@ -139,8 +139,8 @@ std::optional<ConfigProblem> ServeConfig::check() const {
     if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");
   }
   if (in_process && !engine.empty()) return bad("engine", "cannot be combined with --in-process");
-  if (!(engine_heartbeat_timeout_s >= 0.1 && engine_heartbeat_timeout_s <= 3600)) {
-    return bad("engine_heartbeat_timeout", "must be in [0.1, 3600]");
+  if (!(engine_heartbeat_timeout_s >= 1 && engine_heartbeat_timeout_s <= 3600)) {
+    return bad("engine_heartbeat_timeout", "must be in [1, 3600] (engines heartbeat every 0.25 s)");
   }
   if (max_crash_retries < 1 || max_crash_retries > 100) return bad("max_crash_retries", "must be in [1, 100]");
   if (!(orphan_timeout_s > 0 && orphan_timeout_s <= 7 * 86400)) return bad("orphan_timeout", "must be in (0, 604800]");

@@ -87,6 +87,8 @@ struct RemoteService::Slot {
   std::optional<AdmissionState> last_state;
   bool connecting = false;
   bool tried_attach = false;         // the first start looked for a running engine
+  std::string connect_error;         // why the last connection attempt failed; empty: none failed
+  double engine_started_at = 0;      // unix seconds, from the engine's hello
 
   std::string label() const {
     if (!ep.device.empty()) return ep.device;
@@ -139,8 +141,16 @@ Result<std::unique_ptr<RemoteService>> RemoteService::create(Options options) {
     slot->state = "starting";
     svc->slots_.push_back(std::move(slot));
   }
-  svc->monitor_ = std::thread([p = svc.get()] { p->monitor_loop(); });
+  if (svc->options_.metrics) {
+    for (auto& s : svc->slots_) svc->options_.metrics->declare_engine(s->label());
+  }
   return svc;
+}
+
+void RemoteService::start() {
+  std::lock_guard lk(mu_);
+  if (monitor_.joinable() || stopping_) return;
+  monitor_ = std::thread([this] { monitor_loop(); });
 }
 
 RemoteService::~RemoteService() { shutdown(); }
@@ -230,12 +240,27 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
   }
   if (!s.ep.command.empty() && s.pid == 0) {
     if (now < s.next_start || fatal_) return;
+    if (::stat(s.ep.socket_path.c_str(), &st) == 0) {
+      if (auto fd = wire::connect_unix(s.ep.socket_path); fd.ok()) {
+        // An engine still accepts there (one being replaced is stopping): wait for it to go.
+        ::close(*fd);
+        s.next_start = now + std::chrono::milliseconds(200);
+        s.connect_error = "waiting for the engine that holds unix:" + s.ep.socket_path + " to exit";
+        return;
+      }
+    }
     ::unlink(s.ep.socket_path.c_str());
     std::vector<char*> argv;
     for (const std::string& a : s.ep.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+    // The engine gets stdin/stdout/stderr only: not the gateway's listening
+    // socket or its connections (they would outlive the gateway in it).
+    posix_spawn_file_actions_t files;
+    ::posix_spawn_file_actions_init(&files);
+    ::posix_spawn_file_actions_addclosefrom_np(&files, 3);
+    const int rc = ::posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&files);
     if (rc != 0) {
       spdlog::error("engine on {}: cannot start {}: {}", s.label(), s.ep.command.front(), std::strerror(rc));
       s.next_start = now + dur(s.backoff_s);
@@ -268,6 +293,8 @@ bool RemoteService::try_connect(Slot& s) {
   auto fail = [&](const std::string& why) {
     ::close(*fd);
     spdlog::warn("engine at unix:{}: {}; trying again in 1 s", s.ep.socket_path, why);
+    std::lock_guard lk(mu_);
+    s.connect_error = why;
     return false;
   };
   const std::optional<std::string> secret = read_secret(s.ep.secret_path);
@@ -304,6 +331,10 @@ bool RemoteService::try_connect(Slot& s) {
   }
   if (const json::value* v = reply->if_contains("pid"); v && v->is_int64()) pid = v->as_int64();
   if (const json::value* v = reply->if_contains("config_digest"); v && v->is_string()) digest = v->as_string();
+  double engine_started_at = 0;
+  if (const json::value* v = reply->if_contains("started_at"); v && v->is_number()) {
+    engine_started_at = v->to_number<double>();
+  }
 
   std::unique_lock lk(mu_);
   if (stopping_) {
@@ -328,6 +359,8 @@ bool RemoteService::try_connect(Slot& s) {
   if (s.spawned != TimePoint{} && !attached) s.startup_s = secs(now - s.spawned);
   s.channel = channel;
   ++open_channels_;
+  s.connect_error.clear();
+  if (engine_started_at > 0) s.started_at = engine_started_at;
   s.models = std::move(models);
   s.devices = std::move(devices);
   s.last_heard = now;
@@ -336,7 +369,8 @@ bool RemoteService::try_connect(Slot& s) {
   s.seen_histograms.clear();
   s.seen_tokens = 0;
   set_state(s, "ready");
-  spdlog::info("engine on {} (pid {}) {}: unix:{}{}", s.label(), s.pid, attached ? "re-attached" : "connected",
+  spdlog::info("engine on {} (pid {}) {}: unix:{}{}", s.label(), s.pid,
+               attached && !s.ep.command.empty() ? "re-attached" : "connected",
                s.ep.socket_path, s.startup_s && !attached ? fmt::format(", ready {:.2f} s after its start", *s.startup_s) : "");
   Slot* sp = &s;
   lk.unlock();
@@ -579,10 +613,12 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     }
   } closed{this};
   std::string label;
+  bool stopping_now = false;
   {
     std::lock_guard lk(mu_);
     if (s->epoch != epoch) return;
     label = s->label();
+    stopping_now = stopping_;
     s->channel.reset();
     if (s->last_state) {
       // Counters of this process carry over to the next one.
@@ -668,8 +704,12 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     s->inflight.clear();
     cv_.notify_all();
   }
-  spdlog::warn("engine on {} disconnected ({}): {} requests to move, {} ended", label,
-               reason.empty() ? "closed" : reason, moved, ends.size());
+  if (stopping_now) {
+    spdlog::info("engine on {} disconnected ({})", label, reason.empty() ? "closed" : reason);
+  } else {
+    spdlog::warn("engine on {} disconnected ({}): {} requests to move, {} ended", label,
+                 reason.empty() ? "closed" : reason, moved, ends.size());
+  }
   for (auto& [r, ev] : ends) r->sink->push(std::move(ev));
 }
 
@@ -703,6 +743,11 @@ std::string RemoteService::slot_reason(const Slot& s) const {
   if (s.channel && !s.status.ready) return "engine on " + s.label() + " is not ready: " + s.status.not_ready_reason;
   std::string why = fmt::format("engine on {} (unix:{}) is {}", s.label(), s.ep.socket_path, s.state);
   if (!s.last_exit.empty()) why += fmt::format(" (last exit: {}, {} restarts)", s.last_exit, s.restarts);
+  if (!s.connect_error.empty()) why += ": " + s.connect_error;
+  struct stat st{};
+  if (s.ep.command.empty() && s.connect_error.empty() && ::stat(s.ep.socket_path.c_str(), &st) != 0) {
+    why += ": no socket there (is vramgate engine --listen unix:" + s.ep.socket_path + " running?)";
+  }
   return why;
 }
 

@@ -75,9 +75,10 @@ class RemoteService final : public Service {
     metrics::ServerMetrics* metrics = nullptr;  ///< engine metrics are mirrored here; may be null
   };
 
-  /// Starts the monitor thread (which starts or attaches the engines).
-  /// Errors: kConfig (no engines, a runtime problem with an endpoint).
+  /// Errors: kConfig (no engines). Nothing starts before start().
   static Result<std::unique_ptr<RemoteService>> create(Options options);
+  /// Starts the monitor thread, which starts or attaches the engines. Once.
+  void start();
   ~RemoteService() override;
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;

@@ -120,6 +120,11 @@ void ServerMetrics::count_idempotent_replay(std::string_view kind) {
   idempotent_replays_total_.with({std::string(kind)}).inc();
 }
 
+void ServerMetrics::declare_engine(const std::string& device) {
+  engine_up_.with({device});
+  engine_restarts_total_.with({device});
+}
+
 void ServerMetrics::set_engine_up(const std::string& device, bool up) { engine_up_.with({device}).set(up ? 1 : 0); }
 
 void ServerMetrics::count_engine_restart(const std::string& device) { engine_restarts_total_.with({device}).inc(); }

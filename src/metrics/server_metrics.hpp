@@ -98,6 +98,8 @@ class ServerMetrics {
   void count_idempotent_replay(std::string_view kind);
 
   // -- recorded by the gateway's engine supervision (multi-process mode)
+  /// Shows the engine's series at 0 (up, restarts) before anything happens to it.
+  void declare_engine(const std::string& device);
   /// vramgate_engine_up{device}: 1 while the engine serving `device` is connected and ready.
   void set_engine_up(const std::string& device, bool up);
   /// vramgate_engine_restarts_total{device}

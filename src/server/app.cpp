@@ -59,20 +59,28 @@ struct Backend {
 };
 
 /// A folder only this user can use: created 0700 when missing; an existing
-/// one must belong to this user and give others no access. Errors: kConfig.
+/// one must belong to this user and give others no access (it is never
+/// changed). Errors: kConfig saying what is wrong.
 Status private_folder(const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Error(ErrorCode::kConfig, "cannot create the runtime folder " + dir + ": " + ec.message());
+  if (!std::filesystem::exists(dir, ec)) {
+    const mode_t old = ::umask(077);
+    std::filesystem::create_directories(dir, ec);
+    ::umask(old);
+    if (ec) return Error(ErrorCode::kConfig, "cannot create the runtime folder " + dir + ": " + ec.message());
+  }
   struct stat st{};
-  if (::stat(dir.c_str(), &st) != 0) return Error(ErrorCode::kConfig, "cannot read the runtime folder " + dir);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Error(ErrorCode::kConfig, dir + " is not a folder this process can read");
+  }
   if (st.st_uid != ::geteuid()) {
     return Error(ErrorCode::kConfig, "runtime folder " + dir + " belongs to another user (uid " +
                                          std::to_string(st.st_uid) + ")");
   }
-  if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0) {
-    return Error(ErrorCode::kConfig, fmt::format("runtime folder {} has mode {:o}, and it cannot be made 0700", dir,
-                                                 st.st_mode & 0777));
+  if ((st.st_mode & 077) != 0) {
+    return Error(ErrorCode::kConfig, fmt::format("folder {} has mode {:o}: the engine socket needs a folder only its "
+                                                 "user can use (mode 0700)",
+                                                 dir, st.st_mode & 0777));
   }
   return Status::Ok();
 }
@@ -123,8 +131,11 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   // `vramgate engine --device D` for each and give them with --engine.
   std::string devices;
   for (const std::string& d : config.device) devices += (devices.empty() ? "" : ",") + d;
+  // The socket is named after the devices: a serve with other settings finds
+  // the engine on them, sees another digest, and replaces it (two engines
+  // never share a device).
   const std::string digest = hex(traffic::sha256_parts({toml, "\n", devices}), 16);
-  const std::string base = dir + "/engine-" + digest.substr(0, 12);
+  const std::string base = dir + "/engine-" + hex(traffic::sha256(devices), 6);
   const std::string config_path = base + ".toml";
   {
     std::ofstream out(config_path, std::ios::trunc);
@@ -229,6 +240,7 @@ int run_server(const ServeConfig& config) {
   }
   // The port line is parsed by tests and scripts: keep its shape.
   spdlog::info("listening on http://{}:{}", config.host, (*http)->port());
+  if (remote) remote->start();  // engines start once the server could start
 
   int sig = 0;
   if (remote) {
@@ -340,6 +352,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   so.model_dir = config.model_dir;
   so.config_digest = engine.config_digest;
   so.load_s = std::chrono::duration<double>(Clock::now() - began).count();
+  so.started_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - so.load_s;
   so.crash_on_prompt = config.test_crash_on_prompt;
   so.metrics = &metrics;
   auto server = wire::EngineServer::start(so, **service);

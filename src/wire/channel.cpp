@@ -166,7 +166,11 @@ Result<int> connect_unix(const std::string& path) {
 Result<int> listen_unix(const std::string& path) {
   auto addr = unix_address(path);
   if (!addr.ok()) return std::move(addr).error();
-  ::unlink(path.c_str());
+  if (auto live = connect_unix(path); live.ok()) {
+    ::close(*live);
+    return Error(ErrorCode::kConfig, "socket " + path + " is in use: another engine accepts connections there");
+  }
+  ::unlink(path.c_str());  // a stale socket of an engine that is gone
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Error(ErrorCode::kConfig, std::string("socket: ") + std::strerror(errno));
   // Created 0600 from the start: a umask that leaves no window in which

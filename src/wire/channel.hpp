@@ -77,7 +77,8 @@ class Channel : public std::enable_shared_from_this<Channel> {
 /// (no such socket, refused, path too long).
 Result<int> connect_unix(const std::string& path);
 /// Binds and listens on `path` (a stale socket file there is replaced),
-/// with mode 0600. Errors: kConfig saying why.
+/// with mode 0600. Errors: kConfig saying why, also when an engine still
+/// accepts connections on `path`.
 Result<int> listen_unix(const std::string& path);
 /// The user id of the process at the other end of Unix socket `fd`.
 std::optional<uid_t> peer_uid(int fd);

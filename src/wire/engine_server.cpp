@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -195,7 +196,8 @@ void EngineServer::accept_loop() {
                          {"devices", std::move(devices)},
                          {"model_dir", options_.model_dir},
                          {"config_digest", options_.config_digest},
-                         {"load_s", options_.load_s}};
+                         {"load_s", options_.load_s},
+                         {"started_at", options_.started_at}};
       if (!write_one(fd, reply).ok()) {
         ::close(fd);
         return;
@@ -366,13 +368,15 @@ void EngineServer::on_closed(const std::shared_ptr<Conn>& conn, const std::strin
   int left = 0;
   {
     std::lock_guard lk(mu_);
-    std::erase(conns_, conn);
-    left = static_cast<int>(conns_.size());
-    if (conns_.empty()) alone_since_ = Clock::now();
-    conns_cv_.notify_all();
+    left = static_cast<int>(std::count_if(conns_.begin(), conns_.end(), [&](const auto& c) { return c != conn; }));
   }
   spdlog::info("engine: gateway {} disconnected ({}); cancelled its {} requests; {} gateways connected", conn->peer,
                reason.empty() ? "closed" : reason, cancel.size(), left);
+  // Last: stop() waits for this, and this object may go once it returns.
+  std::lock_guard lk(mu_);
+  std::erase(conns_, conn);
+  if (conns_.empty()) alone_since_ = Clock::now();
+  conns_cv_.notify_all();
 }
 
 json::object EngineServer::metrics_fields() const {

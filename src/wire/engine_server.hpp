@@ -44,6 +44,7 @@ class EngineServer {
     std::string model_dir;
     std::string config_digest;  ///< of the settings it runs with: a supervisor re-attaches only on a match
     double load_s = 0;          ///< seconds from process start to serving
+    double started_at = 0;      ///< unix seconds of the process start
     /// Test hook: abort the process when a request whose prompt (or a chat
     /// message) contains this text starts running. Empty: off.
     std::string crash_on_prompt;

@@ -176,6 +176,7 @@ class RemoteServiceTest : public ::testing::Test {
     auto g = RemoteService::create(o);
     ASSERT_TRUE(g.ok());
     gateway_ = std::move(g).value();
+    gateway_->start();
   }
   CompletionRequest request(const std::string& id) {
     CompletionRequest r;
