@@ -97,7 +97,7 @@ def time_engine_crash(binary, model_dir, threads):
         stop.set()
         for w in workers:
             w.join()
-        log = s.logs()
+        log = "".join(s.log)
         return {"kill_to_first_resumed_token_s": first, "resumed_requests": log.count(" resumed on engine"),
                 "resubmitted_requests": log.count(" resubmitted on engine")}
     finally:
@@ -122,7 +122,7 @@ def time_gateway_restart(binary, model_dir, threads):
         r = requests.post(b.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=30)
         assert r.status_code == 200
         first_after = time.perf_counter()
-        reattached = engine_pid(b.url) == engine and "re-attached" in b.logs()
+        reattached = engine_pid(b.url) == engine and "re-attached" in "".join(b.log)
         return {"last_answer_to_first_answer_s": first_after - last_before, "start_to_first_answer_s": first_after - t0,
                 "engine_reattached": reattached}
     finally:

@@ -512,7 +512,15 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
                             : ridv && ridv->is_int64() ? static_cast<std::uint64_t>(ridv->as_int64())
                                                        : 0;
   auto it = s->inflight.find(rid);
-  if (it == s->inflight.end()) return;  // ended here already (cancelled, failed over)
+  if (it == s->inflight.end()) {
+    // A short request can end before the engine's answer to its submit
+    // (events pushed during submit go first): submit() still waits for it.
+    if ((type == "accepted" || type == "rejected") && awaiting_.count(rid)) {
+      answers_[rid] = std::move(m);
+      cv_.notify_all();
+    }
+    return;  // otherwise ended here already (cancelled, failed over)
+  }
   std::shared_ptr<Req> r = it->second;
   if (type == "accepted" || type == "rejected") {
     r->answered = true;
@@ -788,8 +796,10 @@ Result<Submission> RemoteService::submit(const CompletionRequest& request, std::
   const std::uint64_t rid = r->rid;
   s->inflight[rid] = r;
   ++active_;
+  awaiting_.insert(rid);
   s->channel->send(json::object{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(request)}});
   const bool answered = cv_.wait_for(lk, dur(options_.submit_timeout_s), [&] { return answers_.count(rid) > 0; });
+  awaiting_.erase(rid);
   json::object answer;
   if (answered) {
     answer = std::move(answers_[rid]);

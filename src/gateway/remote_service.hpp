@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,7 @@ class RemoteService final : public Service {
   std::vector<std::shared_ptr<Req>> pending_;       // guarded by mu_: waiting for an engine
   mutable std::map<std::uint64_t, boost::json::object> answers_;  // guarded by mu_: rid/qid -> answer
   mutable std::uint64_t next_rid_ = 1;              // guarded by mu_
+  std::set<std::uint64_t> awaiting_;                // guarded by mu_: fresh submits waiting for their answer
   int active_ = 0;                                  // guarded by mu_: requests without their terminal event
   bool draining_ = false;                           // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_

@@ -48,6 +48,7 @@ class FakeService final : public Service {
   };
 
   std::optional<Error> refuse;  // set before submissions arrive
+  bool finish_in_submit = false;  // the whole request ends before submit returns (a 1-token request)
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override {
     if (refuse) return *refuse;
@@ -57,6 +58,11 @@ class FakeService final : public Service {
     out.model = "fake";
     out.prompt_tokens = 3;
     out.cost_bytes = 1000;
+    if (finish_in_submit) {
+      sink->push(StartedEvent{});
+      sink->push(TextEvent{"x", 1, 0, {}, {120}});
+      sink->push(FinishedEvent{"length", {3, 1}, {}, 0});
+    }
     {
       std::lock_guard lk(mu_);
       subs_.push_back(s);
@@ -217,6 +223,24 @@ TEST_F(RemoteServiceTest, SubmitsAndForwardsEventsInOrder) {
   EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
   EXPECT_EQ(gateway_->models().at(0).id, "fake");
   EXPECT_EQ(gateway_->admission_state().completed, 1);
+}
+
+TEST_F(RemoteServiceTest, ARequestThatEndsBeforeItsSubmitIsAnsweredIsStillAccepted) {
+  FakeService& fake = new_fake();
+  fake.finish_in_submit = true;
+  start_engine(fake);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  for (int i = 0; i < 20; ++i) {
+    auto rec = std::make_shared<Recorder>();
+    const TimePoint t0 = Clock::now();
+    auto sub = gateway_->submit(request("r" + std::to_string(i)), rec);
+    ASSERT_TRUE(sub.ok()) << sub.error().message;
+    EXPECT_LT(Clock::now() - t0, 5s);  // answered, not timed out
+    ASSERT_TRUE(rec->wait_terminal());
+    EXPECT_EQ(rec->text(), "x");
+  }
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
 }
 
 TEST_F(RemoteServiceTest, EngineRefusalIsTheSubmitError) {
