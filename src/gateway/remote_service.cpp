@@ -45,6 +45,28 @@ std::string exit_text(int status) {
   return "status " + std::to_string(status);
 }
 
+/// Adds the counters since start of `from` (not its gauges) to `to`.
+void add_counters(AdmissionState& to, const AdmissionState& from) {
+  to.admitted += from.admitted;
+  to.rejected_never_fits += from.rejected_never_fits;
+  to.rejected_queue_full += from.rejected_queue_full;
+  to.queue_timeouts += from.queue_timeouts;
+  to.deadline_expired += from.deadline_expired;
+  to.cancelled_queued += from.cancelled_queued;
+  to.cancelled += from.cancelled;
+  to.completed += from.completed;
+  to.failed += from.failed;
+  to.out_of_memory += from.out_of_memory;
+  to.oom_budget_cuts += from.oom_budget_cuts;
+  to.preemptions += from.preemptions;
+  to.not_ready_trips += from.not_ready_trips;
+  to.retry_booked += from.retry_booked;
+  to.retry_claimed += from.retry_claimed;
+  to.retry_expired += from.retry_expired;
+  to.retry_early += from.retry_early;
+  to.retry_refused += from.retry_refused;
+}
+
 std::optional<std::string> read_secret(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -629,28 +651,13 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     stopping_now = stopping_;
     s->channel.reset();
     if (s->last_state) {
-      // Counters of this process carry over to the next one.
-      AdmissionState& c = s->carried;
-      const AdmissionState& l = *s->last_state;
-      c.admitted += l.admitted;
-      c.rejected_never_fits += l.rejected_never_fits;
-      c.rejected_queue_full += l.rejected_queue_full;
-      c.queue_timeouts += l.queue_timeouts;
-      c.deadline_expired += l.deadline_expired;
-      c.cancelled_queued += l.cancelled_queued;
-      c.cancelled += l.cancelled;
-      c.completed += l.completed;
-      c.failed += l.failed;
-      c.out_of_memory += l.out_of_memory;
-      c.oom_budget_cuts += l.oom_budget_cuts;
-      c.preemptions += l.preemptions;
-      c.not_ready_trips += l.not_ready_trips;
-      c.retry_booked += l.retry_booked;
-      c.retry_claimed += l.retry_claimed;
-      c.retry_expired += l.retry_expired;
-      c.retry_early += l.retry_early;
-      c.retry_refused += l.retry_refused;
-      s->last_state->admitted = 0;  // shown while it is away; counted once
+      // Counters of this process carry over to the next one; while it is
+      // away only its devices are shown, so nothing is counted twice.
+      add_counters(s->carried, *s->last_state);
+      AdmissionState shown;
+      shown.policy = s->last_state->policy;
+      shown.devices = std::move(s->last_state->devices);
+      s->last_state = std::move(shown);
     }
     if (!s->ep.command.empty() || s->pid == 0) {
       set_state(*s, stopping_ ? "gone" : "restarting");
@@ -984,26 +991,10 @@ AdmissionState RemoteService::admission_state() const {
     for (const WaitingRequest& w : st.waiting) {
       if (out.waiting.size() < AdmissionState::kMaxWaitingShown) out.waiting.push_back(w);
     }
-    out.admitted += st.admitted + c.admitted;
-    out.rejected_never_fits += st.rejected_never_fits + c.rejected_never_fits;
-    out.rejected_queue_full += st.rejected_queue_full + c.rejected_queue_full;
-    out.queue_timeouts += st.queue_timeouts + c.queue_timeouts;
-    out.deadline_expired += st.deadline_expired + c.deadline_expired;
-    out.cancelled_queued += st.cancelled_queued + c.cancelled_queued;
-    out.cancelled += st.cancelled + c.cancelled;
-    out.completed += st.completed + c.completed;
-    out.failed += st.failed + c.failed;
-    out.out_of_memory += st.out_of_memory + c.out_of_memory;
-    out.oom_budget_cuts += st.oom_budget_cuts + c.oom_budget_cuts;
-    out.preemptions += st.preemptions + c.preemptions;
-    out.not_ready_trips += st.not_ready_trips + c.not_ready_trips;
+    add_counters(out, st);
+    add_counters(out, c);
     out.retry_bookings += st.retry_bookings;
     out.retry_places += st.retry_places;
-    out.retry_booked += st.retry_booked + c.retry_booked;
-    out.retry_claimed += st.retry_claimed + c.retry_claimed;
-    out.retry_expired += st.retry_expired + c.retry_expired;
-    out.retry_early += st.retry_early + c.retry_early;
-    out.retry_refused += st.retry_refused + c.retry_refused;
   }
   // Requests the gateway holds for an engine to take again are queued too.
   out.queued += static_cast<int>(pending_.size());
