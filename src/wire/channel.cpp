@@ -38,8 +38,10 @@ bool Channel::send(const boost::json::object& message) {
     if (closed_) return false;
     if (queued_bytes_ + frame.size() <= limits_.max_queued_bytes) {
       queued_bytes_ += frame.size();
+      const bool was_empty = queue_.empty();
       queue_.push_back(std::move(frame));
-      cv_.notify_all();
+      // The writer waits only on an empty queue: one wake-up per batch.
+      if (was_empty) cv_.notify_all();
       return true;
     }
   }
@@ -108,20 +110,32 @@ void Channel::read_loop(OnMessage on_message, OnClose on_close) {
 }
 
 void Channel::write_loop() {
+  // Everything queued when the writer wakes goes out in one send(): the
+  // events of one decode step (a frame per sequence) cost one system call
+  // here and one wake-up of the peer's reader.
+  constexpr std::size_t kBatchBytes = 1u << 20;
+  std::string batch;
   while (true) {
-    std::string frame;
+    batch.clear();
     {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return closed_ || !queue_.empty(); });
       if (closed_) return;
-      frame = std::move(queue_.front());
-      queue_.pop_front();
-      queued_bytes_ -= frame.size();
+      while (!queue_.empty() && (batch.empty() || batch.size() + queue_.front().size() <= kBatchBytes)) {
+        std::string& frame = queue_.front();
+        queued_bytes_ -= frame.size();
+        if (batch.empty() && frame.size() >= kBatchBytes) {
+          batch.swap(frame);
+        } else {
+          batch += frame;
+        }
+        queue_.pop_front();
+      }
       writing_ = true;
     }
     std::size_t off = 0;
-    while (off < frame.size()) {
-      const ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    while (off < batch.size()) {
+      const ssize_t n = ::send(fd_, batch.data() + off, batch.size() - off, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         close(std::string("write failed: ") + std::strerror(errno));
@@ -129,6 +143,7 @@ void Channel::write_loop() {
       }
       off += static_cast<std::size_t>(n);
     }
+    if (batch.capacity() > 4 * kBatchBytes) batch = std::string();
     std::lock_guard lk(mu_);
     writing_ = false;
     cv_.notify_all();
