@@ -29,6 +29,12 @@ std::optional<Result<json::object>> FrameReader::next() {
   }
   if (buffered() < kHeaderBytes + n) return std::nullopt;
   const std::string_view payload(buffer_.data() + offset_ + kHeaderBytes, n);
+  json::parse_options opts;
+  opts.allow_invalid_utf8 = true;  // token bytes may be part of a character
+  opts.max_depth = 32;
+  boost::system::error_code ec;
+  json::value v = json::parse(payload, ec, {}, opts);
+  // Only now, with `payload` read, may the buffer move.
   offset_ += kHeaderBytes + n;
   if (offset_ == buffer_.size()) {
     buffer_.clear();
@@ -37,11 +43,6 @@ std::optional<Result<json::object>> FrameReader::next() {
     buffer_.erase(0, offset_);
     offset_ = 0;
   }
-  json::parse_options opts;
-  opts.allow_invalid_utf8 = true;  // token bytes may be part of a character
-  opts.max_depth = 32;
-  boost::system::error_code ec;
-  json::value v = json::parse(payload, ec, {}, opts);
   if (ec) return Result<json::object>(Error(ErrorCode::kInvalidRequest, "frame is not JSON: " + ec.message()));
   if (!v.is_object()) return Result<json::object>(Error(ErrorCode::kInvalidRequest, "frame is not a JSON object"));
   json::object& o = v.as_object();

@@ -34,6 +34,28 @@ TEST(Frame, RoundTripsWholeAndByteByByte) {
   EXPECT_EQ(bytes.buffered(), 0u);
 }
 
+TEST(Frame, LargeFramesFollowedByMoreDecodeIntact) {
+  // A frame of more than 1 MiB followed by another: the reader compacts its
+  // buffer after the first, which must not move the bytes being parsed.
+  const std::string big(3u << 19, 'x');
+  std::string bytes;
+  for (int i = 0; i < 3; ++i) bytes += encode_frame(json::object{{"t", "event"}, {"rid", i}, {"data", big}});
+  bytes += encode_frame(json::object{{"t", "cancel"}, {"rid", 9}});
+  FrameReader reader(8u << 20);
+  reader.append(bytes.substr(0, bytes.size() - 5));
+  for (int i = 0; i < 3; ++i) {
+    auto m = reader.next();
+    ASSERT_TRUE(m && m->ok()) << (m ? (*m).error().message : "no frame");
+    EXPECT_EQ((**m).at("rid").as_int64(), i);
+    EXPECT_EQ((**m).at("data").as_string(), big);
+  }
+  EXPECT_FALSE(reader.next().has_value());
+  reader.append(bytes.substr(bytes.size() - 5));
+  auto last = reader.next();
+  ASSERT_TRUE(last && last->ok());
+  EXPECT_EQ((**last).at("rid").as_int64(), 9);
+}
+
 TEST(Frame, RefusesOversizedBeforeItsPayloadArrives) {
   FrameReader r(100);
   r.append(std::string("\x00\x00\x10\x00", 4));  // 4096 bytes announced
