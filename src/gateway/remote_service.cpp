@@ -98,12 +98,14 @@ struct RemoteService::Slot {
   TimePoint last_heard{};
   wire::EngineStatus status;
   std::vector<ModelInfo> models;
+  std::vector<TensorModelInfo> tensor_models;  // its TorchScript models (also listed in `models`)
   std::vector<std::string> devices;
   std::optional<double> startup_s;   // measured: process start -> connected
   std::map<std::uint64_t, std::shared_ptr<Req>> inflight;
   // Engine metrics already mirrored, by histogram name (cumulative buckets, sum).
   std::map<std::string, std::pair<std::vector<std::uint64_t>, double>> seen_histograms;
   double seen_tokens = 0;
+  std::map<std::string, double> seen_counters;  // labelled counters mirrored, by name and label values
   // Admission counters of the engine's earlier processes, and its last state.
   AdmissionState carried;
   std::optional<AdmissionState> last_state;
@@ -145,10 +147,34 @@ struct RemoteService::Req final : RequestHandle {
   bool answered = false;      // its submit got accepted/rejected (fresh submits wait for this)
   bool resubmitted = false;   // moved from a dead engine: no submit() waits for its answer
   int crashes = 0;
+  /// A TorchScript request: sent as "infer"; `request` holds only its model
+  /// and id, and `sink` turns a failure into a call of `tensor_done`.
+  std::optional<TensorInferRequest> tensor;
+  TensorDone tensor_done;
 
   const std::string& id() const override { return id_; }
   void cancel() override { svc->cancel(*this); }
 };
+
+namespace {
+
+/// A tensor request's ends that the request machinery reports as events
+/// (refused after a crash, no engine in time, cancelled): its done callback.
+class TensorFailureSink final : public EventSink {
+ public:
+  explicit TensorFailureSink(std::shared_ptr<TensorDone> done) : done_(std::move(done)) {}
+  void push(EngineEvent event) override {
+    if (auto* f = std::get_if<FailedEvent>(&event)) (*done_)(std::move(f->error));
+  }
+
+ private:
+  std::shared_ptr<TensorDone> done_;
+};
+
+/// The message that (re)submits `r`.
+json::object submit_message(const RemoteService::Req& r, std::uint64_t rid);
+
+}  // namespace
 
 RemoteService::RemoteService(Options options) : options_(std::move(options)) {}
 
@@ -346,6 +372,14 @@ bool RemoteService::try_connect(Slot& s) {
       models.push_back(std::move(info).value());
     }
   }
+  std::vector<TensorModelInfo> tensor_models;
+  if (const json::value* m = reply->if_contains("tensor_models"); m && m->is_array()) {
+    for (const json::value& v : m->as_array()) {
+      auto info = wire::decode_tensor_model_info(v);
+      if (!info.ok()) return fail("bad hello: " + info.error().message);
+      tensor_models.push_back(std::move(info).value());
+    }
+  }
   if (const json::value* d = reply->if_contains("devices"); d && d->is_array()) {
     for (const json::value& v : d->as_array()) {
       if (v.is_string()) devices.emplace_back(v.as_string());
@@ -384,12 +418,14 @@ bool RemoteService::try_connect(Slot& s) {
   s.connect_error.clear();
   if (engine_started_at > 0) s.started_at = engine_started_at;
   s.models = std::move(models);
+  s.tensor_models = std::move(tensor_models);
   s.devices = std::move(devices);
   s.last_heard = now;
   s.connected = now;
   s.status.ready = true;  // until its first heartbeat says otherwise
   s.seen_histograms.clear();
   s.seen_tokens = 0;
+  s.seen_counters.clear();
   set_state(s, "ready");
   spdlog::info("engine on {} (pid {}) {}: unix:{}{}", s.label(), s.pid,
                attached && !s.ep.command.empty() ? "re-attached" : "connected",
@@ -439,7 +475,7 @@ void RemoteService::resubmit_pending(TimePoint now) {
     r->resubmitted = true;
     r->answered = false;
     s->inflight[r->rid] = r;
-    json::object msg{{"t", "submit"}, {"rid", r->rid}, {"request", wire::encode(r->request)}};
+    json::object msg = submit_message(*r, r->rid);
     const bool resumed = !r->delivered.empty();
     if (resumed || r->prompt_sent) {
       msg["resume"] = wire::encode(wire::ResumeState{r->delivered, r->prompt_sent});
@@ -474,13 +510,29 @@ void RemoteService::mirror_metrics(Slot& s, const json::object& m) {
       {"batch_size", &mx->batch_size},
       {"retry_promise_error_seconds", &mx->retry_promise_error_seconds},
   };
+  const std::pair<const char*, metrics::HistogramFamily*> families[] = {
+      {"tensor_queue_wait_seconds", &mx->tensor_queue_wait_seconds},
+      {"tensor_request_duration_seconds", &mx->tensor_request_duration_seconds},
+      {"tensor_batch_size", &mx->tensor_batch_size},
+  };
   if (const json::value* hs = m.if_contains("histograms"); hs && hs->is_array()) {
     for (const json::value& v : hs->as_array()) {
       auto h = wire::decode_histogram(v);
       if (!h.ok()) continue;
-      for (const auto& [name, target] : targets) {
-        if (h->name != name) continue;
-        auto& [seen, seen_sum] = s.seen_histograms[name];
+      metrics::Histogram* target = nullptr;
+      if (h->labels.empty()) {
+        for (const auto& [name, t] : targets) {
+          if (h->name == name) target = t;
+        }
+      } else {
+        for (const auto& [name, family] : families) {
+          if (h->name == name && family->label_names().size() == h->labels.size()) target = &family->with(h->labels);
+        }
+      }
+      if (target) {
+        std::string key = h->name;
+        for (const std::string& l : h->labels) key += '\x1f' + l;
+        auto& [seen, seen_sum] = s.seen_histograms[key];
         seen.resize(h->buckets.size(), 0);
         std::vector<std::uint64_t> delta(h->buckets.size(), 0);
         bool any = false;
@@ -494,6 +546,31 @@ void RemoteService::mirror_metrics(Slot& s, const json::object& m) {
         if (any) target->add(delta, h->sum - seen_sum);
         seen_sum = h->sum;
       }
+    }
+  }
+  if (const json::value* cs = m.if_contains("counters"); cs && cs->is_array()) {
+    for (const json::value& v : cs->as_array()) {
+      const json::object* c = v.if_object();
+      if (!c) continue;
+      const json::value* name = c->if_contains("name");
+      const json::value* labels = c->if_contains("labels");
+      const json::value* value = c->if_contains("value");
+      if (!name || !name->is_string() || name->as_string() != "tensor_requests_total" || !labels ||
+          !labels->is_array() || !value || !value->is_number()) {
+        continue;
+      }
+      std::vector<std::string> lv;
+      std::string key = "tensor_requests_total";
+      for (const json::value& l : labels->as_array()) {
+        if (!l.is_string()) break;
+        lv.emplace_back(l.as_string());
+        key += '\x1f' + lv.back();
+      }
+      if (lv.size() != mx->tensor_requests_total.label_names().size()) continue;
+      const double x = value->to_number<double>();
+      double& seen = s.seen_counters[key];
+      if (x > seen) mx->tensor_requests_total.with(lv).inc(x - seen);
+      seen = std::max(seen, x);
     }
   }
   if (const json::value* t = m.if_contains("generated_tokens"); t && t->is_number()) {
@@ -570,10 +647,40 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       }
       return;
     }
+    // An accepted tensor request counts as running at a crash (the engine
+    // says nothing more until its outputs).
+    if (r->tensor) r->started_here = true;
     if (!r->resubmitted) {
       answers_[rid] = std::move(m);
       cv_.notify_all();
     }
+    return;
+  }
+  if (type == "infer_done") {
+    if (!r->tensor) return;
+    s->inflight.erase(it);
+    if (r->ended) return;
+    r->ended = true;
+    --active_;
+    cv_.notify_all();
+    lk.unlock();
+    Result<TensorResult> result = Error(ErrorCode::kInternal, "the engine sent no tensor result");
+    if (const json::value* e = m.if_contains("error")) {
+      Error error(ErrorCode::kInternal, "the engine failed the request without saying why");
+      if (Status st = wire::decode_error(*e, &error); !st.ok()) {
+        error = Error(ErrorCode::kInternal, "engine sent a bad error: " + st.error().message);
+      }
+      result = std::move(error);
+    } else if (const json::value* rv = m.if_contains("result")) {
+      result = wire::decode_tensor_result(*rv);
+      if (!result.ok()) {
+        spdlog::error("engine on {}: bad tensor result for request {}: {}", s->label(), r->id_,
+                      result.error().message);
+        result = Error(ErrorCode::kInternal, "the engine sent a result that could not be read: " +
+                                                 result.error().message);
+      }
+    }
+    r->tensor_done(std::move(result));
     return;
   }
   if (type != "event") return;
@@ -766,14 +873,23 @@ std::string RemoteService::slot_reason(const Slot& s) const {
   return why;
 }
 
-Result<Submission> RemoteService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
+namespace {
+
+json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
+  if (r.tensor) return json::object{{"t", "infer"}, {"rid", rid}, {"request", wire::encode(*r.tensor)}};
+  return json::object{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(r.request)}};
+}
+
+}  // namespace
+
+Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   std::unique_lock lk(mu_);
   if (draining_ || stopping_) {
     Error e(ErrorCode::kOverloaded, "server is shutting down");
     e.retry_after_s = 1.0;
     return e;
   }
-  Slot* s = pick(request.model);
+  Slot* s = pick(r->request.model);
   if (!s) {
     // A model no engine serves is the engine's to refuse (404 with the list).
     for (auto& other : slots_) {
@@ -790,13 +906,9 @@ Result<Submission> RemoteService::submit(const CompletionRequest& request, std::
     e.retry_after_s = retry_after_s();
     return e;
   }
-  auto r = std::make_shared<Req>();
   r->svc = this;
-  r->request = request;
-  r->sink = std::move(sink);
-  r->id_ = request.request_id;
-  const double timeout = request.timeout_s ? std::min(*request.timeout_s, options_.request_timeout_s)
-                                           : options_.request_timeout_s;
+  const double timeout = r->request.timeout_s ? std::min(*r->request.timeout_s, options_.request_timeout_s)
+                                              : options_.request_timeout_s;
   r->deadline = Clock::now() + dur(timeout);
   r->slot = s;
   r->rid = next_rid_++;
@@ -804,7 +916,7 @@ Result<Submission> RemoteService::submit(const CompletionRequest& request, std::
   s->inflight[rid] = r;
   ++active_;
   awaiting_.insert(rid);
-  s->channel->send(json::object{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(request)}});
+  s->channel->send(submit_message(*r, rid));
   const bool answered = cv_.wait_for(lk, dur(options_.submit_timeout_s), [&] { return answers_.count(rid) > 0; });
   awaiting_.erase(rid);
   json::object answer;
@@ -816,17 +928,7 @@ Result<Submission> RemoteService::submit(const CompletionRequest& request, std::
   if (type == "accepted") {
     const json::value* sv = answer.if_contains("submission");
     auto a = sv ? wire::decode_accepted(*sv) : Result<wire::Accepted>(Error(ErrorCode::kInternal, "no submission"));
-    if (a.ok()) {
-      Submission sub;
-      sub.handle = r;
-      sub.model = a->model;
-      sub.prompt_tokens = a->prompt_tokens;
-      sub.queue_position = a->queue_position;
-      sub.cost_bytes = a->cost_bytes;
-      sub.echo_text = a->echo_text;
-      sub.retry_claimed_by = a->retry_claimed_by;
-      return sub;
-    }
+    if (a.ok()) return a;
   }
   // Refused, or no answer: nothing of it goes on.
   if (!r->ended) {
@@ -853,6 +955,75 @@ Result<Submission> RemoteService::submit(const CompletionRequest& request, std::
                                                     : "the engine restarted while taking the request");
   e.retry_after_s = retry_after_s();
   return e;
+}
+
+Result<Submission> RemoteService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
+  auto r = std::make_shared<Req>();
+  r->request = request;
+  r->sink = std::move(sink);
+  r->id_ = request.request_id;
+  auto a = place(r);
+  if (!a.ok()) return std::move(a).error();
+  Submission sub;
+  sub.handle = r;
+  sub.model = a->model;
+  sub.prompt_tokens = a->prompt_tokens;
+  sub.queue_position = a->queue_position;
+  sub.cost_bytes = a->cost_bytes;
+  sub.echo_text = a->echo_text;
+  sub.retry_claimed_by = a->retry_claimed_by;
+  return sub;
+}
+
+/// A tensor request's handle: cancels the request it wraps.
+struct RemoteTensorHandle final : TensorHandle {
+  std::shared_ptr<RemoteService::Req> req;
+  void cancel() override { req->cancel(); }
+};
+
+Result<TensorSubmission> RemoteService::submit_tensor(TensorInferRequest request, TensorDone done) {
+  auto r = std::make_shared<Req>();
+  r->request.model = request.model;
+  r->request.request_id = request.request_id;
+  r->request.timeout_s = request.timeout_s;
+  r->id_ = request.request_id;
+  // `done` is called once: by infer_done, or through the sink for an end
+  // the gateway decides (a crash too many, no engine in time, cancelled).
+  auto shared_done = std::make_shared<TensorDone>(std::move(done));
+  r->tensor_done = [shared_done](Result<TensorResult> result) { (*shared_done)(std::move(result)); };
+  r->sink = std::make_shared<TensorFailureSink>(shared_done);
+  r->tensor = std::move(request);
+  auto a = place(r);
+  if (!a.ok()) return std::move(a).error();
+  TensorSubmission sub;
+  auto handle = std::make_shared<RemoteTensorHandle>();
+  handle->req = r;
+  sub.handle = std::move(handle);
+  sub.model = a->model;
+  sub.queue_position = a->queue_position;
+  sub.cost_bytes = a->cost_bytes;
+  return sub;
+}
+
+Result<TensorModelInfo> RemoteService::tensor_model(const std::string& name) const {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> names;
+  bool language = false;
+  for (auto& s : slots_) {
+    for (const TensorModelInfo& t : s->tensor_models) {
+      if (t.id == name) return t;
+    }
+    for (const ModelInfo& m : s->models) {
+      if (m.id == name) language = true;
+      if (std::find(names.begin(), names.end(), m.id) == names.end()) names.push_back(m.id);
+    }
+  }
+  if (language) {
+    return Error(ErrorCode::kModelNotFound, "model '" + name + "' is a language model: use /v1/completions");
+  }
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return Error(ErrorCode::kModelNotFound, "model '" + name + "' not found; available: " + list);
 }
 
 void RemoteService::cancel(Req& req) {

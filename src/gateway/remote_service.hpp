@@ -35,6 +35,7 @@
 
 #include "common/clock.hpp"
 #include "server/service.hpp"
+#include "wire/codec.hpp"
 
 namespace vg {
 namespace metrics {
@@ -89,6 +90,11 @@ class RemoteService final : public Service {
   std::string not_ready_reason() const override;
   AdmissionState admission_state() const override;
   std::vector<EngineInfo> engine_processes() const override;
+  /// TorchScript requests go to an engine of the model as "infer"; after a
+  /// crash they are resubmitted like a completion that sent nothing yet,
+  /// and an accepted one counts as running at each crash (--max-crash-retries).
+  Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) override;
+  Result<TensorModelInfo> tensor_model(const std::string& name) const override;
 
   /// Set when a supervised engine exited with status 1 or 2 (its model or
   /// settings are unusable) before it ever served: restarting cannot help,
@@ -118,6 +124,10 @@ class RemoteService final : public Service {
   void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
   void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason);
   void cancel(Req& req);
+  /// Sends `r` (request, sink set) to an engine of its model and waits for
+  /// the engine's answer. Errors: the engine's refusal, or kOverloaded with
+  /// a Retry-After (no engine ready, no answer in time, shutting down).
+  Result<wire::Accepted> place(std::shared_ptr<Req> r);
   /// The ready slot for `model` with the fewest requests in flight; null when none.
   Slot* pick(const std::string& model) const;
   double retry_after_s() const;

@@ -176,18 +176,7 @@ int run_server(const ServeConfig& config) {
   metrics::Registry registry;
   metrics::ServerMetrics metrics(registry);
 
-  // TorchScript models are served in this process (the engine processes
-  // serve language models).
-  bool in_process = config.in_process;
-  if (!in_process && config.engine.empty()) {
-    for (const ModelSource& s : find_model_sources(config)) {
-      if (s.torchscript) {
-        spdlog::info("model '{}' is a TorchScript model: serving in one process (--in-process)", s.id);
-        in_process = true;
-        break;
-      }
-    }
-  }
+  const bool in_process = config.in_process;
 
   std::unique_ptr<InferenceService> local;
   std::unique_ptr<gateway::RemoteService> remote;

@@ -50,6 +50,7 @@ struct EngineStatus {
 /// bucket counts (bounds + 1), sum.
 struct HistogramSample {
   std::string name;
+  std::vector<std::string> labels;  ///< label values of a labelled family (e.g. {model}); empty: none
   std::vector<double> bounds;
   std::vector<std::uint64_t> buckets;
   double sum = 0;
@@ -83,5 +84,18 @@ Result<EngineStatus> decode_status(const boost::json::value& v);
 
 boost::json::object encode(const HistogramSample& h);
 Result<HistogramSample> decode_histogram(const boost::json::value& v);
+
+/// TorchScript requests: tensors travel as their float32 bytes in base64
+/// (host byte order; both ends share the host). Decoding bounds the rank
+/// (16), the tensors (256) and each tensor's values (2^26); whether the
+/// values fit the shape is the engine's check_inputs (a 400 naming the input).
+boost::json::object encode(const TensorInferRequest& r);
+Result<TensorInferRequest> decode_tensor_request(const boost::json::value& v);
+
+boost::json::object encode(const TensorResult& r);
+Result<TensorResult> decode_tensor_result(const boost::json::value& v);
+
+boost::json::object encode(const TensorModelInfo& m);
+Result<TensorModelInfo> decode_tensor_model_info(const boost::json::value& v);
 
 }  // namespace vg::wire

@@ -66,6 +66,8 @@ struct EngineServer::Conn {
     std::shared_ptr<RequestHandle> handle;
     bool cancel_pending = false;
     bool poison = false;  // the crash_on_prompt test hook matched
+    std::shared_ptr<TensorHandle> tensor;  // a tensor request's handle (then `handle` stays null)
+    bool is_tensor = false;
   };
   std::map<std::uint64_t, Entry> requests;  // guarded by mu
   bool closed = false;                      // guarded by mu
@@ -187,12 +189,17 @@ void EngineServer::accept_loop() {
       }
       json::array models;
       for (const ModelInfo& m : service_.models()) models.push_back(encode(m));
+      json::array tensor_models;
+      for (const ModelInfo& m : service_.models()) {
+        if (auto t = service_.tensor_model(m.id); t.ok()) tensor_models.push_back(encode(*t));
+      }
       json::array devices;
       for (const std::string& d : options_.devices) devices.emplace_back(d);
       json::object reply{{"t", "hello"},
                          {"v", kProtocolVersion},
                          {"pid", static_cast<std::int64_t>(::getpid())},
                          {"models", std::move(models)},
+                         {"tensor_models", std::move(tensor_models)},
                          {"devices", std::move(devices)},
                          {"model_dir", options_.model_dir},
                          {"config_digest", options_.config_digest},
@@ -288,7 +295,7 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
     {
       std::lock_guard lk(conn->mu);
       if (conn->closed) return;
-      if (!conn->requests.emplace(rid, Conn::Entry{nullptr, false, poison}).second) {
+      if (!conn->requests.emplace(rid, Conn::Entry{nullptr, false, poison, nullptr, false}).second) {
         conn->channel->close("request number " + std::to_string(rid) + " is in use");
         return;
       }
@@ -320,20 +327,27 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
     if (cancel) sub->handle->cancel();
     return;
   }
+  if (type == "infer") {
+    handle_infer(conn, m);
+    return;
+  }
   if (type == "cancel") {
     const std::uint64_t rid = rid_of(m);
     std::shared_ptr<RequestHandle> h;
+    std::shared_ptr<TensorHandle> t;
     {
       std::lock_guard lk(conn->mu);
       auto it = conn->requests.find(rid);
       if (it == conn->requests.end()) return;  // already ended
-      if (!it->second.handle) {
+      if (!it->second.handle && !it->second.tensor) {
         it->second.cancel_pending = true;
         return;
       }
       h = it->second.handle;
+      t = it->second.tensor;
     }
-    h->cancel();
+    if (h) h->cancel();
+    if (t) t->cancel();
     return;
   }
   if (type == "state") {
@@ -354,24 +368,87 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
   conn->channel->close(why);
 }
 
+void EngineServer::handle_infer(const std::shared_ptr<Conn>& conn, const json::object& m) {
+  const std::uint64_t rid = rid_of(m);
+  const json::value* rv = m.if_contains("request");
+  Result<TensorInferRequest> req = rv ? decode_tensor_request(*rv)
+                                      : Result<TensorInferRequest>(Error(ErrorCode::kInvalidRequest, "no request"));
+  if (rid == 0 || !req.ok()) {
+    const std::string why = rid == 0 ? "infer without a request number" : "bad infer: " + req.error().message;
+    spdlog::warn("engine: closing the connection of gateway {}: {}", conn->peer, why);
+    conn->channel->close(why);
+    return;
+  }
+  {
+    std::lock_guard lk(conn->mu);
+    if (conn->closed) return;
+    Conn::Entry entry;
+    entry.is_tensor = true;
+    if (!conn->requests.emplace(rid, std::move(entry)).second) {
+      conn->channel->close("request number " + std::to_string(rid) + " is in use");
+      return;
+    }
+  }
+  std::weak_ptr<Conn> weak = conn;
+  // Called once, on an engine thread (or the cancelling one); may come
+  // before the submission returns: the gateway registered the rid first.
+  TensorDone done = [weak, rid](Result<TensorResult> result) {
+    auto c = weak.lock();
+    if (!c) return;
+    json::object msg{{"t", "infer_done"}, {"rid", rid}};
+    if (result.ok()) {
+      msg["result"] = encode(*result);
+    } else {
+      msg["error"] = encode(result.error());
+    }
+    c->channel->send(msg);
+    std::lock_guard lk(c->mu);
+    c->requests.erase(rid);
+  };
+  Result<TensorSubmission> sub = service_.submit_tensor(std::move(req).value(), std::move(done));
+  if (!sub.ok()) {
+    {
+      std::lock_guard lk(conn->mu);
+      conn->requests.erase(rid);
+    }
+    conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}});
+    return;
+  }
+  Accepted a{sub->model, 0, sub->queue_position, sub->cost_bytes, {}, {}};
+  conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}});
+  bool cancel = false;
+  {
+    std::lock_guard lk(conn->mu);
+    auto it = conn->requests.find(rid);
+    if (it != conn->requests.end()) {
+      it->second.tensor = sub->handle;
+      cancel = it->second.cancel_pending || conn->closed;
+    }
+  }
+  if (cancel) sub->handle->cancel();
+}
+
 void EngineServer::on_closed(const std::shared_ptr<Conn>& conn, const std::string& reason) {
   std::vector<std::shared_ptr<RequestHandle>> cancel;
+  std::vector<std::shared_ptr<TensorHandle>> cancel_tensors;
   {
     std::lock_guard lk(conn->mu);
     conn->closed = true;
     for (auto& [rid, e] : conn->requests) {
       if (e.handle) cancel.push_back(e.handle);
+      if (e.tensor) cancel_tensors.push_back(e.tensor);
       e.cancel_pending = true;
     }
   }
   for (auto& h : cancel) h->cancel();
+  for (auto& t : cancel_tensors) t->cancel();
   int left = 0;
   {
     std::lock_guard lk(mu_);
     left = static_cast<int>(std::count_if(conns_.begin(), conns_.end(), [&](const auto& c) { return c != conn; }));
   }
   spdlog::info("engine: gateway {} disconnected ({}); cancelled its {} requests; {} gateways connected", conn->peer,
-               reason.empty() ? "closed" : reason, cancel.size(), left);
+               reason.empty() ? "closed" : reason, cancel.size() + cancel_tensors.size(), left);
   // Last: stop() waits for this, and this object may go once it returns.
   std::lock_guard lk(mu_);
   std::erase(conns_, conn);
@@ -393,7 +470,7 @@ json::object EngineServer::metrics_fields() const {
     };
     for (const auto& [name, h] : histograms) {
       const metrics::Histogram::Snapshot s = h->snapshot();
-      HistogramSample sample{name, s.bounds, {}, s.sum};
+      HistogramSample sample{name, {}, s.bounds, {}, s.sum};
       std::uint64_t prev = 0;
       for (std::uint64_t c : s.cumulative) {
         sample.buckets.push_back(c - prev);
@@ -402,6 +479,30 @@ json::object EngineServer::metrics_fields() const {
       hs.push_back(encode(sample));
     }
     o["generated_tokens"] = m->generated_tokens_total.value();
+    // The labelled families of tensor requests, one sample per series.
+    const std::pair<const char*, const metrics::HistogramFamily*> families[] = {
+        {"tensor_queue_wait_seconds", &m->tensor_queue_wait_seconds},
+        {"tensor_request_duration_seconds", &m->tensor_request_duration_seconds},
+        {"tensor_batch_size", &m->tensor_batch_size},
+    };
+    for (const auto& [name, family] : families) {
+      family->for_each([&](const std::vector<std::string>& labels, const metrics::Histogram& h) {
+        const metrics::Histogram::Snapshot s = h.snapshot();
+        HistogramSample sample{name, labels, s.bounds, {}, s.sum};
+        std::uint64_t prev = 0;
+        for (std::uint64_t c : s.cumulative) {
+          sample.buckets.push_back(c - prev);
+          prev = c;
+        }
+        hs.push_back(encode(sample));
+      });
+    }
+    json::array counters;
+    m->tensor_requests_total.for_each([&](const std::vector<std::string>& labels, const metrics::Counter& c) {
+      counters.push_back(json::object{{"name", "tensor_requests_total"}, {"labels", json::array(labels.begin(), labels.end())},
+                                      {"value", c.value()}});
+    });
+    o["counters"] = std::move(counters);
   }
   o["histograms"] = std::move(hs);
   return o;

@@ -76,6 +76,8 @@ class EngineServer {
   void heartbeat_loop();
   void serve(std::shared_ptr<Conn> conn);
   void handle(const std::shared_ptr<Conn>& conn, boost::json::object message);
+  /// A tensor request ("infer"): accepted or rejected, then one "infer_done".
+  void handle_infer(const std::shared_ptr<Conn>& conn, const boost::json::object& message);
   void on_closed(const std::shared_ptr<Conn>& conn, const std::string& reason);
   boost::json::object metrics_fields() const;
 

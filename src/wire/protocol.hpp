@@ -3,11 +3,14 @@
 // each named by a connection-local request number "rid" (the gateway's).
 //
 //   gateway -> engine                        engine -> gateway
-//   hello  {v, secret}                       hello    {v, pid, models, devices, model_dir,
-//                                                      config_digest, started_at, load_s}
+//   hello  {v, secret}                       hello    {v, pid, models, tensor_models, devices,
+//                                                      model_dir, config_digest, started_at, load_s}
 //   submit {rid, request, resume?}           accepted {rid, submission} | rejected {rid, error}
 //                                            event    {rid, event}     (until a terminal event)
-//   cancel {rid}                             (a FailedEvent cancelled follows)
+//   infer  {rid, request}                    accepted {rid, submission} | rejected {rid, error}
+//          (a TorchScript tensor request)     infer_done {rid, result | error}   (once)
+//   cancel {rid}                             (a FailedEvent cancelled, or an infer_done
+//                                             with error cancelled, follows)
 //   state  {qid}                             state    {qid, admission, histograms, generated_tokens}
 //                                            status   {status, histograms, generated_tokens}
 //                                                     (every heartbeat)

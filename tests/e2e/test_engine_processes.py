@@ -385,3 +385,40 @@ def test_non_finite_logits_restart_the_engine_and_the_stream_resumes():
         assert "are not finite" in s.logs() and "engine is poisoned" in s.logs()
     finally:
         assert s.stop() == 0, s.logs()
+
+
+def test_tensor_requests_survive_an_engine_crash(tmp_path):
+    """TorchScript requests go through the engine process too: killed while
+    they run or wait, they are resubmitted and each ends 200 with the same
+    outputs as before the crash."""
+    tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+    subprocess.run(["/usr/bin/python3", os.path.join(tools, "make_torchscript_models.py"), str(tmp_path)],
+                   check=True, stdout=subprocess.DEVNULL)
+    s = Server("--test-step-delay-ms", "200", "--max-batch", "2", model_dir=str(tmp_path / "image_classifier"))
+    try:
+        assert engines(s)[0]["models"] == ["image_classifier"], engines(s)
+
+        def infer(i):
+            values = [((i * 7 + k) % 13) / 13.0 for k in range(3 * 96 * 96)]
+            body = {"inputs": [{"name": "image", "shape": [1, 3, 96, 96], "datatype": "FP32", "data": values}]}
+            r = requests.post(s.url + "/v2/models/image_classifier/infer", json=body, timeout=120)
+            return r.status_code, r.json(), r.headers
+
+        reference = {i: infer(i)[1]["outputs"] for i in range(6)}
+        old_pid = engine_pid(s)
+        with cf.ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(infer, i) for i in range(6)]
+            wait_until(lambda: s.admission()["queued"] >= 2, what="tensor requests queued")
+            os.kill(old_pid, signal.SIGKILL)
+            results = [f.result() for f in futures]
+        for i, (status, body, headers) in enumerate(results):
+            assert status == 200, (i, status, body)
+            assert body["outputs"] == reference[i], i
+        wait_until(lambda: engines(s)[0]["state"] == "ready", what="new engine ready")
+        e = engines(s)[0]
+        assert e["pid"] != old_pid and e["restarts"] == 1, e
+        assert metric(s, 'vramgate_requests_resumed_total{reason="resubmitted"}') >= 1
+        wait_until(lambda: s.admission()["queued"] == 0 and s.admission()["running"] == 0, what="idle")
+        assert s.admission()["devices"][0]["reserved_bytes"] == 0
+    finally:
+        assert s.stop() == 0, s.logs()

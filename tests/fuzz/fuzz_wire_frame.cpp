@@ -65,6 +65,25 @@ void check_message(const json::object& m) {
   if (const json::value* ms = m.if_contains("models"); ms && ms->is_array()) {
     for (const json::value& x : ms->as_array()) (void)wire::decode_model_info(x);
   }
+  if (const json::value* ts = m.if_contains("tensor_models"); ts && ts->is_array()) {
+    for (const json::value& x : ts->as_array()) {
+      auto t = wire::decode_tensor_model_info(x);
+      if (t.ok() && !wire::decode_tensor_model_info(json::value(wire::encode(*t))).ok()) __builtin_trap();
+    }
+  }
+  if (wire::message_type(m) == "infer") {
+    if (const json::value* v = m.if_contains("request")) {
+      auto r = wire::decode_tensor_request(*v);
+      if (r.ok()) {
+        if (r->dtypes.size() != r->inputs.size()) __builtin_trap();
+        if (!wire::decode_tensor_request(json::value(wire::encode(*r))).ok()) __builtin_trap();
+      }
+    }
+  }
+  if (const json::value* v = m.if_contains("result")) {
+    auto r = wire::decode_tensor_result(*v);
+    if (r.ok() && !wire::decode_tensor_result(json::value(wire::encode(*r))).ok()) __builtin_trap();
+  }
 }
 
 }  // namespace

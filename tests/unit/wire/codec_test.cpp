@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace vg::wire {
 namespace {
@@ -157,6 +159,144 @@ TEST(Codec, AdmissionStateRoundTrips) {
   EXPECT_EQ(back->devices[0].running, 2);
   ASSERT_EQ(back->waiting.size(), 1u);
   EXPECT_EQ(back->waiting[0].priority, "high");
+}
+
+TEST(Codec, TensorRequestRoundTripsItsFloatsBitForBit) {
+  TensorInferRequest r;
+  r.request_id = "rq";
+  r.model = "image_classifier";
+  r.id = "client-id";
+  // Sizes 0..4 floats cover every base64 padding case; odd values survive bit for bit.
+  for (int n = 0; n <= 4; ++n) {
+    HostTensor t;
+    t.name = "in" + std::to_string(n);
+    t.shape = {1, n};
+    for (int i = 0; i < n; ++i) t.data.push_back(i == 0 ? -0.0f : 1.0f / 3.0f + static_cast<float>(i) * 1e-7f);
+    r.inputs.push_back(t);
+    r.dtypes.push_back("FP32");
+  }
+  r.inputs[1].data[0] = std::numeric_limits<float>::denorm_min();
+  r.outputs = {"logits"};
+  r.timeout_s = 2.5;
+  r.priority = Priority::kHigh;
+  auto back = decode_tensor_request(json::value(encode(r)));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->request_id, "rq");
+  EXPECT_EQ(back->model, "image_classifier");
+  EXPECT_EQ(back->id, "client-id");
+  ASSERT_EQ(back->inputs.size(), r.inputs.size());
+  for (std::size_t i = 0; i < r.inputs.size(); ++i) {
+    EXPECT_EQ(back->inputs[i].name, r.inputs[i].name);
+    EXPECT_EQ(back->inputs[i].shape, r.inputs[i].shape);
+    ASSERT_EQ(back->inputs[i].data.size(), r.inputs[i].data.size());
+    for (std::size_t k = 0; k < r.inputs[i].data.size(); ++k) {
+      EXPECT_EQ(std::memcmp(&back->inputs[i].data[k], &r.inputs[i].data[k], sizeof(float)), 0) << i << " " << k;
+    }
+  }
+  EXPECT_EQ(back->dtypes, r.dtypes);
+  EXPECT_EQ(back->outputs, r.outputs);
+  EXPECT_EQ(back->timeout_s, 2.5);
+  EXPECT_EQ(back->priority, Priority::kHigh);
+}
+
+TEST(Codec, TensorDataThatDoesNotFitItsShapeIsTheEnginesCheck) {
+  // Ten values for a [1, 3] shape decode (check_inputs then answers 400
+  // naming the input); a broken encoding does not.
+  TensorInferRequest r;
+  r.model = "m";
+  r.inputs.push_back(HostTensor{"x", {1, 3}, std::vector<float>(10, 1.0f)});
+  r.dtypes.push_back("FP32");
+  auto ok = decode_tensor_request(json::value(encode(r)));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->inputs[0].data.size(), 10u);
+
+  json::object o = encode(r);
+  auto with_data = [&](const char* data) {
+    json::object bad = o;
+    bad["inputs"].as_array()[0].as_object()["data"] = data;
+    return decode_tensor_request(json::value(bad));
+  };
+  EXPECT_FALSE(with_data("AAA").ok());       // not a multiple of 4
+  EXPECT_FALSE(with_data("AA==").ok());      // one byte: not a whole float
+  EXPECT_FALSE(with_data("AAAA!AAA").ok());  // not base64
+  EXPECT_FALSE(with_data("A=AA").ok());      // padding inside
+  json::object no_dtypes = o;
+  no_dtypes["dtypes"] = json::array{};
+  auto e = decode_tensor_request(json::value(no_dtypes));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("dtypes"), std::string::npos) << e.error().message;
+  json::object deep = o;
+  deep["inputs"].as_array()[0].as_object()["shape"] = json::array(17, 1);
+  EXPECT_FALSE(decode_tensor_request(json::value(deep)).ok());
+}
+
+TEST(Codec, TensorModelInfoAndResultRoundTrip) {
+  TensorModelInfo m;
+  m.id = "image_to_image";
+  m.devices = {"virt:0"};
+  m.spec.inputs.push_back(TensorSpec{"image", "float32", {std::string("batch"), std::int64_t{3}, std::string("side")}});
+  m.spec.outputs.push_back(TensorSpec{"out", "float32", {std::string("batch"), std::int64_t{3}, std::string("side")}});
+  m.spec.dims = {DimRange{"batch", 1, 4}, DimRange{"side", 8, 256}};
+  m.spec.batched = true;
+  m.spec.pad = {"side"};
+  m.profile.resident_bytes = 20107;
+  m.profile.fixed_bytes = 9216;
+  m.profile.bytes_per_element = 68.5;
+  m.profile.safety_factor = 1.2;
+  m.profile.held_out_max_error = 0.01;
+  m.profile.held_out_min_error = -0.02;
+  m.profile.samples.push_back(PeakSample{{1, 3, 8, 8}, 192, 22000, true, 22100});
+  m.max_batch = 4;
+  m.budget_bytes = 1 << 24;
+  auto back = decode_tensor_model_info(json::value(encode(m)));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->id, m.id);
+  EXPECT_EQ(back->devices, m.devices);
+  ASSERT_EQ(back->spec.inputs.size(), 1u);
+  EXPECT_EQ(back->spec.inputs[0].shape, m.spec.inputs[0].shape);
+  ASSERT_EQ(back->spec.dims.size(), 2u);
+  EXPECT_EQ(back->spec.dims[1].name, "side");
+  EXPECT_EQ(back->spec.dims[1].max, 256);
+  EXPECT_TRUE(back->spec.batched);
+  EXPECT_EQ(back->spec.pad, m.spec.pad);
+  EXPECT_EQ(back->profile.fixed_bytes, 9216);
+  EXPECT_DOUBLE_EQ(back->profile.bytes_per_element, 68.5);
+  ASSERT_EQ(back->profile.samples.size(), 1u);
+  EXPECT_TRUE(back->profile.samples[0].held_out);
+  EXPECT_EQ(back->profile.samples[0].predicted_bytes, 22100);
+  EXPECT_EQ(back->max_batch, 4);
+  EXPECT_EQ(back->budget_bytes, 1 << 24);
+
+  json::object bad_dim = encode(m);
+  bad_dim["spec"].as_object()["dims"].as_array()[0].as_object()["max"] = 0;  // below its min
+  EXPECT_FALSE(decode_tensor_model_info(json::value(bad_dim)).ok());
+
+  TensorResult r;
+  r.outputs.push_back(HostTensor{"out", {1, 2}, {0.25f, -8.0f}});
+  r.batch_requests = 3;
+  r.batch_shape = {3, 3, 16, 16};
+  r.batch_cost_bytes = 123456;
+  r.queue_ms = 1.5;
+  r.compute_ms = 7.25;
+  auto rb = decode_tensor_result(json::value(encode(r)));
+  ASSERT_TRUE(rb.ok()) << rb.error().message;
+  ASSERT_EQ(rb->outputs.size(), 1u);
+  EXPECT_EQ(rb->outputs[0].data, r.outputs[0].data);
+  EXPECT_EQ(rb->batch_requests, 3);
+  EXPECT_EQ(rb->batch_shape, r.batch_shape);
+  EXPECT_EQ(rb->batch_cost_bytes, 123456);
+  EXPECT_DOUBLE_EQ(rb->compute_ms, 7.25);
+}
+
+TEST(Codec, LabelledHistogramsCarryTheirLabels) {
+  HistogramSample h{"tensor_batch_size", {"image_classifier"}, {1, 2}, {1, 0, 2}, 5};
+  auto back = decode_histogram(json::value(encode(h)));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->labels, h.labels);
+  HistogramSample plain{"batch_size", {}, {1}, {0, 1}, 2};
+  auto pb = decode_histogram(json::value(encode(plain)));
+  ASSERT_TRUE(pb.ok());
+  EXPECT_TRUE(pb->labels.empty());
 }
 
 }  // namespace
