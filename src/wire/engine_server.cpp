@@ -485,8 +485,9 @@ json::object EngineServer::metrics_fields() const {
         {"tensor_request_duration_seconds", &m->tensor_request_duration_seconds},
         {"tensor_batch_size", &m->tensor_batch_size},
     };
-    for (const auto& [name, family] : families) {
-      family->for_each([&](const std::vector<std::string>& labels, const metrics::Histogram& h) {
+    for (const auto& entry : families) {
+      const char* name = entry.first;
+      entry.second->for_each([&](const std::vector<std::string>& labels, const metrics::Histogram& h) {
         const metrics::Histogram::Snapshot s = h.snapshot();
         HistogramSample sample{name, labels, s.bounds, {}, s.sum};
         std::uint64_t prev = 0;
