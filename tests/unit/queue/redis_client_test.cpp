@@ -171,7 +171,9 @@ TEST_F(RedisClientTest, PasswordFromAFile) {
   std::ofstream(path) << "from-a-file\n";
   auto url = parse_redis_url(server_.url_as("carol"));
   ASSERT_TRUE(url.ok());
-  auto with = with_password(*url, {.file = path.string()}, nullptr);
+  PasswordSource from_file;
+  from_file.file = path.string();
+  auto with = with_password(*url, from_file, nullptr);
   ASSERT_TRUE(with.ok()) << with.error().message;
   RedisClient::Options options = options_for(server_.url());
   options.url = *with;

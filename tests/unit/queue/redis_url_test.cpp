@@ -127,6 +127,13 @@ TEST(PercentDecode, DecodesEscapesOfEitherCase) {
   EXPECT_EQ(*percent_decode("1+2"), "1+2");
 }
 
+PasswordSource source(const std::string& file, const std::string& env_var) {
+  PasswordSource s;
+  s.file = file;
+  s.env_var = env_var;
+  return s;
+}
+
 class PasswordFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -173,21 +180,21 @@ TEST_F(PasswordFileTest, WithPasswordFromAFileOrTheEnvironment) {
   RedisUrl base = *parse_redis_url("redis://h:1");
   RedisUrl with_user = *parse_redis_url("redis://alice@h:1");
 
-  auto from_file = with_password(with_user, {.file = write("pw", "from-file\n")}, env);
+  auto from_file = with_password(with_user, source(write("pw", "from-file\n"), ""), env);
   ASSERT_TRUE(from_file.ok()) << from_file.error().message;
   EXPECT_EQ(from_file->password, "from-file");
   EXPECT_EQ(from_file->user, "alice");
 
-  auto from_env = with_password(base, {.env_var = "VG_REDIS_PASSWORD"}, env);
+  auto from_env = with_password(base, source("", "VG_REDIS_PASSWORD"), env);
   ASSERT_TRUE(from_env.ok());
   EXPECT_EQ(from_env->password, "from-env");
 
   EXPECT_EQ(with_password(base, {}, env)->password, "");
-  EXPECT_FALSE(with_password(base, {.env_var = "UNSET"}, env).ok());
-  EXPECT_FALSE(with_password(base, {.env_var = "EMPTY"}, env).ok());
-  EXPECT_FALSE(with_password(base, {.file = write("x", "a"), .env_var = "VG_REDIS_PASSWORD"}, env).ok());
+  EXPECT_FALSE(with_password(base, source("", "UNSET"), env).ok());
+  EXPECT_FALSE(with_password(base, source("", "EMPTY"), env).ok());
+  EXPECT_FALSE(with_password(base, source(write("x", "a"), "VG_REDIS_PASSWORD"), env).ok());
   RedisUrl has_one = *parse_redis_url("redis://u:inurl@h");
-  auto twice = with_password(has_one, {.env_var = "VG_REDIS_PASSWORD"}, env);
+  auto twice = with_password(has_one, source("", "VG_REDIS_PASSWORD"), env);
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.error().message.find("twice"), std::string::npos);
 }
