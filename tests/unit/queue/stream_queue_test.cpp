@@ -41,12 +41,16 @@ TEST(CostClass, PowersOfTwoOfBytes) {
   for (std::int64_t c = 1; c < 5000; ++c) {
     int k = StreamQueue::cost_class(c);
     ASSERT_LE(c, std::int64_t{1} << k) << c;
-    if (k > 0) ASSERT_GT(c, std::int64_t{1} << (k - 1)) << c;
+    if (k > 0) {
+      ASSERT_GT(c, std::int64_t{1} << (k - 1)) << c;
+    }
   }
   // Whatever a budget's classes hold fits the budget.
   for (std::int64_t budget = 1; budget < 600; budget += 7) {
     for (std::int64_t c = 0; c < 1200; c += 3) {
-      if (StreamQueue::cost_class(c) <= StreamQueue::top_class(budget)) ASSERT_LE(c, budget) << c << " " << budget;
+      if (StreamQueue::cost_class(c) <= StreamQueue::top_class(budget)) {
+        ASSERT_LE(c, budget) << c << " " << budget;
+      }
     }
   }
 }
