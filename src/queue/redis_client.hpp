@@ -24,8 +24,16 @@
 //                pending. Fails at once, never waits for a reconnect.
 //   kCancelled   the client was closed with the command pending.
 //   kInvalidRequest  an empty command.
-// An error *reply* from Redis (e.g. WRONGTYPE) is not an Error: it is a
-// RedisValue of kind kError, since the command did run.
+// A command failed with kTimeout or kOverloaded may still have run on the
+// server (it was sent; only its reply was lost): callers make such commands
+// idempotent or look before retrying. An error *reply* from Redis (e.g.
+// WRONGTYPE) is not an Error: it is a RedisValue of kind kError, since the
+// command did run.
+//
+// Signals: hiredis 0.14 writes with write(2), not send(MSG_NOSIGNAL), so a
+// write to a connection already known to be reset raises SIGPIPE. hiredis
+// drops a connection at its first write or read error, which makes this
+// rare, but a process using the client should ignore SIGPIPE (main's job).
 #pragma once
 
 #include <atomic>
