@@ -273,7 +273,7 @@ TEST_F(StreamQueueTest, TokenBucketIsSharedByEveryClient) {
     ASSERT_TRUE(d.ok()) << d.error().message;
     if (d->allowed) {
       ++allowed;
-      EXPECT_NEAR(d->tokens_left, 3 - allowed, 0.01);
+      EXPECT_NEAR(d->tokens_left, 3 - allowed, 0.05);  // 5 s of refill at most
     } else {
       EXPECT_GT(d->retry_after_s, 0);
       EXPECT_LE(d->retry_after_s, 100.0 + 1e-6);  // one token at 0.01/s
