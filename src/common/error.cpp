@@ -28,6 +28,7 @@ int http_status(ErrorCode code) {
     case ErrorCode::kModelLoad: return 500;
     case ErrorCode::kConfig: return 500;
     case ErrorCode::kEngineCrashed: return 500;
+    case ErrorCode::kDeviceFault: return 500;
   }
   return 500;
 }
@@ -55,6 +56,7 @@ const char* error_type(ErrorCode code) {
     case ErrorCode::kModelLoad: return "model_load_error";
     case ErrorCode::kConfig: return "config_error";
     case ErrorCode::kEngineCrashed: return "engine_crashed";
+    case ErrorCode::kDeviceFault: return "device_fault";
   }
   return "internal_error";
 }

@@ -35,7 +35,11 @@ enum class ErrorCode {
   kModelLoad,            ///< start-up: a model folder or weight file is unusable
   kConfig,               ///< start-up: invalid configuration
   kEngineCrashed,        ///< 500 the engine process died each time it ran this request (--max-crash-retries)
+  kDeviceFault,          ///< 500 the device failed a step (a CUDA error other than out of memory); its state is not trusted
 };
+
+/// The last ErrorCode, for code that walks them all (the wire codec).
+inline constexpr ErrorCode kLastErrorCode = ErrorCode::kDeviceFault;
 
 /// HTTP status code for an error code (the single mapping).
 int http_status(ErrorCode code);

@@ -134,6 +134,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (oom_unready_after < 1) return bad("oom_unready_after", "must be >= 1");
   if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");
   if (test_poison_logits_step < 0) return bad("test_poison_logits_step", "must be >= 0");
+  if (test_device_fault_step < 0) return bad("test_device_fault_step", "must be >= 0");
   for (const std::string& e : engine) {
     if (e.rfind("unix:", 0) != 0 || e.size() <= 5) return bad("engine", "'" + e + "' is not unix:PATH");
     if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");

@@ -117,6 +117,9 @@ struct ServeConfig {
   bool test_engine_crash_at_start = false;
   /// Test hook: this engine step (1-based) counts as producing NaN logits; 0 = never.
   std::int64_t test_poison_logits_step = 0;
+  /// Test hook: at this engine step (1-based) the device's next allocation fails with the
+  /// c10::Error of a CUDA fault (an illegal memory access), virtual devices only; 0 = never.
+  std::int64_t test_device_fault_step = 0;
   bool test_trim_heap = false;       ///< GET /v1/admission first calls malloc_trim(0), so RSS is comparable (soak)
 
   /// Checks ranges and formats; the first field that breaks a rule, or none.

@@ -178,6 +178,10 @@ const ConfigField kFields[] = {
      "Test hook: this engine step (from 1) counts as producing NaN logits (an engine process then exits to be "
      "restarted)",
      &C::test_poison_logits_step},
+    {"test_device_fault_step", "test",
+     "Test hook: this engine step (from 1) fails with a CUDA fault (an illegal memory access; virtual devices "
+     "only), which poisons the engine (an engine process then exits to be restarted)",
+     &C::test_device_fault_step},
     {"test_trim_heap", "test",
      "Test hook: GET /v1/admission first returns free heap memory to the OS (malloc_trim), so that RSS "
      "measurements compare live memory (tools/soak.py)",

@@ -96,6 +96,10 @@ class CudaDevice final : public Device {
     spdlog::debug("{}: out-of-memory injected ({} filler blocks)", name_, fillers_.size());
   }
 
+  void inject_device_fault() override {
+    spdlog::error("{}: the device-fault test hook works on virtual devices only; ignored", name_);
+  }
+
   void release_cached_memory() override {
     std::lock_guard lk(mu_);
     release_fillers_locked();

@@ -47,6 +47,14 @@ class Device {
   /// segments is taken and new segments are refused, so the next allocation
   /// fails; release_cached_memory() ends it.
   virtual void inject_out_of_memory() = 0;
+  /// Test hook: the next allocation charged to this device fails with the
+  /// c10::Error a CUDA fault raises ("CUDA error: an illegal memory access
+  /// was encountered"), so the fault takes the path of a real one: the
+  /// model's catch, the classification (device/device_error.hpp), the
+  /// engine's poisoned-device handling. Virtual devices only: on CUDA it is
+  /// logged and ignored (a real fault would break the context of the test
+  /// process's other users of the GPU too).
+  virtual void inject_device_fault() = 0;
   /// Returns memory the device's allocator caches but no tensor uses to the
   /// device (CUDA: the caching allocator's empty_cache). Called by the engine
   /// thread after every out-of-memory error; on CUDA it also ends an injected
@@ -66,6 +74,12 @@ class VirtualDevice final : public Device {
   DeviceMemory memory() const override;
   void reset_peak() override;
   void inject_out_of_memory() override { inject_oom_.store(true); }
+  void inject_device_fault() override { inject_fault_.store(true); }
+
+  /// Called by the allocator: true once after inject_device_fault().
+  bool take_injected_fault() {
+    return inject_fault_.load(std::memory_order_relaxed) && inject_fault_.exchange(false);
+  }
 
   /// Called by the allocator. Returns false (and charges nothing) when
   /// used + bytes would pass capacity.
@@ -79,6 +93,7 @@ class VirtualDevice final : public Device {
   std::atomic<std::int64_t> used_{0};
   std::atomic<std::int64_t> peak_{0};
   std::atomic<bool> inject_oom_{false};
+  std::atomic<bool> inject_fault_{false};
 };
 
 /// Binds the calling thread to a device for the scope's life: libtorch

@@ -2,8 +2,13 @@
 #include "device/torch_compat.hpp"
 
 #include <cstring>
+#include <exception>
+#include <new>
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include "device/device_error.hpp"
 
 namespace vg::compat {
 
@@ -18,6 +23,25 @@ c10::Allocator* current_cpu_allocator() { return c10::GetCPUAllocator(); }
 bool install_cpu_allocator(c10::Allocator* allocator) {
   c10::SetCPUAllocator(allocator, kCappedAllocatorPriority);
   return c10::GetCPUAllocator() == allocator;
+}
+
+Error current_exception_error(const std::string& op) {
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError& e) {
+    return Error{ErrorCode::kOutOfMemory, op + ": " + e.what_without_backtrace()};
+  } catch (const c10::Error& e) {
+    // CUDA errors (C10_CUDA_CHECK), cuBLAS and cuDNN failures and every
+    // TORCH_CHECK arrive as c10::Error; only the text tells them apart.
+    const std::string what = e.what_without_backtrace();
+    return Error{device_error_code(classify_device_error(what)), op + ": " + what};
+  } catch (const std::bad_alloc&) {
+    return Error{ErrorCode::kOutOfMemory, op + ": host allocation failed"};
+  } catch (const std::exception& e) {
+    return Error{device_error_code(classify_device_error(e.what())), op + ": " + e.what()};
+  } catch (...) {
+    return Error{ErrorCode::kInternal, op + ": unknown exception"};
+  }
 }
 
 }  // namespace vg::compat

@@ -1,14 +1,19 @@
 // The one place that knows which libtorch version we build against: the
 // c10::Allocator interface (const `allocate` + `raw_deleter` in 1.x,
-// non-const `allocate` + `copy_data` in 2.x) and the allocator install call.
-// Only src/device/virtual_device.cpp may include this header; it includes
-// torch headers, so it must never reach a torch-free header.
+// non-const `allocate` + `copy_data` in 2.x), the allocator install call, and
+// the one conversion of a torch exception into an Error (out of memory, device
+// fault or internal; device/device_error.hpp). Only the torch .cpp files of
+// src/device/ and src/model/ may include this header; it includes torch
+// headers, so it must never reach a torch-free header.
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include <c10/core/Allocator.h>
 #include <torch/version.h>
+
+#include "common/error.hpp"
 
 #if TORCH_VERSION_MAJOR != 1 && TORCH_VERSION_MAJOR != 2
 #error "vramgate: src/device/torch_compat.hpp knows libtorch 1.x and 2.x only"
@@ -46,5 +51,12 @@ c10::Allocator* current_cpu_allocator();
 /// Installs `allocator` as the CPU allocator. Returns false when libtorch kept
 /// another one (a higher-priority allocator was installed before).
 bool install_cpu_allocator(c10::Allocator* allocator);
+
+/// The exception being handled as an Error whose message starts with `op`:
+/// c10::OutOfMemoryError and std::bad_alloc -> kOutOfMemory; a c10::Error or
+/// other std::exception is classified by its text (classify_device_error):
+/// kOutOfMemory, kDeviceFault (a CUDA error other than out of memory) or
+/// kInternal; anything else kInternal. Call it only inside a catch block.
+Error current_exception_error(const std::string& op);
 
 }  // namespace vg::compat

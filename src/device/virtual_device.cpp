@@ -56,6 +56,12 @@ class CappedAllocator final : public compat::AllocatorAdapter {
     if (n == 0) return {nullptr, nullptr, &free_block, cpu};
     auto* device = dynamic_cast<VirtualDevice*>(current_device());  // bound by DeviceScope (device_scope.cpp)
     const auto bytes = static_cast<std::int64_t>(n);
+    if (device != nullptr && device->take_injected_fault()) {
+      // The text C10_CUDA_CHECK gives cudaErrorIllegalAddress, as a plain
+      // c10::Error: what a kernel that broke the CUDA context raises.
+      TORCH_CHECK(false, "CUDA error: an illegal memory access was encountered (injected on ", device->name(),
+                  " by the test hook test_device_fault_step)");
+    }
     if (device != nullptr && !device->try_charge(bytes)) {
       const DeviceMemory m = device->memory();
       TORCH_CHECK_WITH(OutOfMemoryError, false, "out of memory on ", device->name(), ": requested ",

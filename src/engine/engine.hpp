@@ -155,16 +155,25 @@ class Engine {
     /// which the device is marked not ready for oom_governor.quiet_period:
     /// no grants, new requests refused with kOverloaded (>= 1).
     int oom_unready_after = 5;
-    /// A step whose logits contain NaN or Inf means the device or the model
-    /// state is broken (a poisoned CUDA context, corrupted weights): this is
-    /// called on the engine thread with the reason, before the token is used.
-    /// An engine process exits from it so that its supervisor restarts it
-    /// (the only way to a clean CUDA context) and resumes its requests. Null:
-    /// the sequence fails with 500 and the engine goes on.
+    /// A step whose logits contain NaN or Inf, or a step (or KV cache
+    /// allocation) that fails with a device fault (kDeviceFault: a CUDA
+    /// error other than out of memory, device/device_error.hpp), means the
+    /// device or the model state is broken (a poisoned CUDA context,
+    /// corrupted weights): this is called on the engine thread with the
+    /// reason, before the token is used or the step's requests fail. An
+    /// engine process exits from it so that its supervisor restarts it (the
+    /// only way to a clean CUDA context) and resumes its requests. Null (one
+    /// process, --in-process): the sequences fail with 500 (internal_error
+    /// for NaN logits, device_fault for a fault) and the engine goes on; a
+    /// context that stays broken fails each later step the same way.
     std::function<void(const std::string& reason)> on_poisoned;
     /// Test hook: the step with this number (1-based, over the engine's
     /// life) counts as having produced non-finite logits; 0 = never.
     std::int64_t test_poison_logits_at_step = 0;
+    /// Test hook: at the start of the step with this number (1-based, over
+    /// the engine's life) the device's next allocation fails as a CUDA fault
+    /// does (Device::inject_device_fault); 0 = never.
+    std::int64_t test_device_fault_at_step = 0;
     /// Where the engine thread records its observations (histograms,
     /// generated tokens); null records nothing. Must outlive the engine.
     metrics::ServerMetrics* metrics = nullptr;

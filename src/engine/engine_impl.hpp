@@ -376,8 +376,13 @@ struct Engine::Impl {
   /// sequences, their caches as before it. Out of memory is recovered by
   /// preemption where the policy allows; otherwise the sequences fail.
   void on_failed_step(TimePoint now, const Error& error, std::span<Sequence* const> owners, const std::string& step);
-  /// Counts a step about to run (either thread) and arms the test hook's
-  /// injected out-of-memory error when its number is due; returns the number.
+  /// Engine thread: a device fault (kDeviceFault) in `where` (a step, a KV
+  /// cache allocation): logs it and calls options.on_poisoned (an engine
+  /// process exits there); the caller then fails the sequences concerned.
+  void on_device_fault(const Error& error, const std::string& where);
+  /// Counts a step about to run (either thread) and arms the test hooks'
+  /// injected out-of-memory error or device fault when its number is due;
+  /// returns the number.
   std::int64_t begin_step();
   /// `s` generated `token` from `logits` (its last row; for the logprobs).
   void on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits);

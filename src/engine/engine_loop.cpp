@@ -271,6 +271,7 @@ void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, Tim
 }
 
 void Engine::Impl::not_opened(TimePoint now, Sequence& s, Error error) {
+  if (error.code == ErrorCode::kDeviceFault) on_device_fault(error, "the KV cache of request " + s.req->gen.id);
   if (error.code == ErrorCode::kOutOfMemory && recovers()) {
     recover_from_oom(now, error, &s);
   } else {
@@ -371,6 +372,9 @@ void Engine::Impl::fork_followers(Sequence& leader, std::span<const float> logit
     if (f->done || f->fork_from.lock() != leader.fork_token) continue;
     f->fork_from.reset();
     if (Status st = model.copy_cache(*leader.cache, *f->cache); !st.ok()) {
+      if (st.error().code == ErrorCode::kDeviceFault) {
+        on_device_fault(st.error(), "the KV cache copy of request " + f->req->gen.id);
+      }
       fail(*f, st.error());
       continue;
     }
@@ -388,6 +392,7 @@ void Engine::Impl::fork_followers(Sequence& leader, std::span<const float> logit
 
 void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<Sequence* const> owners,
                                   const std::string& step) {
+  if (error.code == ErrorCode::kDeviceFault) on_device_fault(error, step);
   if (error.code == ErrorCode::kOutOfMemory) {
     {
       std::lock_guard lk(shared->mu);
@@ -406,8 +411,15 @@ void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<S
   for (Sequence* s : owners) fail(*s, error);
 }
 
+void Engine::Impl::on_device_fault(const Error& error, const std::string& where) {
+  const std::string reason = "device fault in " + where + ": " + error.message;
+  spdlog::error("engine on {}: {}", device.name(), reason);
+  if (options.on_poisoned) options.on_poisoned(reason);
+}
+
 std::int64_t Engine::Impl::begin_step() {
   const std::int64_t n = ++steps_run;
+  if (options.test_device_fault_at_step > 0 && n == options.test_device_fault_at_step) device.inject_device_fault();
   if (options.inject_oom_at_step > 0 && n >= options.inject_oom_at_step &&
       n < options.inject_oom_at_step + options.inject_oom_count) {
     device.inject_out_of_memory();

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "device/device.hpp"
+#include "device/torch_compat.hpp"
 #include "model/gpt2_attention.hpp"
 
 namespace vg::detail {
@@ -57,21 +58,7 @@ std::string shape_string(at::IntArrayRef shape) {
 
 }  // namespace
 
-Error current_exception_error(const std::string& op) {
-  try {
-    throw;
-  } catch (const c10::OutOfMemoryError& e) {
-    return Error{ErrorCode::kOutOfMemory, op + ": " + e.what_without_backtrace()};
-  } catch (const c10::Error& e) {
-    return Error{ErrorCode::kInternal, op + ": " + e.what_without_backtrace()};
-  } catch (const std::bad_alloc&) {
-    return Error{ErrorCode::kOutOfMemory, op + ": host allocation failed"};
-  } catch (const std::exception& e) {
-    return Error{ErrorCode::kInternal, op + ": " + e.what()};
-  } catch (...) {
-    return Error{ErrorCode::kInternal, op + ": unknown exception"};
-  }
-}
+Error current_exception_error(const std::string& op) { return compat::current_exception_error(op); }
 
 Result<at::ScalarType> compute_dtype(const std::string& name, bool on_cpu, const std::string& where) {
   if (name == "float32") return at::kFloat;

@@ -24,7 +24,8 @@
 namespace vg::detail {
 
 /// Converts the exception being handled into an Error: libtorch OOM (and
-/// std::bad_alloc) -> kOutOfMemory, anything else -> kInternal.
+/// std::bad_alloc) -> kOutOfMemory, a CUDA error other than out of memory ->
+/// kDeviceFault, anything else -> kInternal (compat::current_exception_error).
 Error current_exception_error(const std::string& op);
 
 /// "float32" -> kFloat, "bfloat16" -> kBFloat16, "float64" -> kDouble,

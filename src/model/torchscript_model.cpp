@@ -69,16 +69,10 @@ Status check_outputs(const TensorModelSpec& spec, const std::vector<at::Tensor>&
 }
 
 /// The error of the exception being handled. The TorchScript interpreter
-/// rethrows an out-of-memory error raised inside the graph as a plain
-/// c10::Error carrying the original message, so that message is checked too.
-Error forward_error(const std::string& op) {
-  Error e = detail::current_exception_error(op);
-  if (e.code == ErrorCode::kInternal && (e.message.find("out of memory") != std::string::npos ||
-                                         e.message.find("OutOfMemoryError") != std::string::npos)) {
-    e.code = ErrorCode::kOutOfMemory;
-  }
-  return e;
-}
+/// rethrows an error raised inside the graph (out of memory, a CUDA fault) as
+/// a plain c10::Error carrying the original message; the classification reads
+/// the message (device/device_error.hpp), so those keep their kind.
+Error forward_error(const std::string& op) { return detail::current_exception_error(op); }
 
 HostTensor to_host(const at::Tensor& t, const std::string& name) {
   HostTensor h;

@@ -303,8 +303,9 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
 
   metrics::Registry registry;
   metrics::ServerMetrics metrics(registry);
-  // Non-finite logits: the device state is not trusted, and only a new
-  // process gets a clean one. Exit status 3 tells the supervisor to restart
+  // Non-finite logits or a device fault (a CUDA error other than out of
+  // memory): the device state is not trusted, and only a new process gets a
+  // clean one. Exit status 3 tells the supervisor to restart
   // this engine (and resume its requests elsewhere or on the new one).
   auto on_poisoned = [](const std::string& reason) {
     spdlog::critical("engine is poisoned ({}); exiting to be restarted", reason);

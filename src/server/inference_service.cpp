@@ -261,6 +261,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       eo.metrics = metrics;
       eo.on_poisoned = on_poisoned;
       eo.test_poison_logits_at_step = config.test_poison_logits_step;
+      eo.test_device_fault_at_step = config.test_device_fault_step;
       auto engine = Engine::create(eo, *d->setup.models[m], *d->setup.device, *front, index++);
       if (!engine.ok()) return std::move(engine).error();
       svc->models_[m]->engines.push_back(engine->get());

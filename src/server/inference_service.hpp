@@ -34,7 +34,8 @@ class InferenceService final : public Service {
   /// in /v1/admission and /ready); errors (kConfig, kModelLoad) only when
   /// every device fails, with the first device's error.
   /// `on_poisoned` (optional): what an engine calls when a step's logits are
-  /// not finite (Engine::Options::on_poisoned); an engine process exits from it.
+  /// not finite or a step fails with a device fault (Engine::Options::on_poisoned);
+  /// an engine process exits from it.
   static Result<std::unique_ptr<InferenceService>> create(
       const ServeConfig& config, metrics::ServerMetrics* metrics = nullptr,
       std::function<void(const std::string&)> on_poisoned = nullptr);

@@ -352,7 +352,7 @@ Status decode_error(const json::value& v, Error* out) {
     const json::object& o = as_object(v, "\"error\"");
     const std::string type = str(o, "type", true);
     std::optional<ErrorCode> code;
-    for (int c = 0; c <= static_cast<int>(ErrorCode::kEngineCrashed); ++c) {
+    for (int c = 0; c <= static_cast<int>(kLastErrorCode); ++c) {
       if (type == error_type(static_cast<ErrorCode>(c))) code = static_cast<ErrorCode>(c);
     }
     if (!code) fail("unknown error type \"" + type + "\"");

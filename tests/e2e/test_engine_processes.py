@@ -420,5 +420,48 @@ def test_tensor_requests_survive_an_engine_crash(tmp_path):
         assert metric(s, 'vramgate_requests_resumed_total{reason="resubmitted"}') >= 1
         wait_until(lambda: s.admission()["queued"] == 0 and s.admission()["running"] == 0, what="idle")
         assert s.admission()["devices"][0]["reserved_bytes"] == 0
+
+
+def test_a_device_fault_restarts_the_engine_and_the_stream_resumes():
+    # At step 12 of each engine process the virtual device's next allocation
+    # raises the c10::Error a CUDA fault raises ("CUDA error: an illegal
+    # memory access was encountered"): the step fails, the error is
+    # classified as a device fault (not out of memory, which is recovered in
+    # place), and the engine exits with status 3; the restarted one resumes
+    # the stream and finishes it within its first 12 steps.
+    reference_server = Server("--in-process")
+    try:
+        reference = complete(reference_server, "Once upon a time", True, 20)[1]
+    finally:
+        assert reference_server.stop() == 0
+    s = Server("--test-device-fault-step", "12")
+    try:
+        assert metric(s, "vramgate_engine_restarts_total") == 0
+        status, text, _ = complete(s, "Once upon a time", True, 20)
+        assert status == 200 and text == reference, (status, text, reference)
+        wait_until(lambda: engines(s)[0]["state"] == "ready", what="the restarted engine")
+        e = engines(s)[0]
+        assert e["restarts"] == 1 and e["last_exit"] == "exit 3", e
+        assert metric(s, "vramgate_engine_restarts_total") == 1
+        assert metric(s, 'vramgate_requests_resumed_total{reason="resumed"}') >= 1
+        logs = s.logs()
+        assert "device fault in step 12" in logs and "an illegal memory access" in logs, logs
+        assert "engine is poisoned" in logs
+        assert "out of memory in step" not in logs  # not taken for an out-of-memory error
+    finally:
+        assert s.stop() == 0, s.logs()
+
+
+def test_in_process_a_device_fault_fails_its_request_with_500_device_fault_and_the_server_goes_on():
+    # One process: nothing to restart. The step's request ends with a clear
+    # 500; the server keeps serving (a context that stayed broken would fail
+    # the next steps the same way).
+    s = Server("--in-process", "--test-device-fault-step", "5")
+    try:
+        status, body, _ = complete(s, "Once upon a time", False, 20)
+        assert status == 500 and body["error"]["type"] == "device_fault", (status, body)
+        assert "illegal memory access" in body["error"]["message"], body
+        assert complete(s, "Hello", False, 4)[0] == 200
+        assert s.get("/ready").status_code == 200
     finally:
         assert s.stop() == 0, s.logs()

@@ -187,6 +187,60 @@ TEST_F(EngineTest, NonFiniteLogitsCallOnPoisonedAndFailTheRequest) {
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }
 
+TEST_F(EngineTest, ADeviceFaultCallsOnPoisonedAndFailsTheStepsRequestsWithoutRecovery) {
+  model_.fault_at_step(3);
+  std::mutex mu;
+  std::vector<std::string> reasons;
+  Engine::Options o = options();
+  o.on_poisoned = [&](const std::string& why) {
+    std::lock_guard lk(mu);
+    reasons.push_back(why);
+  };
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kDeviceFault);
+  EXPECT_NE(a->failed()->message.find("illegal memory access"), std::string::npos) << a->failed()->message;
+  // Not an out-of-memory error: nothing preempted, no budget cut.
+  EXPECT_EQ(engine->stats().preemptions, 0);
+  EXPECT_EQ(engine->stats().out_of_memory, 0);
+  EXPECT_EQ(device_->released(), 0);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+  std::lock_guard lk(mu);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("device fault in step 3"), std::string::npos) << reasons[0];
+  EXPECT_NE(reasons[0].find("illegal memory access"), std::string::npos) << reasons[0];
+}
+
+TEST_F(EngineTest, WithoutOnPoisonedADeviceFaultFailsItsRequestsAndTheEngineGoesOn) {
+  // One process (--in-process): no restart; the step's requests end with
+  // 500 device_fault and the next request is served.
+  model_.fault_at_step(2);
+  auto engine = make();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(12), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kDeviceFault);
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(4), b).ok());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(b->finished());
+  EXPECT_EQ(b->text(), expected_text(4));
+}
+
+TEST_F(EngineTest, TheDeviceFaultTestHookArmsTheDeviceAtItsStep) {
+  Engine::Options o = options();
+  o.test_device_fault_at_step = 3;
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(6), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  EXPECT_EQ(device_->faults(), 1);  // once, at step 3 (the fake device fails nothing)
+}
+
 TEST_F(EngineTest, AResumedRequestPrefillsWhatWasSentAndGoesOnWithoutResendingIt) {
   auto engine = make();
   GenerationRequest r = req(12);

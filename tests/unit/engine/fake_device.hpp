@@ -19,7 +19,9 @@ class FakeDevice final : public Device {
   DeviceMemory memory() const override { return DeviceMemory{capacity_, 0, 0, 0, 0, 0}; }
   void reset_peak() override {}
   void inject_out_of_memory() override { ++injected_; }
+  void inject_device_fault() override { ++faults_; }
   void release_cached_memory() override { ++released_; }
+  int faults() const { return faults_.load(); }
   int injected() const { return injected_.load(); }
   int released() const { return released_.load(); }
 
@@ -28,6 +30,7 @@ class FakeDevice final : public Device {
   std::int64_t capacity_;
   std::atomic<int> injected_{0};
   std::atomic<int> released_{0};
+  std::atomic<int> faults_{0};
 };
 
 }  // namespace vg::testing

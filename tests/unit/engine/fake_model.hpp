@@ -71,6 +71,10 @@ class FakeModel final : public Model {
       if (fail_at_step_ && steps_ >= *fail_at_step_ && steps_ < *fail_at_step_ + fail_count_) {
         fail = Error(ErrorCode::kOutOfMemory, "injected");
       }
+      if (fault_at_step_ && steps_ == *fault_at_step_) {
+        // What compat::current_exception_error makes of a CUDA fault.
+        fail = Error(ErrorCode::kDeviceFault, "CUDA error: an illegal memory access was encountered");
+      }
       for (const StepInput& in : inputs) inputs_log_.push_back(static_cast<int>(in.tokens.size()));
     }
     if (fail) return *fail;
@@ -143,6 +147,12 @@ class FakeModel final : public Model {
     fail_at_step_ = n;
     fail_count_ = count;
   }
+  /// Step `n` (1-based) fails with a device fault (kDeviceFault), leaving
+  /// every cache as it was.
+  void fault_at_step(int n) {
+    std::lock_guard lk(mu_);
+    fault_at_step_ = n;
+  }
   /// Token counts of every step input so far (prefill chunks > 1), in order.
   std::vector<int> inputs_log() {
     std::lock_guard lk(mu_);
@@ -197,6 +207,7 @@ class FakeModel final : public Model {
   int max_tokens_ = 0;
   std::optional<int> fail_at_step_;
   int fail_count_ = 1;
+  std::optional<int> fault_at_step_;
   std::vector<int> inputs_log_;
   std::optional<int> eos_at_;
   std::optional<int> nan_at_;
