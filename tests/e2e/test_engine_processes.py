@@ -420,6 +420,8 @@ def test_tensor_requests_survive_an_engine_crash(tmp_path):
         assert metric(s, 'vramgate_requests_resumed_total{reason="resubmitted"}') >= 1
         wait_until(lambda: s.admission()["queued"] == 0 and s.admission()["running"] == 0, what="idle")
         assert s.admission()["devices"][0]["reserved_bytes"] == 0
+    finally:
+        assert s.stop() == 0, s.logs()
 
 
 def test_a_device_fault_restarts_the_engine_and_the_stream_resumes():
