@@ -24,6 +24,14 @@ void ensure_passive_thread_waits(char** argv) {
   if (missing.empty()) return;
   for (const auto& [name, value] : missing) ::setenv(name.c_str(), value.c_str(), 0);
   ::setenv("VRAMGATE_THREAD_ENV", "1", 1);
+  // The binary's own path, not /proc/self/exe: the process keeps its name
+  // (ps, pgrep and killall find "vramgate", not "exe").
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n > 0) {
+    path[n] = '\0';
+    ::execv(path, argv);
+  }
   ::execv("/proc/self/exe", argv);
   // exec failed: run on with the runtimes' own defaults.
 }

@@ -141,7 +141,7 @@ struct RemoteService::Req final : RequestHandle {
   bool started_sent = false;
   bool any_text = false;
   bool started_here = false;  // started on its current engine
-  bool suspect = false;       // running at a crash: resubmitted alone until it produces a token
+  bool suspect = false;       // held by an engine that crashed: resubmitted alone until it produces a token
   bool ended = false;
   bool cancelled = false;
   bool answered = false;      // its submit got accepted/rejected (fresh submits wait for this)
@@ -290,10 +290,24 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     if (now < s.next_start || fatal_) return;
     if (::stat(s.ep.socket_path.c_str(), &st) == 0) {
       if (auto fd = wire::connect_unix(s.ep.socket_path); fd.ok()) {
-        // An engine still accepts there (one being replaced is stopping): wait for it to go.
         ::close(*fd);
+        // An engine accepts there: another gateway's restart of the same
+        // engine (same settings: attach to it), or one being replaced that
+        // is stopping (other settings: wait for it to go).
         s.next_start = now + std::chrono::milliseconds(200);
-        s.connect_error = "waiting for the engine that holds unix:" + s.ep.socket_path + " to exit";
+        if (now >= s.next_connect) {
+          s.connecting = true;
+          Slot* p = &s;
+          mu_.unlock();
+          const bool ok = try_connect(*p);
+          mu_.lock();
+          p->connecting = false;
+          if (p->channel) return;
+          if (!ok) p->next_connect = Clock::now() + std::chrono::seconds(1);
+        }
+        if (s.connect_error.empty()) {
+          s.connect_error = "waiting for the engine that holds unix:" + s.ep.socket_path + " to exit";
+        }
         return;
       }
     }
@@ -387,6 +401,8 @@ bool RemoteService::try_connect(Slot& s) {
   }
   if (const json::value* v = reply->if_contains("pid"); v && v->is_int64()) pid = v->as_int64();
   if (const json::value* v = reply->if_contains("config_digest"); v && v->is_string()) digest = v->as_string();
+  std::int64_t other_gateways = 0;
+  if (const json::value* v = reply->if_contains("gateways"); v && v->is_int64()) other_gateways = v->as_int64();
   double engine_started_at = 0;
   if (const json::value* v = reply->if_contains("started_at"); v && v->is_number()) {
     engine_started_at = v->to_number<double>();
@@ -398,7 +414,20 @@ bool RemoteService::try_connect(Slot& s) {
     return true;
   }
   if (!s.ep.command.empty() && !s.ep.config_digest.empty() && digest != s.ep.config_digest) {
-    // A supervised slot found an engine with other settings: stop it, start ours.
+    if (other_gateways > 0) {
+      // Another serve uses it: never stopped from here. At this serve's
+      // start that ends the start (two serves with other settings may not
+      // share a device); later, this one waits for the device to be free.
+      const std::string why = fmt::format(
+          "the engine on these devices (pid {}) runs other settings for {} other gateway(s); not stopping it: "
+          "stop that serve, or give this one other --device or --runtime-dir",
+          pid, other_gateways);
+      if (s.connected == TimePoint{} && s.restarts == 0 && !fatal_) fatal_ = why;
+      lk.unlock();
+      return fail(why);
+    }
+    // A supervised slot found an engine with other settings and no other
+    // gateway: stop it, start ours.
     lk.unlock();
     if (pid > 0 && pid != ::getpid()) ::kill(static_cast<pid_t>(pid), SIGTERM);
     return fail(fmt::format("runs other settings (pid {}); stopping it and starting one with these", pid));
@@ -406,7 +435,7 @@ bool RemoteService::try_connect(Slot& s) {
   auto channel = Channel::adopt(*fd);
   const std::uint64_t epoch = ++s.epoch;
   const TimePoint now = Clock::now();
-  const bool attached = s.pid == 0;
+  const bool attached = s.pid == 0 || s.ep.command.empty();
   if (attached) {
     s.pid = static_cast<pid_t>(pid);
     s.child = false;
@@ -647,9 +676,6 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       }
       return;
     }
-    // An accepted tensor request counts as running at a crash (the engine
-    // says nothing more until its outputs).
-    if (r->tensor) r->started_here = true;
     if (!r->resubmitted) {
       answers_[rid] = std::move(m);
       cv_.notify_all();
@@ -795,10 +821,13 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
                                          {}, {}});
         continue;
       }
-      if (r->started_here) {
-        ++r->crashes;
-        r->suspect = true;
-      }
+      // Every request the engine held counts, queued or running: whether
+      // its start got out before the crash does not say whether it ran (a
+      // crash in its first step can take the start event with it). The
+      // suspects then go back one at a time, so an innocent one is cleared
+      // by its first token and the cause is found alone.
+      ++r->crashes;
+      r->suspect = true;
       if (r->crashes >= options_.max_crash_retries) {
         r->ended = true;
         --active_;
@@ -982,6 +1011,18 @@ struct RemoteTensorHandle final : TensorHandle {
 };
 
 Result<TensorSubmission> RemoteService::submit_tensor(TensorInferRequest request, TensorDone done) {
+  // Refused here, before anything is sent: a frame over the limit would
+  // close the connection and take the engine's other requests with it.
+  std::size_t bytes = wire::encoded_tensors_bound(request.inputs) + 4096;
+  for (const std::string& s : request.dtypes) bytes += 6 * s.size() + 4;
+  for (const std::string& s : request.outputs) bytes += 6 * s.size() + 4;
+  bytes += 6 * (request.request_id.size() + request.model.size() + request.id.size());
+  if (bytes > wire::kMaxFrameBytes) {
+    return Error(ErrorCode::kBodyTooLarge,
+                 "the request's tensors take " + std::to_string(bytes) + " bytes on the engine wire, more than one "
+                 "message carries (" + std::to_string(wire::kMaxFrameBytes) + " bytes, about 48 MiB of float32 "
+                 "values): send a smaller batch, or serve the model --in-process");
+  }
   auto r = std::make_shared<Req>();
   r->request.model = request.model;
   r->request.request_id = request.request_id;

@@ -136,7 +136,10 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   // never share a device).
   const std::string digest = hex(traffic::sha256_parts({toml, "\n", devices}), 16);
   const std::string base = dir + "/engine-" + hex(traffic::sha256(devices), 6);
-  const std::string config_path = base + ".toml";
+  // The settings file is named by its digest too: a serve with other
+  // settings on the same devices never rewrites the file this one's engine
+  // restarts from.
+  const std::string config_path = base + "-" + digest.substr(0, 12) + ".toml";
   {
     std::ofstream out(config_path, std::ios::trunc);
     out << toml;

@@ -24,12 +24,13 @@
 #include <boost/json.hpp>
 
 #include "common/error.hpp"
+#include "wire/protocol.hpp"
 
 namespace vg::wire {
 
 /// Limits of one connection.
 struct ChannelLimits {
-  std::size_t max_payload_bytes = 64u << 20;  ///< a larger incoming frame closes the connection
+  std::size_t max_payload_bytes = kMaxFrameBytes;  ///< a larger incoming frame closes the connection
   std::size_t max_queued_bytes = 256u << 20;  ///< unsent bytes queued; more closes it (the peer is not reading)
 };
 

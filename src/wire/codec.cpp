@@ -874,6 +874,15 @@ Result<TensorInferRequest> decode_tensor_request(const json::value& v) {
   });
 }
 
+std::size_t encoded_tensors_bound(const std::vector<HostTensor>& tensors) {
+  std::size_t bytes = 0;
+  for (const HostTensor& t : tensors) {
+    bytes += (t.data.size() * sizeof(float) + 2) / 3 * 4;  // base64
+    bytes += 6 * t.name.size() + 64 + 24 * t.shape.size();  // name (escaped at worst), keys, shape
+  }
+  return bytes;
+}
+
 json::object encode(const TensorResult& r) {
   return json::object{{"outputs", tensors(r.outputs)},
                       {"batch_requests", r.batch_requests},

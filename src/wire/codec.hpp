@@ -93,6 +93,9 @@ boost::json::object encode(const TensorInferRequest& r);
 Result<TensorInferRequest> decode_tensor_request(const boost::json::value& v);
 
 boost::json::object encode(const TensorResult& r);
+/// An upper bound of the bytes `tensors` take in an encoded message (their
+/// base64 data, names and shapes), without encoding them.
+std::size_t encoded_tensors_bound(const std::vector<HostTensor>& tensors);
 Result<TensorResult> decode_tensor_result(const boost::json::value& v);
 
 boost::json::object encode(const TensorModelInfo& m);

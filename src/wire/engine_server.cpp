@@ -203,6 +203,7 @@ void EngineServer::accept_loop() {
                          {"devices", std::move(devices)},
                          {"model_dir", options_.model_dir},
                          {"config_digest", options_.config_digest},
+                         {"gateways", static_cast<std::int64_t>(connections())},
                          {"load_s", options_.load_s},
                          {"started_at", options_.started_at}};
       if (!write_one(fd, reply).ok()) {
@@ -397,7 +398,16 @@ void EngineServer::handle_infer(const std::shared_ptr<Conn>& conn, const json::o
     if (!c) return;
     json::object msg{{"t", "infer_done"}, {"rid", rid}};
     if (result.ok()) {
-      msg["result"] = encode(*result);
+      const std::size_t bytes = encoded_tensors_bound(result->outputs);
+      if (bytes + 4096 <= kMaxFrameBytes) {
+        msg["result"] = encode(*result);
+      } else {
+        msg["error"] = encode(Error(ErrorCode::kBodyTooLarge,
+                                    "the outputs take " + std::to_string(bytes) + " bytes on the engine wire, more than "
+                                    "one message carries (" + std::to_string(kMaxFrameBytes) +
+                                    " bytes, about 48 MiB of float32 values): ask for fewer outputs or a smaller batch, "
+                                    "or serve the model --in-process"));
+      }
     } else {
       msg["error"] = encode(result.error());
     }

@@ -20,10 +20,18 @@
 // gateway's connection closes, the engine cancels that connection's requests.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace vg::wire {
 
 inline constexpr std::int64_t kProtocolVersion = 1;
+
+/// The largest frame payload either side sends or accepts (bytes). Tensor
+/// data travels as base64 (4 bytes per 3), so one tensor request or result
+/// carries at most about 48 MiB of float32 values; a larger one is refused
+/// with 413 before it is sent (the gateway) or ends with that error (the
+/// engine's outputs), and never breaks the connection.
+inline constexpr std::size_t kMaxFrameBytes = 64u << 20;
 
 }  // namespace vg::wire
