@@ -506,9 +506,6 @@ void RemoteService::resubmit_pending(TimePoint now) {
     s->inflight[r->rid] = r;
     json::object msg = submit_message(*r, r->rid);
     const bool resumed = !r->delivered.empty();
-    if (resumed || r->prompt_sent) {
-      msg["resume"] = wire::encode(wire::ResumeState{r->delivered, r->prompt_sent});
-    }
     if (options_.metrics) options_.metrics->count_resumed(resumed ? "resumed" : "resubmitted");
     spdlog::info("request {} {} on engine {} ({} tokens already sent, {} crashes{})", r->id_,
                  resumed ? "resumed" : "resubmitted", s->label(), r->delivered.size(), r->crashes,
@@ -809,8 +806,11 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       if (r->ended) continue;
       r->slot = nullptr;
       if (!r->answered && !r->resubmitted) {
-        // A fresh submit still waiting for its answer: submit() answers 503.
-        answers_[rid] = json::object{{"t", "closed"}};
+        // A fresh submit still waiting for its answer: submit() sends it
+        // again once an engine is ready (within its wait for an answer), or
+        // fails it when this was its last crash.
+        ++r->crashes;
+        answers_[rid] = json::object{{"t", r->crashes >= options_.max_crash_retries ? "crashed" : "closed"}};
         continue;
       }
       if (r->cancelled || stopping_) {
@@ -906,7 +906,10 @@ namespace {
 
 json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
   if (r.tensor) return json::object{{"t", "infer"}, {"rid", rid}, {"request", wire::encode(*r.tensor)}};
-  return json::object{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(r.request)}};
+  json::object msg{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(r.request)}};
+  // After output was sent, the next engine resumes after it.
+  if (!r.delivered.empty() || r.prompt_sent) msg["resume"] = wire::encode(wire::ResumeState{r.delivered, r.prompt_sent});
+  return msg;
 }
 
 }  // namespace
@@ -938,22 +941,41 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   r->svc = this;
   const double timeout = r->request.timeout_s ? std::min(*r->request.timeout_s, options_.request_timeout_s)
                                               : options_.request_timeout_s;
+  const TimePoint answer_deadline = Clock::now() + dur(options_.submit_timeout_s);
   r->deadline = Clock::now() + dur(timeout);
-  r->slot = s;
-  r->rid = next_rid_++;
-  const std::uint64_t rid = r->rid;
-  s->inflight[rid] = r;
   ++active_;
-  awaiting_.insert(rid);
-  s->channel->send(submit_message(*r, rid));
-  const bool answered = cv_.wait_for(lk, dur(options_.submit_timeout_s), [&] { return answers_.count(rid) > 0; });
-  awaiting_.erase(rid);
+  std::uint64_t rid = 0;
   json::object answer;
-  if (answered) {
-    answer = std::move(answers_[rid]);
-    answers_.erase(rid);
+  std::string_view type;
+  while (true) {
+    r->slot = s;
+    r->rid = next_rid_++;
+    rid = r->rid;
+    s->inflight[rid] = r;
+    awaiting_.insert(rid);
+    s->channel->send(submit_message(*r, rid));
+    const bool answered = cv_.wait_until(lk, answer_deadline, [&] { return answers_.count(rid) > 0; });
+    awaiting_.erase(rid);
+    answer = json::object();
+    if (answered) {
+      answer = std::move(answers_[rid]);
+      answers_.erase(rid);
+    }
+    type = answered ? wire::message_type(answer) : std::string_view("timeout");
+    if (type != "closed" || r->cancelled) break;
+    if (r->request.n > 1 && r->any_text) break;  // choices cannot resume after their output began
+    // The engine went away before it answered: the same request goes to
+    // the engine that is ready next, within the same wait for an answer.
+    r->slot = nullptr;
+    const bool again = cv_.wait_until(lk, answer_deadline, [&] {
+      return stopping_ || draining_ || r->cancelled || pick(r->request.model) != nullptr;
+    });
+    if (!again || stopping_ || draining_ || r->cancelled) break;
+    s = pick(r->request.model);
+    spdlog::info("request {} sent again to engine {}: the engine it was sent to went away before answering",
+                 r->id_, s->label());
+    if (options_.metrics) options_.metrics->count_resumed("resubmitted");
   }
-  const std::string_view type = answered ? wire::message_type(answer) : std::string_view("timeout");
   if (type == "accepted") {
     const json::value* sv = answer.if_contains("submission");
     auto a = sv ? wire::decode_accepted(*sv) : Result<wire::Accepted>(Error(ErrorCode::kInternal, "no submission"));
@@ -979,6 +1001,12 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   }
   if (type == "timeout" && r->slot && r->slot->channel) {
     r->slot->channel->send(json::object{{"t", "cancel"}, {"rid", rid}});
+  }
+  if (type == "crashed") {
+    return Error(ErrorCode::kEngineCrashed,
+                 fmt::format("request {} was in the engine each of the {} times it crashed (--max-crash-retries {}); "
+                             "it is not tried again",
+                             r->id_, r->crashes, options_.max_crash_retries));
   }
   Error e(ErrorCode::kOverloaded, type == "timeout" ? "the engine did not answer the submission in time"
                                                     : "the engine restarted while taking the request");

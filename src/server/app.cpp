@@ -321,19 +321,23 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     return 1;
   }
 
-  // The secret a gateway presents: random, readable by this user only,
-  // written before the socket exists.
+  // The secret a gateway presents: random, readable by this user only. It
+  // is written beside the socket under a name of this process, and takes
+  // the socket's secret's name only once this engine holds the socket, so an
+  // engine that finds the socket in use leaves the running one's secret be.
   std::random_device rd;
   std::string secret;
   for (int i = 0; i < 4; ++i) {
     secret += fmt::format("{:08x}{:08x}", rd(), rd());
   }
   const std::string secret_path = socket_path + ".secret";
-  ::unlink(secret_path.c_str());
-  const int fd = ::open(secret_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const std::string secret_new = secret_path + ".new-" + std::to_string(::getpid());
+  ::unlink(secret_new.c_str());
+  const int fd = ::open(secret_new.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 || ::write(fd, secret.data(), secret.size()) != static_cast<ssize_t>(secret.size())) {
-    spdlog::error("start-up failed: cannot write the secret {}: {}", secret_path, std::strerror(errno));
+    spdlog::error("start-up failed: cannot write the secret {}: {}", secret_new, std::strerror(errno));
     if (fd >= 0) ::close(fd);
+    ::unlink(secret_new.c_str());
     return 1;
   }
   ::close(fd);
@@ -350,7 +354,16 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   so.metrics = &metrics;
   auto server = wire::EngineServer::start(so, **service);
   if (!server.ok()) {
+    ::unlink(secret_new.c_str());
     spdlog::error("start-up failed: {}", server.error().message);
+    return 1;
+  }
+  // A gateway that said hello before this rename read the old secret: it is
+  // refused once and tries again.
+  if (::rename(secret_new.c_str(), secret_path.c_str()) != 0) {
+    spdlog::error("start-up failed: cannot write the secret {}: {}", secret_path, std::strerror(errno));
+    (*server)->stop();
+    ::unlink(secret_new.c_str());
     return 1;
   }
   spdlog::info("engine serving on unix:{} ({} s after its start)", socket_path, format_decimal(so.load_s));

@@ -182,7 +182,13 @@ void EngineServer::accept_loop() {
         }
       }
       if (!why.empty()) {
-        spdlog::warn("engine socket: closed a connection: {}", why);
+        // A peer that closes before any hello is a gateway checking that an
+        // engine accepts here: not worth a warning.
+        if (!hello.ok() && why == "connection closed") {
+          spdlog::debug("engine socket: a connection closed before its hello");
+        } else {
+          spdlog::warn("engine socket: closed a connection: {}", why);
+        }
         (void)write_one(fd, json::object{{"t", "refused"}, {"reason", why}});
         ::close(fd);
         return;

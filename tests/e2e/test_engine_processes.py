@@ -467,3 +467,82 @@ def test_in_process_a_device_fault_fails_its_request_with_500_device_fault_and_t
         assert s.get("/ready").status_code == 200
     finally:
         assert s.stop() == 0, s.logs()
+
+
+def test_a_serve_with_other_settings_never_stops_an_engine_another_gateway_uses(tmp_path):
+    """Two serves on one device and runtime folder with other settings: the
+    second refuses to start (exit 1, naming the engine) and the first keeps
+    its engine, its model and its settings file."""
+    runtime = str(tmp_path / "run")
+    a = Server("--runtime-dir", runtime)
+    try:
+        engine = engine_pid(a)
+        proc = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--threads", "1",
+                               "--runtime-dir", runtime, "--max-batch", "3"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        out = proc.stdout + proc.stderr
+        assert f"(pid {engine}) runs other settings for 1 other gateway" in out, out
+        assert pid_alive(engine) and engine_pid(a) == engine
+        assert engines(a)[0]["restarts"] == 0
+        assert complete(a, "Hello", False, 4)[0] == 200
+        # Each settings file is named by its digest: the refused serve left
+        # the first one's file as it was.
+        tomls = sorted(p for p in os.listdir(runtime) if p.endswith(".toml"))
+        assert len(tomls) == 2, tomls
+    finally:
+        assert a.stop() == 0, a.logs()
+
+
+def test_two_gateways_that_supervise_one_engine_both_recover_when_it_dies(tmp_path):
+    runtime = str(tmp_path / "run")
+    a = Server("--runtime-dir", runtime)
+    b = None
+    try:
+        b = Server("--runtime-dir", runtime)
+        engine = engine_pid(a)
+        assert engine_pid(b) == engine and "re-attached" in b.logs()
+        os.kill(engine, signal.SIGKILL)
+        # Both start a replacement; one takes the socket and the other attaches to it.
+        wait_until(lambda: engines(a)[0]["state"] == "ready" and engines(b)[0]["state"] == "ready"
+                   and engines(a)[0]["pid"] not in (0, engine), timeout=60, what="both gateways ready")
+        wait_until(lambda: engines(a)[0]["pid"] == engines(b)[0]["pid"], what="one engine for both")
+        for s in (a, b):
+            assert s.status("/ready") == 200
+            assert complete(s, "Hello", False, 4)[0] == 200
+    finally:
+        if b is not None:
+            assert b.stop() == 0, b.logs()
+        assert a.stop() == 0, a.logs()
+
+
+def test_a_tensor_request_over_the_frame_limit_is_413_and_breaks_nothing(tmp_path):
+    tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+    subprocess.run(["/usr/bin/python3", os.path.join(tools, "make_torchscript_models.py"), str(tmp_path)],
+                   check=True, stdout=subprocess.DEVNULL)
+    # The model's images up to 1024 x 1024: four of them are 48 MiB of
+    # float32, 64 MiB as base64 (the binary extension keeps the body 48 MiB).
+    folder = tmp_path / "image_to_image"
+    with open(folder / "config.json") as f:
+        config = json.load(f)
+    config["dims"]["height"]["max"] = config["dims"]["width"]["max"] = 1024
+    with open(folder / "config.json", "w") as f:
+        json.dump(config, f)
+    s = Server("--max-body-bytes", str(300 << 20), "--device", "virt:0=4GiB", model_dir=str(folder))
+    try:
+        engine = engine_pid(s)
+        n = 4 * 3 * 1024 * 1024
+        header = json.dumps({"inputs": [{"name": "image", "shape": [4, 3, 1024, 1024], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": n * 4}}]}).encode()
+        body = header + struct.pack("<f", 0.5) * n
+        r = requests.post(s.url + "/v2/models/image_to_image/infer", data=body, timeout=120,
+                          headers={"Inference-Header-Content-Length": str(len(header)),
+                                   "Content-Type": "application/octet-stream"})
+        assert r.status_code == 413, r.text
+        assert "engine wire" in r.json()["error"]["message"], r.text
+        assert engine_pid(s) == engine and engines(s)[0]["restarts"] == 0
+        assert "exceeds the limit" not in s.logs()
+        small = {"inputs": [{"name": "image", "shape": [1, 3, 96, 96], "datatype": "FP32", "data": [0.5] * (3 * 96 * 96)}]}
+        assert requests.post(s.url + "/v2/models/image_to_image/infer", json=small, timeout=120).status_code == 200
+    finally:
+        assert s.stop() == 0, s.logs()
