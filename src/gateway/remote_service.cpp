@@ -621,6 +621,10 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         if (was != s->status.ready) set_state(*s, s->status.ready ? "ready" : "not_ready");
       }
     }
+    if (const json::value* a = m.if_contains("admission")) {
+      auto state = wire::decode_admission_state(*a);
+      if (state.ok()) s->last_state = std::move(state).value();
+    }
     mirror_metrics(*s, m);
     return;
   }

@@ -539,6 +539,9 @@ void EngineServer::heartbeat_loop() {
     json::object msg = metrics_fields();
     msg["t"] = "status";
     msg["status"] = encode(st);
+    // The counters too, so what a gateway carries over when this process
+    // dies misses at most one heartbeat's worth.
+    msg["admission"] = encode(service_.admission_state());
     std::vector<std::shared_ptr<Conn>> conns;
     {
       std::lock_guard lk(mu_);

@@ -12,8 +12,8 @@
 //   cancel {rid}                             (a FailedEvent cancelled, or an infer_done
 //                                             with error cancelled, follows)
 //   state  {qid}                             state    {qid, admission, histograms, generated_tokens}
-//                                            status   {status, histograms, generated_tokens}
-//                                                     (every heartbeat)
+//                                            status   {status, admission, histograms,
+//                                                      generated_tokens, counters} (every heartbeat)
 //
 // A frame that breaks the framing, a message of an unknown type, a wrong
 // version or secret closes the connection with a logged reason. When a
