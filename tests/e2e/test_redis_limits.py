@@ -51,15 +51,19 @@ class RedisServer:
     persistence, ready once it answers PING (polled with a deadline)."""
 
     def __init__(self):
-        binary = shutil.which("redis-server")
-        if binary is None:
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
             pytest.fail("redis-server is not on PATH: these tests start their own Redis. Install the Debian "
                         "package redis-server (scripts/install-deps --test does).")
         self.dir = tempfile.mkdtemp(prefix="vg-redis-")
         self.port = free_port()
+        self.start()
+
+    def start(self):
+        """Starts it (again, on the same port) and waits until it answers PING."""
         self.paused = False
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
              "--appendonly", "no", "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
@@ -95,12 +99,16 @@ class RedisServer:
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
-    def stop(self):
+    def kill(self):
+        """SIGKILL, as a crash; start() brings it back on the same port."""
         if self.proc.poll() is None:
             if self.paused:
                 self.resume()
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self):
+        self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -205,6 +213,23 @@ def test_a_stalled_redis_is_503_at_once_and_requests_pass_again(redis, gateways)
     # The outage and the recovery are logged once each.
     assert "is unreachable" in a.logs(), a.logs()
     wait_until(lambda: "answers again" in a.logs(), timeout=10, what="the recovery logged")
+
+
+def test_a_redis_that_dies_is_503_at_once_and_a_restarted_one_is_used_again(redis, gateways):
+    a = gateways("--queue", redis.url, "--rate-limit", "1000", "--rate-burst", "1000")
+    assert a.post("/v1/completions", SMALL).status_code == 200
+    redis.kill()
+    wait_until(lambda: a.get("/ready").status_code == 503, timeout=10, what="/ready 503")
+    assert "Redis at redis://127.0.0.1:" in a.get("/ready").json()["reason"]
+    t0 = time.monotonic()
+    r = a.post("/v1/completions", SMALL, timeout=10)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "overloaded", r.text
+    assert int(r.headers["Retry-After"]) >= 1
+    assert time.monotonic() - t0 < 1.0  # refused connections fail without waiting for the deadline
+    redis.start()  # an empty Redis (no scripts loaded): the bucket script is loaded again
+    wait_until(lambda: a.post("/v1/completions", SMALL, timeout=10).status_code == 200, timeout=20,
+               what="requests passing again after the restart")
+    wait_until(lambda: a.get("/ready").status_code == 200, timeout=10, what="/ready 200 again")
 
 
 def add_acl_user(redis, user, password):
