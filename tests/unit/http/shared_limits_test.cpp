@@ -117,6 +117,10 @@ TEST_F(SharedLimitsTest, TheStoreDecidesAndItsOutageIs503WithRetryAfter) {
   c.send(bhttp::verb::post, "/v1/completions", R"({"prompt":"hi"})");
   auto sub = service_.next_submission();
   ASSERT_TRUE(sub.has_value());
+  sub->sink->push(StartedEvent{1});
+  sub->sink->push(TextEvent{"ok", 1});
+  sub->sink->push(FinishedEvent{"length", {1, 1}, {1, 1, 1}});
+  EXPECT_EQ(c.read().result_int(), 200);
 }
 
 }  // namespace
