@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <iostream>
 #include <vector>
 
@@ -44,6 +45,9 @@ int config_error(const vg::Error& e) {
 
 int main(int argc, char** argv) {
   vg::ensure_passive_thread_waits(argv);
+  // A write to a reset connection must fail with EPIPE, not end the process:
+  // hiredis (Redis mode) writes with write(2), not send(MSG_NOSIGNAL).
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"vramgate: an inference server that admits only what fits in device memory"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "vramgate 0.1.0");

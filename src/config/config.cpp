@@ -14,6 +14,9 @@
 #include "config/config_fields.hpp"
 #include "device/device.hpp"
 #include "tokenizer/chat_template.hpp"
+#if VG_HAVE_QUEUE
+#include "queue/redis_url.hpp"
+#endif
 
 namespace vg {
 namespace {
@@ -145,6 +148,17 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   }
   if (max_crash_retries < 1 || max_crash_retries > 100) return bad("max_crash_retries", "must be in [1, 100]");
   if (!(orphan_timeout_s > 0 && orphan_timeout_s <= 7 * 86400)) return bad("orphan_timeout", "must be in (0, 604800]");
+  if (!queue.empty()) {
+#if VG_HAVE_QUEUE
+    if (auto url = queue::parse_redis_url(queue); !url.ok()) return bad("queue", url.error().message);
+#else
+    return bad("queue", "this build has no Redis support (hiredis was not found when it was built)");
+#endif
+  }
+  if (!queue_password_file.empty() && queue.empty()) return bad("queue_password_file", "needs --queue");
+  if (!(queue_command_timeout_s > 0 && queue_command_timeout_s <= 60)) {
+    return bad("queue_command_timeout", "must be in (0, 60]");
+  }
   return std::nullopt;
 }
 

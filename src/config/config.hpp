@@ -107,6 +107,15 @@ struct ServeConfig {
   double orphan_timeout_s = 600;        ///< an engine with no gateway this long exits (s)
   bool keep_engines = false;            ///< on shutdown leave the started engines running for the next serve
 
+  // -- Redis mode (README "Redis mode")
+  /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]: rate limits shared by every
+  /// gateway on this Redis; empty = off (the limits are this process's own).
+  std::string queue;
+  /// A file holding the Redis password (instead of the URL, which `ps`
+  /// shows); the variable VRAMGATE_QUEUE_PASSWORD is the other way (read by run_server).
+  std::string queue_password_file;
+  double queue_command_timeout_s = 0.25;  ///< deadline of each Redis round trip (s), (0, 60]
+
   // -- test hooks
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
   std::int64_t test_inject_oom_step = 0;  ///< engine step (1-based) that fails with out-of-memory; 0 = never

@@ -164,6 +164,19 @@ const ConfigField kFields[] = {
      "loading the weights again); off: they exit once no gateway uses them",
      &C::keep_engines},
 
+    {"queue", "queue",
+     "Redis mode: redis://[USER[:PASSWORD]@]HOST[:PORT][/DB] of a Redis shared by every gateway; the rate "
+     "limits are then token buckets there, one per key or address for all gateways together. Empty: off. Put the "
+     "password in --queue-password-file or VRAMGATE_QUEUE_PASSWORD rather than here (ps shows the command line)",
+     &C::queue},
+    {"queue_password_file", "queue",
+     "File holding the password of --queue's Redis user (one line; the URL then has none)",
+     &C::queue_password_file},
+    {"queue_command_timeout", "queue",
+     "Seconds each Redis round trip may take; a request whose rate limit Redis does not answer in time gets 503 "
+     "overloaded with Retry-After",
+     &C::queue_command_timeout_s},
+
     {"test_step_delay_ms", "test", "Test hook: sleep this many ms after every engine step", &C::test_step_delay_ms},
     {"test_inject_oom_step", "test", "Test hook: the engine step with this number (from 1) fails with out-of-memory",
      &C::test_inject_oom_step},

@@ -89,7 +89,7 @@ std::string shorten(std::string_view s, std::size_t max) {
 }
 
 /// Reply for the simple GET routes; never blocks (the Service promises so).
-Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* recorded) {
+Reply simple_route(RouteKind kind, Service& service, const TrafficGate& traffic, metrics::ServerMetrics* recorded) {
   Reply reply;
   switch (kind) {
     case RouteKind::kHealth: {
@@ -105,8 +105,10 @@ Reply simple_route(RouteKind kind, Service& service, metrics::ServerMetrics* rec
     case RouteKind::kReady: {
       // 503 only when the service says so (a model without a ready device);
       // the per-device states are shown either way, so one unhealthy device
-      // among several is visible while the server stays ready.
-      const std::string why = service.not_ready_reason();
+      // among several is visible while the server stays ready. In Redis
+      // mode an unusable Redis makes the gateway not ready too.
+      std::string why = service.not_ready_reason();
+      if (why.empty()) why = traffic.not_ready_reason();
       if (!why.empty()) reply.status = 503;
       reply.body = encode_ready(why, service.admission_state().devices);
       break;
@@ -399,7 +401,7 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
       co_return co_await serve_completion(ex, request.body(), CompletionApi::kInfer);
     default:
       if (match->kind == RouteKind::kAdmission && state_->options().trim_heap_on_admission) malloc_trim(0);
-      co_return co_await send(ex, simple_route(match->kind, state_->service(), state_->options().metrics));
+      co_return co_await send(ex, simple_route(match->kind, state_->service(), state_->traffic(), state_->options().metrics));
   }
 }
 

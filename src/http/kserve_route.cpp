@@ -65,7 +65,7 @@ Reply method_not_allowed(std::string_view path, const char* allow) {
 enum class Kind { kServer, kLive, kReady, kModel, kModelReady, kInfer, kUnknown };
 
 /// The answer of a GET route.
-Reply simple_v2_reply(Service& service, Kind kind, const std::string& model) {
+Reply simple_v2_reply(Service& service, const TrafficGate& traffic, Kind kind, const std::string& model) {
   switch (kind) {
     case Kind::kServer:
       return json_reply(encode_server_metadata());
@@ -75,7 +75,7 @@ Reply simple_v2_reply(Service& service, Kind kind, const std::string& model) {
       return json_reply(live ? R"({"live":true})" : R"({"live":false})", live ? 200 : 503);
     }
     case Kind::kReady: {
-      const bool ready = service.ready();
+      const bool ready = service.ready() && traffic.not_ready_reason().empty();
       return json_reply(ready ? R"({"ready":true})" : R"({"ready":false})", ready ? 200 : 503);
     }
     default: {
@@ -141,7 +141,7 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
     co_return co_await send(ex, std::move(reply));
   }
   if (kind != Kind::kInfer) {
-    reply = simple_v2_reply(service, kind, model);
+    reply = simple_v2_reply(service, state_->traffic(), kind, model);
     co_return co_await send(ex, std::move(reply));
   }
 

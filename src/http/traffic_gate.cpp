@@ -14,6 +14,9 @@ namespace {
 
 constexpr std::size_t kMaxIdempotencyKeyLength = 255;
 constexpr std::size_t kMaxRetryTokenLength = 128;
+// Retry-After of a request refused because the shared limits' store is
+// unreachable: the client reconnects within about a second.
+constexpr double kSharedLimitsRetryAfterS = 1;
 
 std::string hex(const traffic::Digest& d) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -81,7 +84,18 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
     ticket.idempotency_key = std::string(r.idempotency_key);
   }
   if (const auto limit = limit_for(ticket.key)) {
-    const traffic::RateDecision d = limiter_.check(ticket.client, *limit, now);
+    traffic::RateDecision d;
+    if (options_.shared_limits) {
+      Result<traffic::RateDecision> shared = options_.shared_limits->take(ticket.client, *limit);
+      if (!shared.ok()) {
+        Error e(ErrorCode::kOverloaded, shared.error().message);
+        e.retry_after_s = kSharedLimitsRetryAfterS;
+        return e;
+      }
+      d = *shared;
+    } else {
+      d = limiter_.check(ticket.client, *limit, now);
+    }
     if (!d.allowed) {
       if (metrics_) metrics_->rate_limited_total.inc();
       char rate[32];
@@ -95,6 +109,10 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
     }
   }
   return std::nullopt;
+}
+
+std::string TrafficGate::not_ready_reason() const {
+  return options_.shared_limits ? options_.shared_limits->unavailable_reason() : std::string();
 }
 
 Result<Submission> TrafficGate::submit(Service& service, TrafficTicket& ticket, std::string_view route,

@@ -61,8 +61,10 @@ class TrafficGate {
 
   /// Auth, rate and header checks. Errors: kUnauthorized (401),
   /// kRateLimited with retry_after_s (429), kInvalidRequest for a bad
-  /// X-Priority, Idempotency-Key or X-Retry-Token header (400). Fills
-  /// `ticket` on success.
+  /// X-Priority, Idempotency-Key or X-Retry-Token header (400), and with
+  /// shared limits kOverloaded with retry_after_s (503) when their store
+  /// cannot answer (the rate check then blocks this thread for at most the
+  /// store's deadline). Fills `ticket` on success.
   std::optional<Error> admit(const GateRequest& request, TrafficTicket& ticket, TimePoint now);
 
   /// Resolves `request.priority` (body field, else X-Priority, else the
@@ -75,6 +77,9 @@ class TrafficGate {
                             CompletionRequest& request, std::shared_ptr<EventSink> sink);
 
   bool keys_enabled() const { return options_.api_keys != nullptr; }
+  /// Why the shared rate limits cannot be used now (for /ready); empty when
+  /// they can or when there are none.
+  std::string not_ready_reason() const;
 
  private:
   std::optional<traffic::RateLimit> limit_for(const traffic::ApiKey* key) const;

@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -32,6 +34,10 @@
 #include "server/shutdown_signal.hpp"
 #include "traffic/digest.hpp"
 #include "wire/engine_server.hpp"
+#if VG_HAVE_QUEUE
+#include "queue/redis_rate_limits.hpp"
+#include "queue/redis_url.hpp"
+#endif
 
 namespace vg {
 namespace {
@@ -120,6 +126,10 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   const std::string dir = config.runtime_dir.empty() ? default_runtime_dir() : config.runtime_dir;
   if (Status st = private_folder(dir); !st.ok()) return st.error();
   ServeConfig engine_config = config;
+  // The engine does not use Redis (the gateway's rate limits do), and its
+  // settings file must not carry the Redis URL or password.
+  engine_config.queue.clear();
+  engine_config.queue_password_file.clear();
   std::error_code ec;
   engine_config.model_dir = std::filesystem::absolute(config.model_dir, ec).string();
   engine_config.port = 0;
@@ -155,6 +165,51 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   return gateway::RemoteService::create(std::move(o));
 }
 
+/// The environment variable a Redis password may come from (README "Redis mode").
+constexpr const char* kQueuePasswordVariable = "VRAMGATE_QUEUE_PASSWORD";
+
+/// Redis mode: the rate limits shared through --queue's Redis. The password
+/// comes from the URL, --queue-password-file or VRAMGATE_QUEUE_PASSWORD (at
+/// most one). Waits for the first connection up to its attempt deadline:
+/// a Redis that refuses our credentials or database is a configuration
+/// error (kConfig, start-up fails), one that is merely unreachable is not
+/// (the gateway starts, not ready, and connects once it answers).
+Result<std::shared_ptr<traffic::SharedRateLimits>> make_shared_limits(const ServeConfig& config) {
+#if VG_HAVE_QUEUE
+  auto url = queue::parse_redis_url(config.queue);
+  if (!url.ok()) return std::move(url).error();
+  queue::PasswordSource source;
+  source.file = config.queue_password_file;
+  if (std::getenv(kQueuePasswordVariable) != nullptr) source.env_var = kQueuePasswordVariable;
+  auto lookup = [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+  auto resolved = queue::with_password(std::move(url).value(), source, lookup);
+  if (!resolved.ok()) return std::move(resolved).error();
+  queue::RedisRateLimits::Options o;
+  o.url = std::move(resolved).value();
+  o.command_timeout = seconds(config.queue_command_timeout_s);
+  o.connect_timeout = std::max(seconds(1), o.command_timeout);
+  auto limits = queue::RedisRateLimits::create(std::move(o));
+  if (!limits.ok()) return std::move(limits).error();
+  std::shared_ptr<queue::RedisRateLimits> shared = std::move(limits).value();
+  const Status connected = shared->wait_connected(std::max(seconds(2), seconds(config.queue_command_timeout_s)));
+  if (!connected.ok() && connected.error().code == ErrorCode::kConfig) return connected.error();
+  if (connected.ok()) {
+    spdlog::info("Redis mode: rate limits shared through Redis at {} ({} ms per round trip at most)",
+                 shared->endpoint(), static_cast<long long>(config.queue_command_timeout_s * 1000));
+  } else {
+    spdlog::warn("Redis mode: {}; starting anyway, not ready (/ready 503) until it answers", connected.error().message);
+  }
+  return std::shared_ptr<traffic::SharedRateLimits>(std::move(shared));
+#else
+  (void)config;
+  return Error(ErrorCode::kConfig, "this build has no Redis support (hiredis was not found when it was built)");
+#endif
+}
+
 }  // namespace
 
 int run_server(const ServeConfig& config) {
@@ -173,6 +228,22 @@ int run_server(const ServeConfig& config) {
     }
     spdlog::info("traffic: {} API keys loaded; other requests get 401", keys->size());
     api_keys = std::make_shared<const traffic::ApiKeyTable>(std::move(keys).value());
+  }
+
+  // Redis mode: checked before anything loads too, so a wrong password
+  // fails fast (exit 2); an unreachable Redis only makes the gateway not ready.
+  std::shared_ptr<traffic::SharedRateLimits> shared_limits;
+  const bool any_rate = config.rate_limit > 0 || (api_keys && api_keys->has_rates());
+  if (!config.queue.empty() && !any_rate) {
+    spdlog::warn("--queue: no rate limit is configured (--rate-limit, or rate= in --api-keys), and the rate limits "
+                 "are all Redis mode shares today: Redis is not used");
+  } else if (!config.queue.empty()) {
+    auto limits = make_shared_limits(config);
+    if (!limits.ok()) {
+      spdlog::error("start-up failed: --queue: {}", limits.error().message);
+      return 2;
+    }
+    shared_limits = std::move(limits).value();
   }
 
   // Outlives the service and the HTTP server, which record into it.
@@ -223,6 +294,7 @@ int run_server(const ServeConfig& config) {
   ho.traffic.metrics_auth = config.metrics_auth;
   ho.traffic.rate_limit = config.rate_limit;
   ho.traffic.rate_burst = config.rate_burst;
+  ho.traffic.shared_limits = shared_limits;
   ho.traffic.idempotency_ttl = seconds(config.idempotency_ttl_s);
   auto http = HttpServer::create(ho, *backend.service);
   if (!http.ok()) {
@@ -289,6 +361,10 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   const TimePoint began = Clock::now();
   if (engine.listen.rfind("unix:", 0) != 0 || engine.listen.size() <= 5) {
     spdlog::error("start-up failed: --listen must be unix:PATH, got '{}'", engine.listen);
+    return 2;
+  }
+  if (!config.queue.empty()) {
+    spdlog::error("start-up failed: --queue: engines do not use Redis yet (gateways do, for shared rate limits)");
     return 2;
   }
   const std::string socket_path = engine.listen.substr(5);

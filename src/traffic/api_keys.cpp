@@ -134,4 +134,11 @@ const ApiKey* ApiKeyTable::authorize(std::string_view authorization) const {
   return token ? find(*token) : nullptr;
 }
 
+bool ApiKeyTable::has_rates() const {
+  for (const auto& [digest, key] : keys_) {
+    if (key.rate) return true;
+  }
+  return false;
+}
+
 }  // namespace vg::traffic

@@ -48,6 +48,8 @@ class ApiKeyTable {
   const ApiKey* find(std::string_view key) const;
 
   std::size_t size() const { return keys_.size(); }
+  /// Whether some key has a rate of its own (rate=).
+  bool has_rates() const;
 
  private:
   std::unordered_map<Digest, ApiKey, DigestHash> keys_;

@@ -8,6 +8,7 @@
 
 #include "common/clock.hpp"
 #include "traffic/api_keys.hpp"
+#include "traffic/shared_rate_limits.hpp"
 
 namespace vg::traffic {
 
@@ -18,6 +19,10 @@ struct TrafficOptions {
   double rate_limit = 0;      ///< requests/s per key or address; 0 = off (a key's own rate still applies)
   double rate_burst = 0;      ///< bucket size; 0 = max(1, rate)
   std::size_t max_rate_clients = 10000;  ///< rate buckets held at most (idle ones are dropped first)
+  /// Non-null (Redis mode, --queue): the buckets live there, shared by every
+  /// gateway on it, instead of in this process; /ready is 503 while it
+  /// cannot be used.
+  std::shared_ptr<SharedRateLimits> shared_limits;
   Duration idempotency_ttl = std::chrono::seconds(300);  ///< replay window of a completed result
   std::size_t max_idempotency_keys = 10000;              ///< Idempotency-Keys held at most
 };
