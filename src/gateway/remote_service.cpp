@@ -147,6 +147,10 @@ struct RemoteService::Req final : RequestHandle {
   bool answered = false;      // its submit got accepted/rejected (fresh submits wait for this)
   bool resubmitted = false;   // moved from a dead engine: no submit() waits for its answer
   int crashes = 0;
+  /// Crashes while its submit waited for the engine's answer: counted apart,
+  /// so an innocent request sent again beside a suspect is not failed by
+  /// the suspect's next crash.
+  int unanswered_crashes = 0;
   /// A TorchScript request: sent as "infer"; `request` holds only its model
   /// and id, and `sink` turns a failure into a call of `tensor_done`.
   std::optional<TensorInferRequest> tensor;
@@ -813,8 +817,9 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
         // A fresh submit still waiting for its answer: submit() sends it
         // again once an engine is ready (within its wait for an answer), or
         // fails it when this was its last crash.
-        ++r->crashes;
-        answers_[rid] = json::object{{"t", r->crashes >= options_.max_crash_retries ? "crashed" : "closed"}};
+        ++r->unanswered_crashes;
+        answers_[rid] =
+            json::object{{"t", r->unanswered_crashes >= options_.max_crash_retries ? "crashed" : "closed"}};
         continue;
       }
       if (r->cancelled || stopping_) {
@@ -1010,7 +1015,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     return Error(ErrorCode::kEngineCrashed,
                  fmt::format("request {} was in the engine each of the {} times it crashed (--max-crash-retries {}); "
                              "it is not tried again",
-                             r->id_, r->crashes, options_.max_crash_retries));
+                             r->id_, r->unanswered_crashes, options_.max_crash_retries));
   }
   Error e(ErrorCode::kOverloaded, type == "timeout" ? "the engine did not answer the submission in time"
                                                     : "the engine restarted while taking the request");
