@@ -331,7 +331,7 @@ TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {
   engine_.reset();
   FakeService& second = new_fake();
   start_engine(second);
-  // Both come back, in their order; the suspect runs alone among suspects.
+  // Both come back as suspects, in their order, one at a time.
   auto again = second.wait_sub(1);
   EXPECT_EQ(again.request.request_id, "poison");
   again.sink->push(StartedEvent{});
@@ -341,7 +341,8 @@ TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {
   const auto& f = std::get<FailedEvent>(rec->events.back());
   EXPECT_EQ(f.error.code, ErrorCode::kEngineCrashed);
   EXPECT_NE(f.error.message.find("poison"), std::string::npos);
-  // The other one was never running at a crash: it carries on.
+  // The other one was held (queued) at the first crash only, and waited
+  // for the suspect ahead of it at the second: it carries on.
   FakeService& third = new_fake();
   start_engine(third);
   auto q = third.wait_sub(1);
