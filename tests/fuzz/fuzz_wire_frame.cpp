@@ -67,8 +67,8 @@ void check_message(const json::object& m) {
   }
   if (const json::value* ts = m.if_contains("tensor_models"); ts && ts->is_array()) {
     for (const json::value& x : ts->as_array()) {
-      auto t = wire::decode_tensor_model_info(x);
-      if (t.ok() && !wire::decode_tensor_model_info(json::value(wire::encode(*t))).ok()) __builtin_trap();
+      auto info = wire::decode_tensor_model_info(x);
+      if (info.ok() && !wire::decode_tensor_model_info(json::value(wire::encode(*info))).ok()) __builtin_trap();
     }
   }
   if (wire::message_type(m) == "infer") {
