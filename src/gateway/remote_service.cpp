@@ -281,13 +281,8 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
   if (!s.tried_attach) {
     s.tried_attach = true;
     if (!s.ep.command.empty() && ::stat(s.ep.socket_path.c_str(), &st) == 0) {
-      s.connecting = true;
-      Slot* p = &s;
-      mu_.unlock();
-      (void)try_connect(*p);
-      mu_.lock();
-      p->connecting = false;
-      if (p->channel) return;
+      (void)connect_off_lock(s);
+      if (s.channel) return;
     }
   }
   if (!s.ep.command.empty() && s.pid == 0) {
@@ -300,14 +295,8 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
         // is stopping (other settings: wait for it to go).
         s.next_start = now + std::chrono::milliseconds(200);
         if (now >= s.next_connect) {
-          s.connecting = true;
-          Slot* p = &s;
-          mu_.unlock();
-          const bool ok = try_connect(*p);
-          mu_.lock();
-          p->connecting = false;
-          if (p->channel) return;
-          if (!ok) p->next_connect = Clock::now() + std::chrono::seconds(1);
+          if (!connect_off_lock(s)) s.next_connect = Clock::now() + std::chrono::seconds(1);
+          if (s.channel) return;
         }
         if (s.connect_error.empty()) {
           s.connect_error = "waiting for the engine that holds unix:" + s.ep.socket_path + " to exit";
@@ -343,14 +332,18 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     return;
   }
   if (now < s.next_connect || ::stat(s.ep.socket_path.c_str(), &st) != 0) return;
+  if (!connect_off_lock(s)) s.next_connect = Clock::now() + std::chrono::seconds(1);
+}
+
+bool RemoteService::connect_off_lock(Slot& s) {
+  // mu_ held on entry and on return; connecting reads a hello (a short
+  // wait), so it runs off the lock, and `connecting` keeps others away.
   s.connecting = true;
-  Slot* p = &s;
-  // Connecting reads a hello (a short wait): off the lock.
   mu_.unlock();
-  const bool ok = try_connect(*p);
+  const bool ok = try_connect(s);
   mu_.lock();
-  p->connecting = false;
-  if (!ok) p->next_connect = Clock::now() + std::chrono::seconds(1);
+  s.connecting = false;
+  return ok;
 }
 
 bool RemoteService::try_connect(Slot& s) {

@@ -119,6 +119,8 @@ class RemoteService final : public Service {
   void supervise(Slot& slot, TimePoint now);
   /// Connects and says hello; false when the engine refused (try again later).
   bool try_connect(Slot& slot);
+  /// try_connect with mu_ released around it (held on entry and return).
+  bool connect_off_lock(Slot& slot);
   void reap_children(TimePoint now);
   void resubmit_pending(TimePoint now);
   void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
