@@ -21,16 +21,7 @@ using Ms = std::chrono::milliseconds;
 
 Ms since(TimePoint start) { return std::chrono::duration_cast<Ms>(Clock::now() - start); }
 
-// Polls `done` until it holds or `limit` passes (polling with a deadline, not a sleep).
-template <class F>
-bool eventually(F done, Duration limit = 10s) {
-  auto deadline = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
+using testing::eventually;
 
 // A callback that records its calls and hands the first result to a future.
 struct Probe {

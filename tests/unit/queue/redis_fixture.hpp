@@ -18,6 +18,18 @@
 
 namespace vg::queue::testing {
 
+/// Polls `done` until it holds or `limit` passes (polling with a deadline,
+/// not a sleep used as synchronisation); true when it held.
+template <class F>
+bool eventually(F done, Duration limit = std::chrono::seconds(10)) {
+  const TimePoint deadline = Clock::now() + limit;
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 class RedisFixture : public ::testing::Test {
  protected:
   void SetUp() override {

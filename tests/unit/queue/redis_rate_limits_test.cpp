@@ -31,17 +31,6 @@ class RedisRateLimitsTest : public RedisFixture {
     EXPECT_TRUE(limits.ok()) << (limits ? "" : limits.error().message);
     return limits ? std::move(limits).value() : nullptr;
   }
-
-  /// Polls `cond` every 10 ms for at most `limit`.
-  template <class F>
-  static bool eventually(F cond, Duration limit = 10s) {
-    const TimePoint deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      if (cond()) return true;
-      std::this_thread::sleep_for(10ms);  // polling, bounded by the deadline
-    }
-    return cond();
-  }
 };
 
 TEST_F(RedisRateLimitsTest, BucketNamesAreDigestsOfTheIdentity) {

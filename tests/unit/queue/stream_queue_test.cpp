@@ -102,13 +102,10 @@ class StreamQueueTest : public RedisFixture {
   }
   // Polls the server until the entry has been idle `at_least` (server-side idle time).
   bool idle_for(const std::string& model, const Entry& e, Duration at_least) {
-    auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
+    return testing::eventually([&] {
       auto info = pending(model, e);
-      if (info && info->idle >= at_least) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
+      return info && info->idle >= at_least;
+    });
   }
 
   RedisClient* client_ = nullptr;
