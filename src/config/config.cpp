@@ -143,6 +143,9 @@ std::optional<ConfigProblem> ServeConfig::check() const {
     if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");
   }
   if (in_process && !engine.empty()) return bad("engine", "cannot be combined with --in-process");
+  if (gateway_only && queue.empty()) return bad("gateway_only", "needs --queue (the shared queue it places work in)");
+  if (gateway_only && in_process) return bad("gateway_only", "cannot be combined with --in-process");
+  if (gateway_only && !engine.empty()) return bad("gateway_only", "cannot be combined with --engine");
   if (!(engine_heartbeat_timeout_s >= 1 && engine_heartbeat_timeout_s <= 3600)) {
     return bad("engine_heartbeat_timeout", "must be in [1, 3600] (engines heartbeat every 0.25 s)");
   }
@@ -159,6 +162,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (!(queue_command_timeout_s > 0 && queue_command_timeout_s <= 60)) {
     return bad("queue_command_timeout", "must be in (0, 60]");
   }
+  if (!(claim_idle_s >= 0.5 && claim_idle_s <= 600)) return bad("claim_idle", "must be in [0.5, 600]");
   return std::nullopt;
 }
 

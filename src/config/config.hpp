@@ -115,6 +115,12 @@ struct ServeConfig {
   /// shows); the variable VRAMGATE_QUEUE_PASSWORD is the other way (read by run_server).
   std::string queue_password_file;
   double queue_command_timeout_s = 0.25;  ///< deadline of each Redis round trip (s), (0, 60]
+  /// An engine's request in the shared queue not kept alive this long (the
+  /// engine died or stalled) is claimed by another engine (s), [0.5, 600].
+  double claim_idle_s = 2;
+  /// With --queue: start no engine of this gateway's own (completions go
+  /// through the shared queue only; no TorchScript models).
+  bool gateway_only = false;
 
   // -- test hooks
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running

@@ -176,6 +176,14 @@ const ConfigField kFields[] = {
      "Seconds each Redis round trip may take; a request whose rate limit Redis does not answer in time gets 503 "
      "overloaded with Retry-After",
      &C::queue_command_timeout_s},
+    {"claim_idle", "queue",
+     "Seconds after which a request an engine took from the shared queue, and no longer keeps alive (it died or "
+     "stalled), is claimed by another engine of the model, which resumes it after the tokens already sent",
+     &C::claim_idle_s},
+    {"gateway_only", "queue",
+     "With --queue: start no engine here; completions go through the shared queue to the engines that pull from it "
+     "(`vramgate engine --queue`), and this gateway loads nothing",
+     &C::gateway_only},
 
     {"test_step_delay_ms", "test", "Test hook: sleep this many ms after every engine step", &C::test_step_delay_ms},
     {"test_inject_oom_step", "test", "Test hook: the engine step with this number (from 1) fails with out-of-memory",

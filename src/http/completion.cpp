@@ -133,7 +133,12 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     sub.handle->cancel();
   };
 
-  if (stream && !co_await begin_stream(ex, sub.queue_position)) lose_client("before the stream started");
+  // With defer_stream_start the headers wait for the first event, so that a
+  // refusal the service learns only then is still an HTTP status.
+  bool stream_started = !(stream && sub.defer_stream_start);
+  if (stream && stream_started && !co_await begin_stream(ex, sub.queue_position)) {
+    lose_client("before the stream started");
+  }
 
   // Each choice's text, logprobs and text offsets (characters of the
   // choice's whole text, the echoed prompt included).
@@ -198,8 +203,10 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   Outcome out;
   while (!out.ended()) {
     std::string sse;
+    bool progress = false;  // an event that starts the stream's output (not a queue position or a failure)
     for (EngineEvent& event : queue->take()) {
       if (out.ended()) break;
+      if (!std::holds_alternative<QueuedEvent>(event) && !std::holds_alternative<FailedEvent>(event)) progress = true;
       if (request.echo && !echo_waits && !std::holds_alternative<QueuedEvent>(event)) echo(sse, nullptr);
       if (const auto* q = std::get_if<QueuedEvent>(&event)) {
         if (stream) sse += ": queue position " + std::to_string(q->position) + "\n\n";
@@ -221,7 +228,11 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
         out.failed = std::move(*e);
       }
     }
-    if (stream && !client_gone && !sse.empty() && !co_await write_stream(ex, std::move(sse))) {
+    if (stream && !stream_started && !client_gone && progress) {
+      stream_started = true;
+      if (!co_await begin_stream(ex, sub.queue_position)) lose_client("before the stream started");
+    }
+    if (stream && stream_started && !client_gone && !sse.empty() && !co_await write_stream(ex, std::move(sse))) {
       lose_client("during the stream");
     }
     if (out.ended()) break;
@@ -265,13 +276,13 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
       error = Error(ErrorCode::kOverloaded, "request cancelled by the server: " + error.message);
     }
     log_end(cancelled ? "cancelled" : "failed", cancelled ? error_type(ErrorCode::kCancelled) : error_type(error.code),
-            stream ? 200 : http_status(error.code));
+            stream && stream_started ? 200 : http_status(error.code));
     if (http_status(error.code) >= 500 && error.code != ErrorCode::kOverloaded) {
       spdlog::warn("http: request {} ({}) failed: {}", ex.request_id, id, error.message);
     } else {
       spdlog::info("http: request {} ({}) failed: {}", ex.request_id, id, error.message);
     }
-    if (stream) {
+    if (stream && stream_started) {
       if (!co_await write_stream(ex, sse_data(encode_error(error)) + sse_data("[DONE]"))) co_return false;
       co_return co_await end_stream(ex);
     }

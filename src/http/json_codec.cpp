@@ -469,6 +469,12 @@ std::string encode_engines(const std::vector<EngineInfo>& engines) {
                    {"started_at", e.started_at},
                    {"last_exit", e.last_exit.empty() ? json::value(nullptr) : json::value(safe(e.last_exit))},
                    {"reason", safe(e.reason)}};
+    if (!e.host.empty()) o["host"] = safe(e.host);
+    if (e.free_budget_bytes) o["free_budget_bytes"] = *e.free_budget_bytes;
+    if (e.last_heartbeat_s) {
+      o["last_heartbeat_s"] = *e.last_heartbeat_s;
+      o["running"] = e.running;
+    }
     data.push_back(std::move(o));
   }
   return json_fields::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});

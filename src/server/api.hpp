@@ -165,6 +165,11 @@ struct EngineInfo {
   double started_at = 0;  ///< unix seconds of the current process's start (0: none)
   std::string last_exit;  ///< "exit N", "signal N" or "no heartbeat for S s"; empty: never exited
   std::string reason;     ///< why it is not ready; empty when ready
+  // Engines seen through the shared queue (Redis mode) only:
+  std::string host;                               ///< where it runs
+  std::optional<std::int64_t> free_budget_bytes;  ///< its largest device budget not reserved now
+  std::optional<double> last_heartbeat_s;         ///< seconds since its last registration
+  int running = 0;                                ///< sequences running on it
 };
 
 /// What GET /v1/admission shows.

@@ -35,6 +35,8 @@
 #include "traffic/digest.hpp"
 #include "wire/engine_server.hpp"
 #if VG_HAVE_QUEUE
+#include "queue/queue_service.hpp"
+#include "queue/queue_worker.hpp"
 #include "queue/redis_rate_limits.hpp"
 #include "queue/redis_url.hpp"
 #endif
@@ -102,6 +104,21 @@ std::string self_exe() {
   return ec ? std::string("vramgate") : p.string();
 }
 
+/// --queue without the password it may hold (which then must come from
+/// the environment: kConfig). Without VG_HAVE_QUEUE: as given.
+Result<std::string> queue_url_without_password(const std::string& text) {
+#if VG_HAVE_QUEUE
+  auto url = queue::parse_redis_url(text);
+  if (!url.ok()) return std::move(url).error();
+  if (!url->password.empty()) {
+    return Error(ErrorCode::kConfig,
+                 "--queue: a password in the URL would be written into the engine's settings file; use "
+                 "--queue-password-file or VRAMGATE_QUEUE_PASSWORD");
+  }
+#endif
+  return text;
+}
+
 /// The gateway's service over the engine process of `config` (started and
 /// supervised here), or over the --engine sockets given.
 Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& config,
@@ -126,10 +143,14 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   const std::string dir = config.runtime_dir.empty() ? default_runtime_dir() : config.runtime_dir;
   if (Status st = private_folder(dir); !st.ok()) return st.error();
   ServeConfig engine_config = config;
-  // The engine does not use Redis (the gateway's rate limits do), and its
-  // settings file must not carry the Redis URL or password.
-  engine_config.queue.clear();
-  engine_config.queue_password_file.clear();
+  // With --queue the engine pulls from the shared queue too. Its settings
+  // file carries the URL and the password file's path, never a password
+  // (VRAMGATE_QUEUE_PASSWORD reaches it through the environment).
+  if (!engine_config.queue.empty()) {
+    auto url = queue_url_without_password(engine_config.queue);
+    if (!url.ok()) return std::move(url).error();
+    engine_config.queue = std::move(url).value();
+  }
   std::error_code ec;
   engine_config.model_dir = std::filesystem::absolute(config.model_dir, ec).string();
   engine_config.port = 0;
@@ -174,6 +195,38 @@ constexpr const char* kQueuePasswordVariable = "VRAMGATE_QUEUE_PASSWORD";
 /// a Redis that refuses our credentials or database is a configuration
 /// error (kConfig, start-up fails), one that is merely unreachable is not
 /// (the gateway starts, not ready, and connects once it answers).
+#if VG_HAVE_QUEUE
+/// --queue's URL with its password (from the URL, --queue-password-file or
+/// VRAMGATE_QUEUE_PASSWORD, at most one of them).
+Result<queue::RedisUrl> resolve_queue_url(const ServeConfig& config) {
+  auto url = queue::parse_redis_url(config.queue);
+  if (!url.ok()) return std::move(url).error();
+  queue::PasswordSource source;
+  source.file = config.queue_password_file;
+  if (std::getenv(kQueuePasswordVariable) != nullptr) source.env_var = kQueuePasswordVariable;
+  auto lookup = [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+  return queue::with_password(std::move(url).value(), source, lookup);
+}
+
+/// A name unique to this process: host, pid and random bits (valid_queue_id).
+std::string queue_process_id(const char* role) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
+  std::string h;
+  for (const char* p = host; *p != 0 && h.size() < 32; ++p) {
+    const char c = *p;
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    h += ok ? c : '-';
+  }
+  std::random_device rd;
+  return fmt::format("{}-{}-{}-{:08x}", role, h, ::getpid(), rd());
+}
+#endif
+
 Result<std::shared_ptr<traffic::SharedRateLimits>> make_shared_limits(const ServeConfig& config) {
 #if VG_HAVE_QUEUE
   auto url = queue::parse_redis_url(config.queue);
@@ -234,10 +287,7 @@ int run_server(const ServeConfig& config) {
   // fails fast (exit 2); an unreachable Redis only makes the gateway not ready.
   std::shared_ptr<traffic::SharedRateLimits> shared_limits;
   const bool any_rate = config.rate_limit > 0 || (api_keys && api_keys->has_rates());
-  if (!config.queue.empty() && !any_rate) {
-    spdlog::warn("--queue: no rate limit is configured (--rate-limit, or rate= in --api-keys), and the rate limits "
-                 "are all Redis mode shares today: Redis is not used");
-  } else if (!config.queue.empty()) {
+  if (!config.queue.empty() && any_rate) {
     auto limits = make_shared_limits(config);
     if (!limits.ok()) {
       spdlog::error("start-up failed: --queue: {}", limits.error().message);
@@ -266,6 +316,8 @@ int run_server(const ServeConfig& config) {
     local = std::move(service).value();
     InferenceService* s = local.get();
     backend = {s, [s] { s->begin_drain(); }, [s](TimePoint d) { return s->wait_idle(d); }, [s] { s->shutdown(); }};
+  } else if (config.gateway_only) {
+    spdlog::info("vramgate starting (gateway only, pid {}): completions go through the shared queue", ::getpid());
   } else {
     spdlog::info("vramgate starting (gateway, pid {})", ::getpid());
     auto service = make_gateway(config, &metrics);
@@ -276,6 +328,50 @@ int run_server(const ServeConfig& config) {
     remote = std::move(service).value();
     gateway::RemoteService* s = remote.get();
     backend = {s, [s] { s->begin_drain(); }, [s](TimePoint d) { return s->wait_idle(d); }, [s] { s->shutdown(); }};
+  }
+#if VG_HAVE_QUEUE
+  // Redis mode: completions go through the shared queue (any engine of the
+  // model on any host takes them); TorchScript requests and the supervised
+  // engines stay with the remote service.
+  std::unique_ptr<queue::QueueService> shared_queue;
+  if (!in_process && !config.queue.empty()) {
+    auto url = resolve_queue_url(config);
+    if (!url.ok()) {
+      spdlog::error("start-up failed: --queue: {}", url.error().message);
+      if (remote) remote->shutdown();
+      return 2;
+    }
+    queue::QueueService::Options qo;
+    qo.url = std::move(url).value();
+    qo.command_timeout = seconds(config.queue_command_timeout_s);
+    qo.queue_timeout_s = config.queue_timeout_s;
+    qo.request_timeout_s = config.request_timeout_s + 30;
+    qo.gateway_id = queue_process_id("gw");
+    qo.local = remote.get();
+    auto started = queue::QueueService::start(std::move(qo));
+    if (!started.ok()) {
+      spdlog::error("start-up failed: --queue: {}", started.error().message);
+      if (remote) remote->shutdown();
+      return 2;
+    }
+    shared_queue = std::move(started).value();
+    queue::QueueService* q = shared_queue.get();
+    gateway::RemoteService* s = remote.get();
+    backend = {q,
+               [q, s] {
+                 q->begin_drain();
+                 if (s) s->begin_drain();
+               },
+               [q, s](TimePoint d) { return q->wait_idle(d) && (!s || s->wait_idle(d)); },
+               [q, s] {
+                 q->shutdown();
+                 if (s) s->shutdown();
+               }};
+  }
+#endif
+  if (backend.service == nullptr) {
+    spdlog::error("start-up failed: --gateway-only: this build has no Redis support");
+    return 2;
   }
 
   HttpServer::Options ho;
@@ -363,10 +459,12 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     spdlog::error("start-up failed: --listen must be unix:PATH, got '{}'", engine.listen);
     return 2;
   }
+#if !VG_HAVE_QUEUE
   if (!config.queue.empty()) {
-    spdlog::error("start-up failed: --queue: engines do not use Redis yet (gateways do, for shared rate limits)");
+    spdlog::error("start-up failed: --queue: this build has no Redis support (hiredis was not found when it was built)");
     return 2;
   }
+#endif
   const std::string socket_path = engine.listen.substr(5);
   const std::string dir = std::filesystem::path(socket_path).parent_path().string();
   if (Status st = private_folder(dir.empty() ? "." : dir); !st.ok()) {
@@ -443,6 +541,39 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     return 1;
   }
   spdlog::info("engine serving on unix:{} ({} s after its start)", socket_path, format_decimal(so.load_s));
+#if VG_HAVE_QUEUE
+  // Redis mode: this engine also pulls from the shared queue what fits.
+  std::unique_ptr<queue::QueueWorker> worker;
+  if (!config.queue.empty()) {
+    auto url = resolve_queue_url(config);
+    if (!url.ok()) {
+      spdlog::error("start-up failed: --queue: {}", url.error().message);
+      (*server)->stop();
+      return 2;
+    }
+    queue::QueueWorker::Options wo;
+    wo.url = std::move(url).value();
+    wo.command_timeout = seconds(config.queue_command_timeout_s);
+    wo.claim_idle = seconds(config.claim_idle_s);
+    wo.max_crash_retries = config.max_crash_retries;
+    wo.engine_id = queue_process_id("engine");
+    char host[256] = {};
+    (void)::gethostname(host, sizeof host - 1);
+    wo.host = host;
+    wo.devices = config.device;
+    wo.crash_on_prompt = config.test_crash_on_prompt;
+    auto started = queue::QueueWorker::start(std::move(wo), **service);
+    if (!started.ok()) {
+      spdlog::error("start-up failed: --queue: {}", started.error().message);
+      (*server)->stop();
+      return 2;
+    }
+    worker = std::move(started).value();
+  }
+  const bool pulls = worker != nullptr;
+#else
+  const bool pulls = false;
+#endif
 
   int sig = 0;
   std::string why;
@@ -457,15 +588,22 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
       why = "released by its gateway, and no gateway is connected";
       break;
     }
-    if (alone && Clock::now() - *alone > seconds(config.orphan_timeout_s)) {
+    // An engine that pulls from the shared queue serves without a gateway connection.
+    if (alone && !pulls && Clock::now() - *alone > seconds(config.orphan_timeout_s)) {
       why = "no gateway for " + format_decimal(config.orphan_timeout_s) + " s (--orphan-timeout)";
       break;
     }
   }
   spdlog::info("engine stopping: {}", why);
+#if VG_HAVE_QUEUE
+  if (worker) worker->stop_pulling();
+#endif
   (*service)->begin_drain();
   if (sig != 0) (void)(*service)->wait_idle(Clock::now() + seconds(config.shutdown_grace_s));
   (*server)->stop();
+#if VG_HAVE_QUEUE
+  if (worker) worker->stop();
+#endif
   (*service)->shutdown();
   ::unlink(secret_path.c_str());
   spdlog::info("engine stopped");

@@ -26,6 +26,10 @@ struct Submission {
   std::string echo_text{};
   /// A retry that took its booked place: "token", "idempotency_key" or "body".
   std::string retry_claimed_by{};
+  /// A stream's headers wait for the request's first event: set when an
+  /// error the service only learns later (an engine taking the request from
+  /// a shared queue refuses it) must still be an HTTP status, not an SSE event.
+  bool defer_stream_start = false;
 };
 
 /// A submitted tensor inference request.

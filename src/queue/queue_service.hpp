@@ -1,0 +1,134 @@
+// The gateway side of Redis mode: a Service that places completions in the
+// shared queue (shared_queue.hpp) instead of sending them to an engine, so
+// that any engine of the model on any host takes each one when it fits its
+// free budget (queue_worker.hpp). The gateway keeps every request until
+// its answer has arrived: it reads the events engines write to its reply
+// stream, drops those of an older delivery than it has seen (fencing
+// epochs), remembers the tokens sent, and re-adds (after those tokens) what
+// Redis no longer holds while its answer has not arrived: Redis restarted
+// without its data, failed over to a replica that lagged, or an engine
+// dropped it while this gateway's alive key had lapsed. Its alive key lets
+// engines stop the work of a gateway that died.
+//
+// Cost: the gateway has no tokenizer, so it places a request by an upper
+// bound of its cost (prompt bytes as tokens, capped at the context
+// length, from the memory profile engines register); the engine's own
+// admission then charges the exact cost.
+//
+// TorchScript requests, and the engines this gateway supervises, go to
+// `local` (a RemoteService), when given.
+//
+// Threads: Service methods from any thread; a reader thread (blocking reads
+// of the reply stream), a monitor thread (heartbeat, engine registry, queue
+// timeouts, Redis restarts) and the Redis clients' io thread. One mutex
+// guards the requests and the registry; events are pushed outside it, each
+// request's by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "common/clock.hpp"
+#include "common/error.hpp"
+#include "queue/redis_client.hpp"
+#include "queue/shared_queue.hpp"
+#include "server/service.hpp"
+
+namespace vg::queue {
+
+class QueueService final : public Service {
+ public:
+  struct Options {
+    RedisUrl url;
+    Duration command_timeout = std::chrono::milliseconds(250);
+    Duration heartbeat = std::chrono::milliseconds(250);
+    double queue_timeout_s = 30;     ///< longest a request waits for an engine to take it (then 503)
+    double request_timeout_s = 300;  ///< a request with no answer this long after it was added fails (504)
+    /// An engine registration older than this is not counted (not ready, its models not offered).
+    Duration engine_stale = std::chrono::seconds(3);
+    std::string gateway_id;  ///< unique per process; part of key names (valid_queue_id)
+    SharedQueueKeys keys{};
+    Service* local = nullptr;  ///< tensor models, and the supervised engines in /v1/engines; may be null
+  };
+
+  struct Stats {
+    std::uint64_t added = 0;
+    std::uint64_t readded = 0;        ///< re-added after Redis came back without them
+    std::uint64_t stale_events = 0;   ///< events of an older delivery, dropped
+    std::uint64_t resumed = 0;        ///< requests another engine took over after output began
+    std::uint64_t queue_timeouts = 0;
+    std::uint64_t redis_restarts = 0;
+  };
+
+  /// Connects (kConfig when Redis refuses the credentials; an unreachable
+  /// Redis makes the service not ready until it answers) and starts the threads.
+  static Result<std::unique_ptr<QueueService>> start(Options options);
+  ~QueueService() override;
+
+  Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;
+  std::vector<ModelInfo> models() const override;
+  bool healthy(std::string* reason) const override;
+  bool ready() const override;
+  std::string not_ready_reason() const override;
+  AdmissionState admission_state() const override;
+  std::vector<EngineInfo> engine_processes() const override;
+  Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) override;
+  Result<TensorModelInfo> tensor_model(const std::string& name) const override;
+
+  void begin_drain();
+  bool wait_idle(TimePoint deadline) const;
+  /// Cancels what is left and stops the threads. Idempotent.
+  void shutdown();
+  Stats stats() const;
+
+  struct Req;
+  struct Engine;
+
+ private:
+  explicit QueueService(Options options);
+  void reader_loop();
+  void monitor_loop();
+  void refresh_registry();
+  void check_run_id();
+  /// Re-adds requests Redis no longer has and whose answer did not arrive.
+  void verify_requests(TimePoint now);
+  void expire_waiting(TimePoint now);
+  void on_reply(const std::string& rid, std::int64_t epoch, const std::string& event_json);
+  /// Removes `r` and pushes its last event (under no lock). False: it had ended already.
+  bool finish(const std::shared_ptr<Req>& r, EngineEvent last);
+  Status add(Req& r, std::int64_t* waiting);
+  void cancel(const std::shared_ptr<Req>& r);
+
+  friend class QueueHandle;
+
+  Options options_;
+  boost::asio::io_context io_;
+  std::unique_ptr<RedisClient> client_;  // commands
+  std::unique_ptr<RedisClient> reader_;  // XREAD BLOCK on the reply stream
+  std::thread io_thread_;
+  std::thread reader_thread_;
+  std::thread monitor_thread_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;                  // with mu_: requests ended, stopping
+  std::map<std::string, std::shared_ptr<Req>> reqs_;    // guarded by mu_: rid -> unfinished request
+  std::vector<Engine> engines_;                         // guarded by mu_: fresh registrations, by id
+  std::set<std::string> seen_models_;                   // guarded by mu_: every model an engine ever registered
+  std::string run_id_;                                  // monitor thread only
+  std::pair<std::uint64_t, std::uint64_t> processed_{};  // guarded by mu_: newest reply entry handled
+  std::uint64_t next_rid_ = 1;                          // guarded by mu_
+  bool draining_ = false;                               // guarded by mu_
+  Stats stats_{};                                       // guarded by mu_
+};
+
+}  // namespace vg::queue

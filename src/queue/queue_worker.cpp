@@ -1,0 +1,519 @@
+// QueueWorker: the engine's puller, event writer and heartbeat (see queue_worker.hpp).
+#include "queue/queue_worker.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "queue/stream_queue.hpp"
+#include "wire/codec.hpp"
+
+namespace vg::queue {
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::int64_t kReplyMaxLen = 100000;  // entries of a gateway's reply stream (approximate bound)
+constexpr std::int64_t kRequestTtlMs = 3600 * 1000;  // a request's keys outlive any request deadline
+
+std::string ms_arg(Duration d) {
+  return std::to_string(std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(d).count()));
+}
+
+bool contains_text(const CompletionRequest& r, const std::string& needle) {
+  if (needle.empty()) return false;
+  if (const auto* text = std::get_if<std::string>(&r.prompt); text && text->find(needle) != std::string::npos) {
+    return true;
+  }
+  if (r.chat) {
+    for (const ChatMessage& m : r.chat->messages) {
+      if (m.content.find(needle) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+/// One request this engine took, and how to report it.
+struct QueueWorker::Held {
+  std::string model;
+  std::string rid;
+  std::string gateway;
+  std::string stream;
+  std::string entry;
+  std::int64_t epoch = 0;
+  bool poison = false;
+  std::mutex mu;
+  std::shared_ptr<RequestHandle> handle;  // guarded by mu
+  bool stopped = false;                   // guarded by mu: fenced, cancelled or lost: emit nothing more
+};
+
+namespace {
+
+/// Sends a held request's events through the fenced EMIT script.
+class QueueSink final : public EventSink {
+ public:
+  using OnStop = std::function<void(const std::shared_ptr<QueueWorker::Held>&, const std::string&)>;
+  QueueSink(RedisClient& client, const SharedQueueKeys& keys, Duration timeout,
+            std::shared_ptr<QueueWorker::Held> held, OnStop on_stop)
+      : client_(client), keys_(keys), timeout_(timeout), held_(std::move(held)), on_stop_(std::move(on_stop)) {}
+
+  void push(EngineEvent event) override {
+    const bool terminal = is_terminal(event);
+    if (held_->poison && std::holds_alternative<StartedEvent>(event)) {
+      spdlog::error("test hook --test-crash-on-prompt: request {} started; aborting the engine process", held_->rid);
+      std::abort();
+    }
+    bool stopped = false;
+    {
+      std::lock_guard lk(held_->mu);
+      stopped = held_->stopped;
+    }
+    if (stopped) {
+      if (terminal) on_stop_(held_, "");
+      return;
+    }
+    std::string ids;
+    bool prompt = false;
+    bool out = false;
+    if (const auto* t = std::get_if<TextEvent>(&event)) {
+      if (t->choice == 0) ids = format_ids(t->token_ids);
+      out = !t->text.empty() || !t->token_ids.empty();
+    } else if (std::holds_alternative<PromptEvent>(event)) {
+      prompt = true;
+    }
+    const QueueWorker::Held& h = *held_;
+    RedisClient::Args keys{keys_.request(h.model, h.rid), keys_.ids(h.model, h.rid), keys_.reply(h.gateway),
+                           keys_.alive(h.gateway), h.stream};
+    RedisClient::Args args{std::to_string(h.epoch),
+                           json::serialize(wire::encode(event)),
+                           std::move(ids),
+                           prompt ? "1" : "0",
+                           std::to_string(kRequestTtlMs),
+                           std::to_string(kReplyMaxLen),
+                           h.rid,
+                           terminal ? "1" : "0",
+                           keys_.group,
+                           h.entry,
+                           out ? "1" : "0"};
+    eval_async(client_, kEmitScript, std::move(keys), std::move(args), timeout_,
+               [held = held_, on_stop = on_stop_, terminal](Result<RedisValue> r) {
+                 std::string why;
+                 if (!r) {
+                   why = "an event could not be written (" + r.error().message + ")";
+                 } else if (auto v = r->as_integer(); !v || *v != 1) {
+                   const std::int64_t code = v.value_or(0);
+                   why = code == -1   ? "cancelled, or its gateway is gone"
+                         : code == -2 ? "it is no longer in Redis"
+                         : code == -3 ? "another engine took it over"
+                                      : "unexpected reply " + r->debug_string();
+                 }
+                 if (!why.empty()) on_stop(held, why);
+                 if (terminal) on_stop(held, "");
+               });
+  }
+
+ private:
+  RedisClient& client_;
+  const SharedQueueKeys& keys_;
+  Duration timeout_;
+  std::shared_ptr<QueueWorker::Held> held_;
+  OnStop on_stop_;
+};
+
+}  // namespace
+
+QueueWorker::QueueWorker(Options options, Service& service) : options_(std::move(options)), service_(service) {}
+
+Result<std::unique_ptr<QueueWorker>> QueueWorker::start(Options options, Service& service) {
+  if (!valid_queue_id(options.engine_id)) return Error(ErrorCode::kConfig, "queue: bad engine id " + options.engine_id);
+  std::unique_ptr<QueueWorker> w(new QueueWorker(std::move(options), service));
+  RedisClient::Options co;
+  co.url = w->options_.url;
+  co.command_timeout = w->options_.command_timeout;
+  co.connect_timeout = std::max<Duration>(std::chrono::seconds(1), w->options_.command_timeout);
+  auto client = RedisClient::create(w->io_, co);
+  if (!client.ok()) return std::move(client).error();
+  w->client_ = std::move(client).value();
+  auto blocking = RedisClient::create(w->io_, co);
+  if (!blocking.ok()) return std::move(blocking).error();
+  w->blocking_ = std::move(blocking).value();
+  w->io_thread_ = std::thread([io = &w->io_] {
+    auto guard = boost::asio::make_work_guard(*io);
+    io->run();
+  });
+  const Status st = w->client_->wait_connected(std::max<Duration>(std::chrono::seconds(2), co.connect_timeout));
+  if (!st.ok() && st.error().code == ErrorCode::kConfig) {
+    w->stop();
+    return st.error();
+  }
+  if (st.ok()) {
+    spdlog::info("Redis mode: engine {} pulls from the shared queue at {}", w->options_.engine_id,
+                 w->client_->endpoint());
+  } else {
+    spdlog::warn("Redis mode: {}; pulling once it answers", st.error().message);
+  }
+  w->pull_thread_ = std::thread([p = w.get()] { p->pull_loop(); });
+  w->heartbeat_thread_ = std::thread([p = w.get()] { p->heartbeat_loop(); });
+  return w;
+}
+
+QueueWorker::~QueueWorker() { stop(); }
+
+void QueueWorker::stop_pulling() { pulling_ = false; }
+
+void QueueWorker::stop() {
+  if (stopping_.exchange(true)) return;
+  pulling_ = false;
+  cv_.notify_all();
+  if (pull_thread_.joinable()) pull_thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  std::vector<std::shared_ptr<Held>> held;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [rid, h] : held_) held.push_back(h);
+  }
+  for (auto& h : held) {
+    std::lock_guard lk(h->mu);
+    h->stopped = true;
+    if (h->handle) h->handle->cancel();
+  }
+  if (blocking_) blocking_->close();
+  if (client_) client_->close();
+  io_.stop();
+  if (io_thread_.joinable()) io_thread_.join();
+}
+
+QueueWorker::Stats QueueWorker::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+bool QueueWorker::connected() const { return client_ && client_->connected(); }
+
+std::int64_t QueueWorker::free_budget(bool* may_pull) const {
+  const AdmissionState st = service_.admission_state();
+  *may_pull = !st.draining && st.queued == 0 && service_.ready();
+  std::int64_t best = 0;
+  for (const DeviceState& d : st.devices) {
+    const std::int64_t budget = d.effective_budget_bytes > 0 ? d.effective_budget_bytes : d.budget_bytes;
+    best = std::max(best, budget - d.reserved_bytes);
+  }
+  return best;
+}
+
+std::vector<std::string> QueueWorker::class_streams(const std::string& model, std::int64_t free_bytes) const {
+  std::vector<std::string> out;
+  for (int k = StreamQueue::top_class(free_bytes); k >= 0; --k) {
+    out.push_back(options_.keys.model_tag(model) + ":c" + std::to_string(k));
+  }
+  return out;
+}
+
+void QueueWorker::pull_loop() {
+  while (!stopping_) {
+    bool may = false;
+    const std::int64_t free_bytes = free_budget(&may);
+    if (!pulling_ || !client_->connected()) {
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping_.load(); });
+      continue;
+    }
+    const TimePoint now = Clock::now();
+    if (now - last_claim_ >= options_.claim_idle / 2) {
+      last_claim_ = now;
+      claim_round(free_bytes);
+    }
+    if (!may || free_bytes <= 0) {
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return stopping_.load(); });
+      continue;
+    }
+    bool got = false;
+    std::vector<std::string> bells;
+    for (const ModelInfo& m : service_.models()) {
+      bells.push_back(options_.keys.bell(m.id));
+      if (!got && pull_once_model(m.id, free_bytes)) got = true;
+    }
+    if (got || bells.empty()) {
+      if (bells.empty()) {
+        std::unique_lock lk(mu_);
+        cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping_.load(); });
+      }
+      continue;
+    }
+    // Nothing fits now: wait for a gateway's bell (or a short timeout, which
+    // also lets budget freed here be used).
+    RedisClient::Args blpop{"BLPOP"};
+    for (auto& b : bells) blpop.push_back(std::move(b));
+    blpop.emplace_back("0.1");
+    (void)blocking_->command_sync(std::move(blpop), std::chrono::milliseconds(100) + options_.command_timeout);
+  }
+}
+
+bool QueueWorker::pull_once_model(const std::string& model, std::int64_t free_bytes) {
+  std::vector<std::string> streams = class_streams(model, free_bytes);
+  if (streams.empty()) return false;
+  auto r = eval_sync(*client_, kTakeScript, streams,
+                     {options_.keys.group, options_.engine_id, options_.keys.model_tag(model), options_.keys.prefix},
+                     options_.command_timeout);
+  if (!r.ok()) {
+    spdlog::debug("queue: take from {}: {}", model, r.error().message);
+    return false;
+  }
+  auto taken = decode_taken(*r, streams);
+  if (!taken.ok()) {
+    spdlog::warn("queue: {}", taken.error().message);
+    return false;
+  }
+  if (!*taken) return false;
+  handle_taken(model, std::move(**taken), false);
+  return true;
+}
+
+void QueueWorker::claim_round(std::int64_t free_bytes) {
+  (void)free_bytes;
+  const AdmissionState st = service_.admission_state();
+  std::int64_t budget = 0;
+  for (const DeviceState& d : st.devices) budget = std::max(budget, d.budget_bytes);
+  const std::string dead_event =
+      json::serialize(wire::encode(EngineEvent(FailedEvent{
+          Error(ErrorCode::kEngineCrashed, "the engines running this request crashed or stalled " +
+                                               std::to_string(options_.max_crash_retries) +
+                                               " times (--max-crash-retries): it is taken as the cause"),
+          {}, {}})));
+  for (const ModelInfo& m : service_.models()) {
+    std::vector<std::string> streams = class_streams(m.id, budget);
+    if (streams.empty()) continue;
+    for (int round = 0; round < 64 && !stopping_; ++round) {
+      auto r = eval_sync(*client_, kClaimScript, streams,
+                         {options_.keys.group, options_.engine_id, ms_arg(options_.claim_idle),
+                          options_.keys.model_tag(m.id), options_.keys.prefix,
+                          std::to_string(options_.max_crash_retries), dead_event, std::to_string(kReplyMaxLen)},
+                         options_.command_timeout);
+      if (!r.ok()) {
+        spdlog::debug("queue: claim for {}: {}", m.id, r.error().message);
+        break;
+      }
+      auto taken = decode_taken(*r, streams);
+      if (!taken.ok() || !*taken) break;
+      handle_taken(m.id, std::move(**taken), true);
+    }
+  }
+}
+
+void QueueWorker::dead_letter(const std::string& model, const TakenEntry& entry, const std::string& reason) {
+  spdlog::warn("queue: dead-lettering entry {} of {}: {}", entry.id, entry.stream, reason);
+  auto r = eval_sync(*client_, kDeadLetterScript, {entry.stream, options_.keys.dead(model)},
+                     {options_.keys.group, entry.id, reason}, options_.command_timeout);
+  if (!r.ok()) spdlog::warn("queue: dead letter of {}: {}", entry.id, r.error().message);
+  std::lock_guard lk(mu_);
+  ++stats_.dead_lettered;
+}
+
+void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool claimed) {
+  if (e.outcome == "skip") return;
+  if (e.outcome == "dead") {
+    spdlog::warn("queue: request {} of {} was delivered {} times: dead-lettered, its client gets engine_crashed",
+                 e.field("rid") ? *e.field("rid") : std::string("?"), model, e.deliveries);
+    std::lock_guard lk(mu_);
+    ++stats_.dead_lettered;
+    return;
+  }
+  if (e.outcome != "ok") {
+    dead_letter(model, e, "the entry has no valid rid or gw field");
+    return;
+  }
+  const std::string* rid = e.field("rid");
+  const std::string* gw = e.field("gw");
+  const std::string* body = e.field("req");
+  auto stop_entry = [&](const std::string& why) {
+    // Tell its gateway (under the epoch this take holds), then drop it.
+    auto held = std::make_shared<Held>();
+    held->model = model;
+    held->rid = *rid;
+    held->gateway = *gw;
+    held->stream = e.stream;
+    held->entry = e.id;
+    held->epoch = e.epoch;
+    QueueSink sink(*client_, options_.keys, options_.command_timeout, held,
+                   [](const std::shared_ptr<Held>&, const std::string&) {});
+    sink.push(FailedEvent{Error(ErrorCode::kInvalidRequest, why), {}, {}});
+  };
+  if (body == nullptr) {
+    dead_letter(model, e, "the entry has no req field");
+    return;
+  }
+  Result<CompletionRequest> req = Error(ErrorCode::kInvalidRequest, "not JSON");
+  try {
+    json::value v = json::parse(*body);
+    req = wire::decode_completion_request(v);
+  } catch (const std::exception& ex) {
+    req = Error(ErrorCode::kInvalidRequest, std::string("not JSON: ") + ex.what());
+  }
+  if (!req.ok()) {
+    dead_letter(model, e, "the request is invalid: " + req.error().message);
+    stop_entry("the request in the shared queue is invalid: " + req.error().message);
+    return;
+  }
+  auto ids = parse_ids(e.ids, 1u << 20);
+  if (!ids.ok()) {
+    dead_letter(model, e, "its sent tokens are invalid: " + ids.error().message);
+    stop_entry("the request's sent tokens in the shared queue are invalid");
+    return;
+  }
+  if (claimed && e.output_sent && req->n > 1) {
+    auto held = std::make_shared<Held>();
+    held->model = model;
+    held->rid = *rid;
+    held->gateway = *gw;
+    held->stream = e.stream;
+    held->entry = e.id;
+    held->epoch = e.epoch;
+    QueueSink sink(*client_, options_.keys, options_.command_timeout, held,
+                   [](const std::shared_ptr<Held>&, const std::string&) {});
+    sink.push(FailedEvent{Error(ErrorCode::kEngineCrashed,
+                                "the engine running this request stopped after its output began, and a request with "
+                                "n > 1 cannot be resumed"),
+                          {}, {}});
+    return;
+  }
+  req->model = model;
+  req->resume_tokens = std::move(ids).value();
+  req->resume_prompt_sent = e.prompt_sent;
+
+  auto held = std::make_shared<Held>();
+  held->model = model;
+  held->rid = *rid;
+  held->gateway = *gw;
+  held->stream = e.stream;
+  held->entry = e.id;
+  held->epoch = e.epoch;
+  held->poison = contains_text(*req, options_.crash_on_prompt);
+  {
+    std::lock_guard lk(mu_);
+    held_[*rid] = held;
+    if (claimed) {
+      ++stats_.claimed;
+    } else {
+      ++stats_.taken;
+    }
+  }
+  if (claimed) {
+    spdlog::info("queue: claimed request {} of {} (delivery {}, epoch {}); resuming after {} tokens", *rid, model,
+                 e.deliveries, e.epoch, req->resume_tokens.size());
+  }
+  auto on_stop = [this](const std::shared_ptr<Held>& h, const std::string& why) {
+    std::shared_ptr<RequestHandle> handle;
+    {
+      std::lock_guard lk(h->mu);
+      if (!why.empty() && !h->stopped) {
+        h->stopped = true;
+        handle = h->handle;
+        spdlog::info("queue: stopping request {}: {}", h->rid, why);
+      }
+    }
+    {
+      std::lock_guard lk(mu_);
+      if (!why.empty()) ++stats_.fenced;
+      auto it = held_.find(h->rid);
+      if (it != held_.end() && it->second == h) held_.erase(it);
+    }
+    if (handle) handle->cancel();
+  };
+  auto sink = std::make_shared<QueueSink>(*client_, options_.keys, options_.command_timeout, held, on_stop);
+  Result<Submission> sub = service_.submit(*req, sink);
+  if (!sub.ok()) {
+    sink->push(FailedEvent{std::move(sub).error(), {}, {}});
+    return;
+  }
+  bool cancel = false;
+  {
+    std::lock_guard lk(held->mu);
+    held->handle = sub->handle;
+    cancel = held->stopped;
+  }
+  if (cancel) sub->handle->cancel();
+}
+
+void QueueWorker::heartbeat_loop() {
+  while (!stopping_) {
+    heartbeat();
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, options_.heartbeat, [&] { return stopping_.load(); });
+  }
+}
+
+void QueueWorker::heartbeat() {
+  if (!client_->connected()) return;
+  // Registration: what /v1/engines of every gateway shows, and the models
+  // gateways accept requests for.
+  AdmissionState st = service_.admission_state();
+  st.waiting.clear();
+  json::array models;
+  for (const ModelInfo& m : service_.models()) models.push_back(wire::encode(m));
+  json::array devices;
+  for (const std::string& d : options_.devices) devices.push_back(json::value(d));
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  json::object reg{{"id", options_.engine_id},
+                   {"host", options_.host},
+                   {"pid", static_cast<std::int64_t>(::getpid())},
+                   {"devices", std::move(devices)},
+                   {"models", std::move(models)},
+                   {"admission", wire::encode(st)},
+                   {"ready", service_.ready()},
+                   {"at_ms", now_ms}};
+  client_->command({"HSET", options_.keys.engines(), options_.engine_id, json::serialize(reg)},
+                   [](Result<RedisValue>) {});
+
+  // Keep the claim of what is held alive; stop what is no longer ours.
+  std::vector<std::shared_ptr<Held>> held;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [rid, h] : held_) held.push_back(h);
+  }
+  if (held.empty()) return;
+  RedisClient::Args keys;
+  RedisClient::Args args{options_.keys.group, options_.engine_id};
+  for (const auto& h : held) {
+    keys.push_back(h->stream);
+    keys.push_back(options_.keys.request(h->model, h->rid));
+    keys.push_back(options_.keys.alive(h->gateway));
+    args.push_back(h->entry);
+    args.push_back(std::to_string(h->epoch));
+  }
+  auto r = eval_sync(*client_, kTouchScript, std::move(keys), std::move(args), options_.command_timeout);
+  if (!r.ok()) return;
+  const auto* a = r->as_array();
+  if (a == nullptr || a->size() != held.size()) return;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if ((*a)[i].as_integer().value_or(1) != 0) continue;
+    std::shared_ptr<RequestHandle> handle;
+    {
+      std::lock_guard lk(held[i]->mu);
+      if (held[i]->stopped) continue;
+      held[i]->stopped = true;
+      handle = held[i]->handle;
+    }
+    spdlog::info("queue: stopping request {}: cancelled, taken over by another engine, or its gateway is gone",
+                 held[i]->rid);
+    {
+      std::lock_guard lk(mu_);
+      ++stats_.fenced;
+      auto it = held_.find(held[i]->rid);
+      if (it != held_.end() && it->second == held[i]) held_.erase(it);
+    }
+    if (handle) handle->cancel();
+  }
+}
+
+}  // namespace vg::queue

@@ -1,0 +1,364 @@
+// The shared queue's scripts and helpers (see shared_queue.hpp).
+#include "queue/shared_queue.hpp"
+
+#include <charconv>
+
+namespace vg::queue {
+
+bool valid_queue_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string format_ids(const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (std::int32_t id : ids) {
+    out += std::to_string(id);
+    out += ',';
+  }
+  return out;
+}
+
+Result<std::vector<std::int32_t>> parse_ids(const std::string& text, std::size_t max) {
+  std::vector<std::int32_t> out;
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  while (p < end) {
+    std::int32_t v = 0;
+    auto [next, ec] = std::from_chars(p, end, v);
+    if (ec != std::errc() || next == p || v < 0) {
+      return Error(ErrorCode::kInvalidRequest, "token ids: not a list of non-negative integers");
+    }
+    out.push_back(v);
+    if (out.size() > max) return Error(ErrorCode::kInvalidRequest, "token ids: more than " + std::to_string(max));
+    p = next;
+    if (p < end) {
+      if (*p != ',') return Error(ErrorCode::kInvalidRequest, "token ids: expected ','");
+      ++p;
+    }
+  }
+  return out;
+}
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_stream_id(const std::string& id) {
+  const auto dash = id.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  std::uint64_t ms = 0;
+  std::uint64_t seq = 0;
+  auto [e1, c1] = std::from_chars(id.data(), id.data() + dash, ms);
+  auto [e2, c2] = std::from_chars(id.data() + dash + 1, id.data() + id.size(), seq);
+  if (c1 != std::errc() || c2 != std::errc() || e1 != id.data() + dash || e2 != id.data() + id.size() || dash == 0 ||
+      dash + 1 == id.size()) {
+    return std::nullopt;
+  }
+  return std::make_pair(ms, seq);
+}
+
+namespace {
+
+RedisClient::Args eval_args(const char* script, RedisClient::Args keys, RedisClient::Args args) {
+  RedisClient::Args argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.emplace_back("EVAL");
+  argv.emplace_back(script);
+  argv.push_back(std::to_string(keys.size()));
+  for (auto& k : keys) argv.push_back(std::move(k));
+  for (auto& a : args) argv.push_back(std::move(a));
+  return argv;
+}
+
+Result<RedisValue> check_reply(Result<RedisValue> r) {
+  if (!r) return r;
+  if (r->is_error()) return Error(ErrorCode::kInternal, "redis script: " + *r->as_error());
+  return r;
+}
+
+std::optional<std::int64_t> as_int(const RedisValue& v) {
+  if (auto i = v.as_integer()) return i;
+  if (const std::string* s = v.as_string()) {
+    std::int64_t out = 0;
+    auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), out);
+    if (ec == std::errc() && end == s->data() + s->size() && !s->empty()) return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<RedisValue> eval_sync(RedisClient& client, const char* script, RedisClient::Args keys, RedisClient::Args args,
+                             Duration timeout) {
+  return check_reply(client.command_sync(eval_args(script, std::move(keys), std::move(args)), timeout));
+}
+
+void eval_async(RedisClient& client, const char* script, RedisClient::Args keys, RedisClient::Args args,
+                Duration timeout, std::function<void(Result<RedisValue>)> done) {
+  client.command(eval_args(script, std::move(keys), std::move(args)), timeout,
+                 [done = std::move(done)](Result<RedisValue> r) { done(check_reply(std::move(r))); });
+}
+
+const std::string* TakenEntry::field(const std::string& name) const {
+  for (const auto& [k, v] : fields) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::vector<std::string>& streams) {
+  if (v.is_nil()) return std::optional<TakenEntry>();
+  if (auto i = v.as_integer(); i && *i == 0) return std::optional<TakenEntry>();  // Lua false
+  const auto* a = v.as_array();
+  const auto bad = [&] {
+    return Error(ErrorCode::kInternal, "redis take: unexpected reply " + v.debug_string().substr(0, 300));
+  };
+  if (a == nullptr || a->size() < 4) return bad();
+  auto index = as_int((*a)[0]);
+  const std::string* id = (*a)[1].as_string();
+  const auto* flat = (*a)[2].as_array();
+  const std::string* outcome = (*a)[3].as_string();
+  if (!index || *index < 0 || static_cast<std::size_t>(*index) >= streams.size() || id == nullptr ||
+      flat == nullptr || outcome == nullptr || flat->size() % 2 != 0) {
+    return bad();
+  }
+  TakenEntry e;
+  e.stream = streams[static_cast<std::size_t>(*index)];
+  e.id = *id;
+  e.outcome = *outcome;
+  for (std::size_t i = 0; i < flat->size(); i += 2) {
+    const std::string* k = (*flat)[i].as_string();
+    const std::string* val = (*flat)[i + 1].as_string();
+    if (k == nullptr || val == nullptr) return bad();
+    e.fields.emplace_back(*k, *val);
+  }
+  if (a->size() >= 9) {
+    auto epoch = as_int((*a)[4]);
+    const std::string* ids = (*a)[5].as_string();
+    const std::string* sent = (*a)[6].as_string();
+    const std::string* out = (*a)[7].as_string();
+    auto deliveries = as_int((*a)[8]);
+    if (!epoch || ids == nullptr || sent == nullptr || out == nullptr || !deliveries) return bad();
+    e.epoch = *epoch;
+    e.ids = *ids;
+    e.prompt_sent = *sent == "1";
+    e.output_sent = *out == "1";
+    e.deliveries = *deliveries;
+  }
+  return std::optional<TakenEntry>(std::move(e));
+}
+
+// ADD. KEYS: class stream, request hash, its ids, waiting counter, bell.
+// ARGV: cost, rid, gateway, request (JSON), ttl ms, class, epoch base, ids
+// sent so far, prompt sent (0/1), output sent (0/1), group.
+// Returns {1, waiting, entry id}; {0, waiting} when the request is already
+// there (a re-add after a Redis restart that kept its data).
+const char kAddScript[] = R"lua(
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {0, tonumber(redis.call('GET', KEYS[4]) or '0')}
+end
+redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[11], '0', 'MKSTREAM')
+local id = redis.call('XADD', KEYS[1], '*', 'cost', ARGV[1], 'rid', ARGV[2], 'gw', ARGV[3], 'req', ARGV[4])
+redis.call('HSET', KEYS[2], 'epoch', ARGV[7], 'taken', 0, 'cancel', 0, 'gw', ARGV[3], 'entry', id, 'cls', ARGV[6],
+           'sent', ARGV[9], 'out', ARGV[10])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('DEL', KEYS[3])
+if ARGV[8] ~= '' then redis.call('SET', KEYS[3], ARGV[8], 'PX', ARGV[5]) end
+local n = redis.call('INCR', KEYS[4])
+redis.call('RPUSH', KEYS[5], '1')
+redis.call('LTRIM', KEYS[5], -8, -1)
+return {1, n, id}
+)lua";
+
+// TAKE. KEYS: class streams to try, largest first. ARGV: group, consumer,
+// model tag (P:{M}), prefix (P). Reads one new entry (XREADGROUP) and takes
+// it: {index, id, fields, 'ok', epoch, ids, sent, out, 1}; a cancelled one
+// or one of a gone gateway is acknowledged and removed: {index, id,
+// fields, 'skip'}; one without rid or gw: {index, id, fields, 'bad'}; none: false.
+const char kTakeScript[] = R"lua(
+for i, key in ipairs(KEYS) do
+  local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', key, '>')
+  if type(r) == 'table' and r.err == nil and r[1] ~= nil and r[1][2][1] ~= nil then
+    local e = r[1][2][1]
+    local id, f = e[1], e[2]
+    local rid, gw
+    for j = 1, #f, 2 do
+      if f[j] == 'rid' then rid = f[j + 1] elseif f[j] == 'gw' then gw = f[j + 1] end
+    end
+    if rid == nil or gw == nil or not string.match(rid, '^[%w_.-]+$') or not string.match(gw, '^[%w_.-]+$') then
+      return {i - 1, id, f, 'bad'}
+    end
+    local h = ARGV[3] .. ':r:' .. rid
+    local s = redis.call('HMGET', h, 'epoch', 'taken', 'cancel')
+    if s[1] == false or s[3] == '1' or redis.call('EXISTS', ARGV[4] .. ':gw:' .. gw .. ':alive') == 0 then
+      redis.call('XACK', key, ARGV[1], id)
+      redis.call('XDEL', key, id)
+      if s[1] ~= false then
+        if s[2] == '0' then redis.call('DECR', ARGV[3] .. ':waiting') end
+        redis.call('DEL', h, h .. ':ids')
+      end
+      return {i - 1, id, f, 'skip'}
+    end
+    local n = redis.call('HINCRBY', h, 'epoch', 1)
+    if s[2] == '0' then redis.call('DECR', ARGV[3] .. ':waiting') end
+    redis.call('HSET', h, 'taken', 1)
+    local fl = redis.call('HMGET', h, 'sent', 'out')
+    return {i - 1, id, f, 'ok', n, redis.call('GET', h .. ':ids') or '', fl[1] or '0', fl[2] or '0', 1}
+  end
+end
+return false
+)lua";
+
+// CLAIM. KEYS: class streams, largest first. ARGV: group, consumer, min
+// idle ms, model tag, prefix, most deliveries, the failed event (JSON) a
+// dead letter's gateway gets, reply stream length bound. Claims one entry
+// idle longer than min idle (XAUTOCLAIM: its delivery count goes up),
+// replying as TAKE does; 'dead' when it was delivered more than most
+// deliveries times (dead-lettered, its gateway told, removed).
+const char kClaimScript[] = R"lua(
+for i, key in ipairs(KEYS) do
+  local r = redis.pcall('XAUTOCLAIM', key, ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', 1)
+  if type(r) == 'table' and r.err == nil and r[2] ~= nil and r[2][1] ~= nil and r[2][1] ~= false then
+    local e = r[2][1]
+    local id, f = e[1], e[2]
+    local rid, gw
+    for j = 1, #f, 2 do
+      if f[j] == 'rid' then rid = f[j + 1] elseif f[j] == 'gw' then gw = f[j + 1] end
+    end
+    if rid == nil or gw == nil or not string.match(rid, '^[%w_.-]+$') or not string.match(gw, '^[%w_.-]+$') then
+      return {i - 1, id, f, 'bad'}
+    end
+    local p = redis.call('XPENDING', key, ARGV[1], id, id, 1)
+    local d = 1
+    if p[1] ~= nil then d = p[1][4] end
+    local h = ARGV[4] .. ':r:' .. rid
+    local s = redis.call('HMGET', h, 'epoch', 'cancel', 'sent', 'out')
+    if s[1] == false or s[2] == '1' or redis.call('EXISTS', ARGV[5] .. ':gw:' .. gw .. ':alive') == 0 then
+      redis.call('XACK', key, ARGV[1], id)
+      redis.call('XDEL', key, id)
+      redis.call('DEL', h, h .. ':ids')
+      return {i - 1, id, f, 'skip'}
+    end
+    local n = redis.call('HINCRBY', h, 'epoch', 1)
+    if d > tonumber(ARGV[6]) then
+      redis.call('XADD', ARGV[4] .. ':dead', 'MAXLEN', '~', 1000, '*', 'rid', rid, 'gw', gw, 'entry', id,
+                 'reason', 'delivered ' .. d .. ' times')
+      redis.call('XADD', ARGV[5] .. ':gw:' .. gw .. ':out', 'MAXLEN', '~', ARGV[8], '*', 'rid', rid, 'epoch', n,
+                 'ev', ARGV[7])
+      redis.call('XACK', key, ARGV[1], id)
+      redis.call('XDEL', key, id)
+      redis.call('DEL', h, h .. ':ids')
+      return {i - 1, id, f, 'dead', n, '', '0', '0', d}
+    end
+    redis.call('HSET', h, 'taken', 1)
+    return {i - 1, id, f, 'ok', n, redis.call('GET', h .. ':ids') or '', s[3] or '0', s[4] or '0', d}
+  end
+end
+return false
+)lua";
+
+// EMIT. KEYS: request hash, its ids, the gateway's reply stream, the
+// gateway's alive key, the class stream. ARGV: epoch, event (JSON), ids to
+// append ("" none), prompt sent (0/1), ttl ms, reply length bound, rid,
+// terminal (0/1), group, entry id, output sent (0/1). Writes the event only
+// under the epoch: 1 written (a terminal one also acknowledges and removes
+// the request); -1 cancelled or its gateway is gone (a terminal one then
+// removes it); -2 the request is gone (finished, or Redis lost it); -3
+// another delivery holds it.
+const char kEmitScript[] = R"lua(
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'cancel')
+if s[1] == false then return -2 end
+if s[1] ~= ARGV[1] then return -3 end
+if s[2] == '1' or redis.call('EXISTS', KEYS[4]) == 0 then
+  if ARGV[8] == '1' then
+    redis.call('XACK', KEYS[5], ARGV[9], ARGV[10])
+    redis.call('XDEL', KEYS[5], ARGV[10])
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
+  return -1
+end
+if ARGV[3] ~= '' then
+  redis.call('APPEND', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+end
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'sent', 1) end
+if ARGV[11] == '1' then redis.call('HSET', KEYS[1], 'out', 1) end
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', 'rid', ARGV[7], 'epoch', ARGV[1], 'ev', ARGV[2])
+if ARGV[8] == '1' then
+  redis.call('XACK', KEYS[5], ARGV[9], ARGV[10])
+  redis.call('XDEL', KEYS[5], ARGV[10])
+  redis.call('DEL', KEYS[1], KEYS[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
+return 1
+)lua";
+
+// TOUCH (a holder's heartbeat). KEYS: triples of class stream, request
+// hash and the request's gateway's alive key. ARGV: group, consumer, then
+// pairs of entry id and epoch. Resets the idle time of each entry still
+// held under its epoch, not cancelled and with its gateway alive (XCLAIM
+// JUSTID does not count a delivery). Returns per triple 1 (still held) or 0
+// (stop it: cancelled, claimed by another, gone, or its gateway is gone).
+const char kTouchScript[] = R"lua(
+local out = {}
+for i = 1, #KEYS, 3 do
+  local j = 3 + 2 * ((i - 1) / 3)
+  local s = redis.call('HMGET', KEYS[i + 1], 'epoch', 'cancel')
+  if s[1] == ARGV[j + 1] and s[2] ~= '1' and redis.call('EXISTS', KEYS[i + 2]) == 1 then
+    redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, ARGV[j], 'JUSTID')
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+)lua";
+
+// CANCEL. KEYS: request hash, its ids, waiting counter, class stream.
+// ARGV: only if not taken (0/1). Returns 0: it was not taken, and is
+// removed; 1: taken, left running (only-if-not-taken); 2: taken, marked
+// cancelled (its engine stops at its next event or heartbeat); -1: gone.
+const char kCancelScript[] = R"lua(
+local s = redis.call('HMGET', KEYS[1], 'taken', 'entry')
+if s[1] == false then return -1 end
+if s[1] == '0' then
+  redis.call('XDEL', KEYS[4], s[2])
+  redis.call('DECR', KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 0
+end
+if ARGV[1] == '1' then return 1 end
+redis.call('HSET', KEYS[1], 'cancel', 1)
+return 2
+)lua";
+
+// DEAD LETTER of a malformed entry. KEYS: class stream, dead-letter
+// stream. ARGV: group, entry id, reason.
+const char kDeadLetterScript[] = R"lua(
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'stream', KEYS[1], 'entry', ARGV[2], 'reason', ARGV[3])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+)lua";
+
+// VERIFY (a gateway's check that Redis still has its requests). KEYS: the
+// gateway's reply stream, then request hashes. Returns {the reply stream's
+// newest entry id ("0-0" when empty), {0-based indexes of the hashes that
+// are missing}}: a missing request whose answer is not in the reply stream
+// up to that id was lost (Redis lost data, or an engine dropped it while
+// the gateway's alive key had lapsed) and is re-added.
+const char kVerifyScript[] = R"lua(
+local last = '0-0'
+local r = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if r[1] ~= nil then last = r[1][1] end
+local missing = {}
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then missing[#missing + 1] = i - 2 end
+end
+return {last, missing}
+)lua";
+
+}  // namespace vg::queue

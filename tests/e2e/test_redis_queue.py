@@ -1,0 +1,410 @@
+"""The shared queue of Redis mode end to end (README "Redis mode"): gateways
+(`serve --queue URL --gateway-only`) place completions in Redis, engines
+(`vramgate engine --queue URL`) of different sizes pull only what fits their
+free budget; an engine killed or stalled mid-stream has its requests claimed
+by another engine, which resumes them after the tokens already sent (greedy
+output equals a fault-free run, nothing repeated); a stalled engine's late
+output is fenced out; a killed gateway's requests stop; a Redis killed and
+restarted (appendfsync always) loses no accepted request; a poison request
+is dead-lettered with engine_crashed; a malformed entry written by hand is
+dead-lettered and the engine goes on. Redis and the engines are started here
+(loopback, temporary folders); nothing waits on sleeps (conditions are
+polled with deadlines). Multi-process mode only: --in-process servers do not
+use the shared queue."""
+import concurrent.futures as cf
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import BIN, IN_PROCESS, MODEL_DIR, sse_events, wait_until
+from redis_util import RedisServer, resp_command
+from scenario_util import cost_of
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from server_process import ServerProcess  # noqa: E402
+
+pytestmark = pytest.mark.skipif(IN_PROCESS, reason="the shared queue is a multi-process feature")
+
+
+class Engine:
+    """`vramgate engine --queue URL` on its own socket, its log kept."""
+
+    def __init__(self, tmp_path, name, redis_url, device="virt:0=64MiB", *extra):
+        folder = tmp_path / ("run-" + name)
+        folder.mkdir(mode=0o700)
+        self.sock = str(folder / "e.sock")
+        self.argv = [BIN, "engine", "--model-dir", MODEL_DIR, "--device", device, "--threads", "1",
+                     "--listen", "unix:" + self.sock, "--queue", redis_url, *extra]
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     process_group=0)
+        self.lines = []
+        self.paused = False
+
+        def pump():
+            for line in self.proc.stdout:
+                self.lines.append(line)
+
+        self.reader = threading.Thread(target=pump, daemon=True)
+        self.reader.start()
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def logs(self):
+        return "".join(self.lines)
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def kill(self):
+        if self.proc.poll() is None:
+            if self.paused:
+                self.resume()
+            self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            if self.paused:
+                self.resume()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(5)
+
+
+class Gateway(ServerProcess):
+    def __init__(self, redis_url, *args):
+        super().__init__([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--queue", redis_url,
+                          "--gateway-only", *args])
+
+    def post(self, path, body, timeout=60, **kw):
+        return requests.post(self.url + path, json=body, timeout=timeout, **kw)
+
+    def get(self, path, timeout=10):
+        return requests.get(self.url + path, timeout=timeout)
+
+    def engines(self):
+        return [e for e in self.get("/v1/engines").json()["data"] if e["address"].startswith("redis:")]
+
+    def logs(self):
+        return "".join(self.log)
+
+
+@pytest.fixture
+def redis():
+    r = RedisServer()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """make_engine(...) and make_gateway(...), all stopped at the end."""
+    engines, gateways = [], []
+
+    class Cluster:
+        def engine(self, redis_url, *args, **kw):
+            e = Engine(tmp_path, str(len(engines)), redis_url, *args, **kw)
+            engines.append(e)
+            return e
+
+        def gateway(self, redis_url, *args):
+            g = Gateway(redis_url, *args)
+            gateways.append(g)
+            return g
+
+    yield Cluster()
+    for g in gateways:
+        g.kill()
+    for e in engines:
+        e.stop()
+
+
+def wait_registered(gateway, engines):
+    pids = {e.pid for e in engines}
+    wait_until(lambda: pids <= {e["pid"] for e in gateway.engines() if e["state"] == "ready"}, timeout=60,
+               what="the engines registered in the shared queue")
+
+
+def stream_text(resp):
+    """(text, chunks) of a completed SSE stream; fails on an error event."""
+    text, chunks = "", 0
+    for data in sse_events(resp):
+        if data == "[DONE]":
+            return text, chunks
+        event = json.loads(data)
+        assert "error" not in event, event
+        text += event["choices"][0]["text"]
+        chunks += 1
+    pytest.fail("the stream ended without [DONE]")
+
+
+def greedy(prompt, max_tokens, stream=False):
+    return {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": stream}
+
+
+def wait_idle(gateway):
+    """Until every registration shows nothing running (they lag a heartbeat)."""
+    wait_until(lambda: all(x["running"] == 0 for x in gateway.engines()), timeout=20, what="the engines idle")
+
+
+def running_engine(gateway, engines):
+    """The engine (of `engines`) the gateway's registry shows running something."""
+    by_pid = {e.pid: e for e in engines}
+    for info in gateway.engines():
+        if info["running"] > 0 and info["pid"] in by_pid:
+            return by_pid[info["pid"]]
+    return None
+
+
+def test_two_gateways_three_engines_each_pulls_only_what_fits(redis, cluster):
+    delay = ("--test-step-delay-ms", "5", "--max-batch", "2")
+    big = cluster.engine(redis.url, "virt:0=64MiB", *delay)
+    a = cluster.gateway(redis.url)
+    wait_registered(a, [big])
+    profile = a.get("/v1/models").json()["data"][0]
+    big_budget = a.get("/v1/admission").json()["devices"][0]["budget_bytes"]
+    # The small engines' budgets hold 128 tokens; the large requests need 200.
+    small_budget = cost_of(profile, 128)
+    smalls = [cluster.engine(redis.url, "virt:0=64MiB", *delay, "--memory-reserve", str(big_budget - small_budget))
+              for _ in range(2)]
+    b = cluster.gateway(redis.url)
+    wait_registered(a, [big, *smalls])
+    wait_registered(b, [big, *smalls])
+    budgets = {d["name"]: d["budget_bytes"] for d in a.get("/v1/admission").json()["devices"]}
+    assert sorted(budgets.values()) == [small_budget, small_budget, big_budget], budgets
+    large_tokens = 200
+    assert small_budget < cost_of(profile, large_tokens) <= big_budget
+    assert large_tokens <= profile["context_length"]
+
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            for d in a.get("/v1/admission").json()["devices"]:
+                samples.append((d["name"], d["reserved_bytes"], d["budget_bytes"]))
+
+    def call(i):
+        g = (a, b)[i % 2]
+        if i % 4 == 0:
+            body = {"prompt": "xxxx", "max_tokens": large_tokens - 4, "ignore_eos": True}
+        else:
+            body = {"prompt": f"Story {i}:", "max_tokens": 8}
+        r = g.post("/v1/completions", body, timeout=120)
+        return i % 4 == 0, r.status_code, r.headers, r.text
+
+    with cf.ThreadPoolExecutor(25) as pool:
+        sampler = pool.submit(sample)
+        results = list(pool.map(call, range(24)))
+        stop.set()
+        sampler.result()
+    for large, status, headers, text in results:
+        assert status in (200, 503), text
+        if status == 503:
+            assert json.loads(text)["error"]["type"] == "overloaded", text
+            assert int(headers["Retry-After"]) >= 1
+        if large:
+            assert status == 200, text  # 30 s of --queue-timeout is ample: only the big engine runs them
+    assert samples
+    for name, reserved, budget in samples:
+        assert reserved <= budget, (name, reserved, budget)
+    adm = a.get("/v1/admission").json()
+    # No engine was given a request it can never hold (it would have been 413).
+    assert adm["rejected_never_fits"] == 0, adm
+    ok = sum(1 for _, s, _, _ in results if s == 200)
+
+    def completed():
+        return {d["name"]: (d["completed"], d["budget_bytes"]) for d in a.get("/v1/admission").json()["devices"]}
+
+    # Registrations are refreshed every heartbeat: wait for the last one.
+    wait_until(lambda: sum(c for c, _ in completed().values()) == ok, timeout=10, what="the counts registered")
+    done = completed()
+    assert all(c > 0 for c, _ in done.values()), done  # every engine pulled work
+    big_done = [c for c, budget in done.values() if budget == big_budget]
+    assert big_done and big_done[0] >= 6, done  # the six large requests ran there
+
+
+def test_an_engine_killed_mid_stream_is_resumed_by_another(redis, cluster):
+    args = ("--test-step-delay-ms", "20", "--claim-idle", "1")
+    engines = [cluster.engine(redis.url, "virt:0=64MiB", *args) for _ in range(2)]
+    g = cluster.gateway(redis.url)
+    wait_registered(g, engines)
+    prompts = ["Once upon a time", "The quick brown fox"]
+    reference = [g.post("/v1/completions", greedy(p, 48)).json()["choices"][0]["text"] for p in prompts]
+    wait_idle(g)
+
+    streams = [g.post("/v1/completions", greedy(p, 48, stream=True), stream=True, timeout=120) for p in prompts]
+    for s in streams:
+        assert s.status_code == 200, s.text
+    events = [sse_events(s) for s in streams]
+    first = json.loads(next(events[0]))["choices"][0]["text"]
+    wait_until(lambda: running_engine(g, engines) is not None, timeout=20, what="an engine running the streams")
+    victim = running_engine(g, engines)
+    t0 = time.monotonic()
+    victim.kill()
+    texts = []
+    for i, ev in enumerate(events):
+        text = first if i == 0 else ""
+        for data in ev:
+            if data == "[DONE]":
+                break
+            event = json.loads(data)
+            assert "error" not in event, event
+            text += event["choices"][0]["text"]
+        texts.append(text)
+    took = time.monotonic() - t0
+    assert texts == reference, (texts, reference)
+    survivor = next(e for e in engines if e is not victim)
+    assert "claimed request" in survivor.logs(), survivor.logs()[-3000:]
+    assert took < 30, took
+    # The survivor serves new work too.
+    assert g.post("/v1/completions", greedy(prompts[0], 8)).status_code == 200
+
+
+def test_a_stalled_engine_is_fenced_out_and_each_stream_is_one_answer(redis, cluster):
+    args = ("--test-step-delay-ms", "20", "--claim-idle", "1")
+    engines = [cluster.engine(redis.url, "virt:0=64MiB", *args) for _ in range(2)]
+    g = cluster.gateway(redis.url)
+    wait_registered(g, engines)
+    prompt = "A stalled engine"
+    reference = g.post("/v1/completions", greedy(prompt, 60)).json()["choices"][0]["text"]
+    wait_idle(g)
+    s = g.post("/v1/completions", greedy(prompt, 60, stream=True), stream=True, timeout=120)
+    assert s.status_code == 200
+    events = sse_events(s)
+    text = json.loads(next(events))["choices"][0]["text"]
+    wait_until(lambda: running_engine(g, engines) is not None, timeout=20, what="an engine running the stream")
+    stalled = running_engine(g, engines)
+    stalled.pause()
+    other = next(e for e in engines if e is not stalled)
+    try:
+        wait_until(lambda: "claimed request" in other.logs(), timeout=20, what="the other engine claiming the stream")
+    finally:
+        stalled.resume()  # wakes up with the stream still in its batch: its output must not reach the client
+    for data in events:
+        if data == "[DONE]":
+            break
+        event = json.loads(data)
+        assert "error" not in event, event
+        text += event["choices"][0]["text"]
+    assert text == reference, (text, reference)
+    wait_until(lambda: "another engine took it over" in stalled.logs() or
+               "taken over by another engine" in stalled.logs(), timeout=20,
+               what="the stalled engine noticing it was fenced out")
+
+
+def test_a_killed_gateway_s_requests_stop(redis, cluster):
+    e = cluster.engine(redis.url, "virt:0=64MiB", "--test-step-delay-ms", "40")
+    a = cluster.gateway(redis.url)
+    b = cluster.gateway(redis.url)
+    wait_registered(b, [e])
+    s = a.post("/v1/completions", greedy("long", 240, stream=True), stream=True, timeout=120)
+    assert s.status_code == 200
+    events = sse_events(s)  # kept: the stream stays open until the gateway dies
+    next(events)
+    wait_until(lambda: any(x["running"] > 0 for x in b.engines()), timeout=20, what="the request running")
+    t0 = time.monotonic()
+    a.kill()
+    wait_until(lambda: all(x["running"] == 0 for x in b.engines()), timeout=10,
+               what="the killed gateway's request stopping")
+    assert time.monotonic() - t0 < 10
+    assert "its gateway is gone" in e.logs(), e.logs()[-3000:]
+
+
+def test_redis_killed_and_restarted_loses_no_accepted_request(cluster):
+    redis = RedisServer(appendfsync="always")
+    try:
+        args = ("--test-step-delay-ms", "20", "--claim-idle", "1")
+        engines = [cluster.engine(redis.url, "virt:0=64MiB", *args) for _ in range(2)]
+        g = cluster.gateway(redis.url)
+        wait_registered(g, engines)
+        prompts = [f"Request {i} says" for i in range(4)]
+        reference = [g.post("/v1/completions", greedy(p, 40)).json()["choices"][0]["text"] for p in prompts]
+        wait_idle(g)
+
+        def one(p):
+            r = g.post("/v1/completions", greedy(p, 40, stream=True), stream=True, timeout=120)
+            assert r.status_code == 200, r.text
+            return stream_text(r)[0]
+
+        with cf.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(one, p) for p in prompts]
+            wait_until(lambda: sum(x["running"] for x in g.engines()) >= 2, timeout=20, what="streams running")
+            redis.kill()
+            t0 = time.monotonic()
+            r = g.post("/v1/completions", greedy("during the outage", 4), timeout=10)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["type"] == "overloaded"
+            assert int(r.headers["Retry-After"]) >= 1
+            assert time.monotonic() - t0 < 1.5
+            redis.start()
+            texts = [f.result(timeout=120) for f in futures]
+        assert texts == reference, (texts, reference)
+    finally:
+        redis.stop()
+
+
+def test_a_poison_request_is_dead_lettered_and_others_complete(redis, cluster):
+    args = ("--test-crash-on-prompt", "POISON", "--claim-idle", "1", "--max-crash-retries", "2",
+            "--test-step-delay-ms", "5")
+    engines = [cluster.engine(redis.url, "virt:0=64MiB", *args) for _ in range(3)]
+    g = cluster.gateway(redis.url)
+    wait_registered(g, engines)
+    r = g.post("/v1/completions", {"prompt": "POISON pill", "max_tokens": 4}, timeout=120)
+    assert r.status_code == 500, r.text
+    err = r.json()["error"]
+    assert err["type"] == "engine_crashed", err
+    crashed = [e for e in engines if e.proc.poll() is not None]
+    assert len(crashed) == 2, [e.proc.poll() for e in engines]
+    survivor = next(e for e in engines if e.proc.poll() is None)
+    assert "dead-lettered" in survivor.logs(), survivor.logs()[-3000:]
+    assert g.post("/v1/completions", {"prompt": "healthy", "max_tokens": 4}).status_code == 200
+
+
+def test_a_malformed_entry_is_dead_lettered_and_the_engine_goes_on(redis, cluster):
+    e = cluster.engine(redis.url, "virt:0=64MiB")
+    g = cluster.gateway(redis.url)
+    wait_registered(g, [e])
+    model = g.get("/v1/models").json()["data"][0]["id"]
+    stream = "vg:q:{" + model + "}:c10"
+    assert resp_command(redis.port, "XGROUP", "CREATE", stream, "engines", "0", "MKSTREAM") in ("+OK",)
+    assert resp_command(redis.port, "XADD", stream, "*", "cost", "1000", "req", "not a request").startswith("$")
+    assert resp_command(redis.port, "RPUSH", "vg:q:{" + model + "}:bell", "1").startswith(":")
+    wait_until(lambda: "dead-lettering entry" in e.logs(), timeout=20, what="the entry dead-lettered")
+    assert resp_command(redis.port, "XLEN", "vg:q:{" + model + "}:dead") == ":1"
+    assert resp_command(redis.port, "XLEN", stream) == ":0"
+    assert g.post("/v1/completions", {"prompt": "still serving", "max_tokens": 4}).status_code == 200
+    assert e.proc.poll() is None
+
+
+def test_an_engine_with_a_wrong_password_fails_start_up_clearly(redis, tmp_path):
+    reply = resp_command(redis.port, "ACL", "SETUSER", "engine", "on", ">right", "~*", "+@all")
+    assert reply == "+OK", reply
+    secret = tmp_path / "pw"
+    secret.write_text("pw-9f3e-not-it\n")
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    p = subprocess.run([BIN, "engine", "--model-dir", MODEL_DIR, "--device", "virt:0=64MiB", "--threads", "1",
+                        "--listen", "unix:" + str(folder / "e.sock"), "--queue", f"redis://engine@127.0.0.1:{redis.port}",
+                        "--queue-password-file", str(secret)], capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out
+    assert "start-up failed: --queue" in out and "refused the credentials of user 'engine'" in out, out
+    assert "pw-9f3e-not-it" not in out
