@@ -321,6 +321,9 @@ Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, co
       }
       const std::string name(v.as_object().at("name").as_string());
       const std::string where = "output '" + name + "'";
+      if (std::find(r.outputs.begin(), r.outputs.end(), name) != r.outputs.end()) {
+        return invalid(where + " is listed twice in 'outputs'");
+      }
       for (const auto& kv : v.as_object()) {
         if (kv.key() != "name" && kv.key() != "parameters") {
           return invalid(where + ": unknown field '" + std::string(kv.key()) + "'");
