@@ -351,7 +351,7 @@ InferResponseBody encode_tensor_infer_response(const std::string& model, const s
                                                const TensorResult& result, const OutputSelection& sel,
                                                std::int64_t reserved_bytes) {
   std::string out = "{\"model_name\":" + json_fields::serialize(json::value(json_fields::safe(model))) +
-                    ",\"model_version\":\"1\"";
+                    ",\"model_version\":\"" + std::string(kModelVersion) + "\"";
   if (!id.empty()) out += ",\"id\":" + json_fields::serialize(json::value(json_fields::safe(id)));
   out += ",\"outputs\":[";
   bool first = true;
@@ -425,7 +425,7 @@ std::string encode_tensor_model_metadata(const TensorModelInfo& info) {
                        {"held_out_max_error", p.held_out_max_error},
                        {"samples", samples}};
   json::object o{{"name", json_fields::safe(info.id)},
-                 {"versions", json::array{"1"}},
+                 {"versions", json::array{json::string(kModelVersion)}},
                  {"platform", "pytorch_torchscript"},
                  {"inputs", tensors_json(info.spec.inputs)},
                  {"outputs", tensors_json(info.spec.outputs)},
