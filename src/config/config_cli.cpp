@@ -11,6 +11,7 @@
 
 #include "config/config_fields.hpp"
 #include "config/config_file.hpp"
+#include "device/device.hpp"
 
 namespace vg {
 
@@ -38,6 +39,19 @@ ConfigFlags::ConfigFlags(CLI::App& app, std::span<const char* const> keys) {
                 ->delimiter(',')
                 ->allow_extra_args(false)
                 ->capture_default_str();
+          } else if constexpr (std::is_same_v<T, std::int64_t>) {
+            CLI::Option* o = app.add_option(flag, target, f.help)->capture_default_str();
+            if (f.bytes) {
+              // "64MiB" -> "67108864" before CLI11 reads the integer.
+              o->transform(
+                  [](const std::string& text) {
+                    auto n = parse_bytes(text);
+                    if (!n.ok()) throw CLI::ValidationError(n.error().message);
+                    return std::to_string(*n);
+                  })
+                  ->type_name("BYTES");
+            }
+            return o;
           } else {
             return app.add_option(flag, target, f.help)->capture_default_str();
           }

@@ -26,7 +26,9 @@ struct ConfigField {
   const char* section;  ///< config-file table the key may also be written in, e.g. "admission"
   const char* help;     ///< one line for --help
   ConfigMember member;
-  bool bytes = false;   ///< a byte size: a string like "64MiB", or an integer count of bytes in the file
+  /// A byte size: a string like "64MiB" or a plain count of bytes, as a flag and in the file (where the
+  /// count may also be an integer). A std::int64_t member holds the parsed count.
+  bool bytes = false;
 };
 
 /// Every settable field of ServeConfig, in the order --help and

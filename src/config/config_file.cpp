@@ -17,6 +17,7 @@
 
 #include "common/decimal.hpp"
 #include "config/config_fields.hpp"
+#include "device/device.hpp"
 
 namespace vg {
 namespace {
@@ -124,9 +125,15 @@ class Reader {
     v = std::move(items);
     return {};
   }
-  static std::string assign(const ConfigField&, const toml::node& node, std::int64_t& v) {
+  static std::string assign(const ConfigField& field, const toml::node& node, std::int64_t& v) {
+    if (auto s = node.value_exact<std::string>(); field.bytes && s) {
+      auto n = parse_bytes(*s);
+      if (!n.ok()) return n.error().message;
+      v = *n;
+      return {};
+    }
     auto i = node.value_exact<std::int64_t>();
-    if (!i) return expected("an integer", node);
+    if (!i) return expected(field.bytes ? "a string like \"64MiB\" or an integer (bytes)" : "an integer", node);
     v = *i;
     return {};
   }

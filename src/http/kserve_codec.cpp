@@ -321,6 +321,9 @@ Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, co
       }
       const std::string name(v.as_object().at("name").as_string());
       const std::string where = "output '" + name + "'";
+      if (std::find(r.outputs.begin(), r.outputs.end(), name) != r.outputs.end()) {
+        return invalid(where + " is listed twice in 'outputs'");
+      }
       for (const auto& kv : v.as_object()) {
         if (kv.key() != "name" && kv.key() != "parameters") {
           return invalid(where + ": unknown field '" + std::string(kv.key()) + "'");
@@ -348,7 +351,7 @@ InferResponseBody encode_tensor_infer_response(const std::string& model, const s
                                                const TensorResult& result, const OutputSelection& sel,
                                                std::int64_t reserved_bytes) {
   std::string out = "{\"model_name\":" + json_fields::serialize(json::value(json_fields::safe(model))) +
-                    ",\"model_version\":\"1\"";
+                    ",\"model_version\":\"" + std::string(kModelVersion) + "\"";
   if (!id.empty()) out += ",\"id\":" + json_fields::serialize(json::value(json_fields::safe(id)));
   out += ",\"outputs\":[";
   bool first = true;
@@ -422,7 +425,7 @@ std::string encode_tensor_model_metadata(const TensorModelInfo& info) {
                        {"held_out_max_error", p.held_out_max_error},
                        {"samples", samples}};
   json::object o{{"name", json_fields::safe(info.id)},
-                 {"versions", json::array{"1"}},
+                 {"versions", json::array{json::string(kModelVersion)}},
                  {"platform", "pytorch_torchscript"},
                  {"inputs", tensors_json(info.spec.inputs)},
                  {"outputs", tensors_json(info.spec.outputs)},

@@ -18,6 +18,11 @@
 
 namespace vg::httpd {
 
+/// The one version every model has: GET /v2/models/{name} lists it in
+/// "versions", infer responses carry it as "model_version", and
+/// /v2/models/{name}/versions/{version}/... routes only for it.
+inline constexpr std::string_view kModelVersion = "1";
+
 /// Decodes the body of POST /v2/models/{model}/infer: "inputs" (each {name,
 /// shape, datatype, data}, data flat or nested row-major, or instead
 /// "parameters": {"binary_data_size": N}), optional "id", "outputs"

@@ -2,8 +2,10 @@
 // /v2/health/live, /v2/health/ready, /v2/models/{name} (metadata with the
 // memory profile), /v2/models/{name}/ready, and POST
 // /v2/models/{name}/infer, which waits for the tensor engine's answer while
-// watching the client (a close cancels the request). Runs on the
-// connection's strand.
+// watching the client (a close cancels the request); each model route also
+// as /v2/models/{name}/versions/{version}/..., for the one version a model
+// has (kModelVersion; another is 404 naming it). Runs on the connection's
+// strand.
 #include <spdlog/spdlog.h>
 
 #include <mutex>
@@ -98,7 +100,9 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
   // a class temporary made inside a co_await expression twice.
   Reply reply;
   constexpr std::string_view kModels = "/v2/models/";
+  constexpr std::string_view kVersions = "/versions/";
   std::string model;
+  std::optional<std::string> version;  // of a /versions/{version} path
   Kind kind = Kind::kUnknown;
   if (path == "/v2") {
     kind = Kind::kServer;
@@ -117,6 +121,11 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
     } else {
       kind = Kind::kModel;
     }
+    if (const auto at = rest.find(kVersions); at != std::string_view::npos) {
+      version = std::string(rest.substr(at + kVersions.size()));
+      rest = rest.substr(0, at);
+      if (version->empty() || version->find('/') != std::string::npos) kind = Kind::kUnknown;
+    }
     model = std::string(rest);
     if (model.empty() || model.find('/') != std::string::npos) kind = Kind::kUnknown;
   }
@@ -124,9 +133,13 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
     case Kind::kServer: ex.route = "/v2"; break;
     case Kind::kLive: ex.route = "/v2/health/live"; break;
     case Kind::kReady: ex.route = "/v2/health/ready"; break;
-    case Kind::kModel: ex.route = "/v2/models/{name}"; break;
-    case Kind::kModelReady: ex.route = "/v2/models/{name}/ready"; break;
-    case Kind::kInfer: ex.route = "/v2/models/{name}/infer"; break;
+    case Kind::kModel: ex.route = version ? "/v2/models/{name}/versions/{version}" : "/v2/models/{name}"; break;
+    case Kind::kModelReady:
+      ex.route = version ? "/v2/models/{name}/versions/{version}/ready" : "/v2/models/{name}/ready";
+      break;
+    case Kind::kInfer:
+      ex.route = version ? "/v2/models/{name}/versions/{version}/infer" : "/v2/models/{name}/infer";
+      break;
     case Kind::kUnknown:
       reply = error_reply(Error(ErrorCode::kNotFound, "no route for " + std::string(path.substr(0, 200))));
       co_return co_await send(ex, std::move(reply));
@@ -138,6 +151,15 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
   }
   if (std::optional<Reply> denied = check_traffic(ex, request, kind == Kind::kInfer)) {
     reply = std::move(*denied);
+    co_return co_await send(ex, std::move(reply));
+  }
+  if (version && *version != kModelVersion) {
+    // An unknown model stays its own 404; a known one names the version.
+    auto info = service.tensor_model(model);
+    reply = error_reply(!info.ok() ? info.error()
+                                   : Error(ErrorCode::kModelNotFound,
+                                           "model '" + model + "' has no version '" + version->substr(0, 200) +
+                                               "' (its one version is '" + std::string(kModelVersion) + "')"));
     co_return co_await send(ex, std::move(reply));
   }
   if (kind != Kind::kInfer) {

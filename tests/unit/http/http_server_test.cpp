@@ -66,6 +66,43 @@ TEST_F(HttpServerTest, UnknownPathIs404WithJsonError) {
   EXPECT_FALSE(res["X-Request-Id"].empty());
 }
 
+TEST_F(HttpServerTest, KserveVersionedPathsRouteLikeTheUnversionedOnesForTheReportedVersion) {
+  start();
+  auto c = client();
+  Response meta = c->request(bhttp::verb::get, "/v2/models/fake-tensor");
+  ASSERT_EQ(meta.result_int(), 200) << meta.body();
+  const json::array versions = parse(meta.body()).at("versions").as_array();
+  ASSERT_EQ(versions.size(), 1u);
+  const std::string v(versions[0].as_string());
+  const std::string base = "/v2/models/fake-tensor/versions/" + v;
+
+  Response versioned = c->request(bhttp::verb::get, base);
+  EXPECT_EQ(versioned.result_int(), 200) << versioned.body();
+  EXPECT_EQ(versioned.body(), meta.body());
+  EXPECT_EQ(c->request(bhttp::verb::get, base + "/ready").result_int(), 200);
+  const std::string body = R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]})";
+  Response infer = c->request(bhttp::verb::post, base + "/infer", body);
+  ASSERT_EQ(infer.result_int(), 200) << infer.body();
+  EXPECT_EQ(parse(infer.body()).at("model_version").as_string(), v);
+  EXPECT_EQ(c->request(bhttp::verb::get, base + "/infer").result_int(), 405);
+
+  for (const std::string other : {"2", "0", "latest"}) {
+    for (const std::string suffix : {"", "/ready", "/infer"}) {
+      const std::string path = "/v2/models/fake-tensor/versions/" + other + suffix;
+      Response res = suffix == "/infer" ? c->request(bhttp::verb::post, path, body) : c->request(bhttp::verb::get, path);
+      EXPECT_EQ(res.result_int(), 404) << path;
+      EXPECT_EQ(error_type_of(res), "model_not_found") << path;
+      EXPECT_NE(res.body().find("version '" + other + "'"), std::string::npos) << path << ": " << res.body();
+    }
+  }
+  // An unknown model stays the model's 404; an empty or nested version is no route.
+  Response unknown = c->request(bhttp::verb::get, "/v2/models/nope/versions/" + v);
+  EXPECT_EQ(unknown.result_int(), 404);
+  EXPECT_NE(unknown.body().find("'nope'"), std::string::npos) << unknown.body();
+  EXPECT_EQ(c->request(bhttp::verb::get, "/v2/models/fake-tensor/versions/").result_int(), 404);
+  EXPECT_EQ(c->request(bhttp::verb::get, "/v2/models/fake-tensor/versions/1/x").result_int(), 404);
+}
+
 TEST_F(HttpServerTest, WrongMethodIs405WithAllow) {
   start();
   auto c = client();

@@ -83,6 +83,24 @@ class FakeService final : public Service {
     return is_healthy;
   }
   bool ready() const override { return is_ready; }
+  /// One TorchScript model, "fake-tensor"; its infer answers at once with
+  /// one output "y" = [1, 2].
+  Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) override {
+    if (request.model != "fake-tensor") return Service::submit_tensor(std::move(request), std::move(done));
+    struct Handle final : TensorHandle {
+      void cancel() override {}
+    };
+    TensorResult result;
+    result.outputs.push_back(HostTensor{"y", {2}, {1.0f, 2.0f}});
+    done(std::move(result));
+    return TensorSubmission{std::make_shared<Handle>(), request.model, 0, 0};
+  }
+  Result<TensorModelInfo> tensor_model(const std::string& name) const override {
+    if (name != "fake-tensor") return Service::tensor_model(name);
+    TensorModelInfo info;
+    info.id = name;
+    return info;
+  }
   AdmissionState admission_state() const override {
     AdmissionState s;
     s.policy = "memory";

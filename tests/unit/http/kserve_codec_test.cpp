@@ -61,6 +61,16 @@ TEST(KserveCodec, RefusalsNameTheFieldOrInput) {
             std::string::npos);
 }
 
+TEST(KserveCodec, AnOutputListedTwiceIsRefusedByName) {
+  const std::string one = R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], )";
+  EXPECT_EQ(refusal(one + R"("outputs": [{"name": "y"}, {"name": "z"}, {"name": "y"}]})"),
+            "output 'y' is listed twice in 'outputs'");
+  EXPECT_EQ(refusal(one + R"("outputs": [{"name": "y", "parameters": {"binary_data": true}},
+                                          {"name": "y", "parameters": {"binary_data": false}}]})"),
+            "output 'y' is listed twice in 'outputs'");
+  EXPECT_EQ(refusal(one + R"("outputs": [{"name": "y"}, {"name": "z"}]})"), "(accepted)");
+}
+
 std::string floats(std::vector<float> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }

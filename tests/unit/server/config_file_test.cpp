@@ -54,6 +54,21 @@ TEST(ConfigFile, ByteSizeMayBeAnInteger) {
   EXPECT_EQ(c->memory_reserve, "1048576");
 }
 
+TEST(ConfigFile, MaxBodyBytesTakesAUnitOrAnInteger) {
+  auto unit = parse_config_toml("[http]\nmax_body_bytes = \"2MiB\"\n", "x.toml");
+  ASSERT_TRUE(unit.ok()) << message(unit);
+  EXPECT_EQ(unit->max_body_bytes, 2 << 20);
+  auto plain = parse_config_toml("max_body_bytes = 65536\n", "x.toml");
+  ASSERT_TRUE(plain.ok()) << message(plain);
+  EXPECT_EQ(plain->max_body_bytes, 65536);
+  auto bad = parse_config_toml("\nmax_body_bytes = \"64 parsecs\"\n", "x.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.error().message, HasSubstr("x.toml:2: key 'max_body_bytes': invalid byte size '64 parsecs'"));
+  auto small = parse_config_toml("max_body_bytes = \"1KB\"\n", "x.toml");
+  ASSERT_FALSE(small.ok());
+  EXPECT_THAT(small.error().message, HasSubstr("key 'max_body_bytes': must be >= 1024"));
+}
+
 TEST(ConfigFile, UnknownKeyIsNamedWithFileAndLine) {
   auto c = parse_config_toml("max_batch = 4\nmax_bach = 8\n", "deploy/x.toml");
   ASSERT_FALSE(c.ok());
@@ -261,6 +276,29 @@ TEST_F(ConfigFlagsTest, OutOfRangeFlagNamesTheFlag) {
   auto c = parse("--max-batch 0");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().message, "--max-batch: must be in 1..256");
+}
+
+TEST_F(ConfigFlagsTest, MaxBodyBytesFlagTakesAUnitLikeMemoryReserve) {
+  auto c = parse("--max-body-bytes 64MiB --memory-reserve 64MiB");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->max_body_bytes, std::int64_t{64} << 20);
+  EXPECT_EQ(c->memory_reserve, "64MiB");
+  auto plain = parse("--max-body-bytes 65536");
+  ASSERT_TRUE(plain.ok()) << message(plain);
+  EXPECT_EQ(plain->max_body_bytes, 65536);
+  auto decimal = parse("--max-body-bytes 1.5MB");
+  ASSERT_TRUE(decimal.ok()) << message(decimal);
+  EXPECT_EQ(decimal->max_body_bytes, 1500000);
+  auto small = parse("--max-body-bytes 1KB");
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.error().message, "--max-body-bytes: must be >= 1024");
+  try {
+    auto accepted = parse("--max-body-bytes 64parsecs");
+    (void)accepted;
+    ADD_FAILURE() << "64parsecs was accepted";
+  } catch (const CLI::ParseError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("invalid byte size '64parsecs'"));
+  }
 }
 
 TEST_F(ConfigFlagsTest, MissingConfigFileIsAnError) {
