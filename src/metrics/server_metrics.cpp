@@ -60,6 +60,11 @@ ServerMetrics::ServerMetrics(Registry& r)
       rate_limited_total(r.counter("vramgate_rate_limited_total",
                                    "Requests refused with 429: over their API key's or client address's rate.")
                              .with({})),
+      redis_round_trip_seconds(r.histogram("vramgate_redis_round_trip_seconds",
+                                           "Shared queue (Redis mode): a gateway's add of a request, from sending it "
+                                           "to Redis's answer.",
+                                           exponential_buckets(0.0001, 2, 14))
+                                   .with({})),
       registry_(r),
       http_requests_total_(r.counter("vramgate_http_requests_total", "HTTP requests answered, by route and status.",
                                      {"route", "status"})),
@@ -109,7 +114,19 @@ ServerMetrics::ServerMetrics(Registry& r)
       requests_resumed_total_(r.counter("vramgate_requests_resumed_total",
                                         "Requests moved to a restarted or another engine after theirs died: "
                                         "resubmitted (nothing sent yet) or resumed (after the tokens sent).",
-                                        {"reason"})) {
+                                        {"reason"})),
+      queue_events_total_(r.counter("vramgate_queue_events_total",
+                                    "Shared queue (Redis mode): requests added, readded (Redis no longer had them), "
+                                    "resumed (another engine took them over after output began), stale_event "
+                                    "(events of an older delivery, dropped), queue_timeout, redis_restart; and as "
+                                    "the engines report them: taken, claimed, dead_lettered, fenced.",
+                                    {"kind"})),
+      queue_entries_(r.gauge("vramgate_queue_entries",
+                             "Shared queue (Redis mode): entries of a model's cost-class stream, waiting or taken "
+                             "and not finished (class k holds costs up to 2^k bytes).",
+                             {"model", "class"})),
+      queue_waiting_(r.gauge("vramgate_queue_waiting",
+                             "Shared queue (Redis mode): requests added and not yet taken by an engine.", {"model"})) {
   requests_resumed_total_.with({"resubmitted"});
   requests_resumed_total_.with({"resumed"});
   idempotent_replays_total_.with({"attached"});
@@ -128,6 +145,18 @@ void ServerMetrics::declare_engine(const std::string& device) {
 void ServerMetrics::set_engine_up(const std::string& device, bool up) { engine_up_.with({device}).set(up ? 1 : 0); }
 
 void ServerMetrics::count_engine_restart(const std::string& device) { engine_restarts_total_.with({device}).inc(); }
+
+void ServerMetrics::count_queue_event(std::string_view kind, double n) {
+  queue_events_total_.with({std::string(kind)}).inc(n);
+}
+
+void ServerMetrics::set_queue_entries(const std::string& model, int cost_class, std::int64_t entries) {
+  queue_entries_.with({model, std::to_string(cost_class)}).set(static_cast<double>(entries));
+}
+
+void ServerMetrics::set_queue_waiting(const std::string& model, std::int64_t waiting) {
+  queue_waiting_.with({model}).set(static_cast<double>(waiting));
+}
 
 void ServerMetrics::count_resumed(std::string_view reason) { requests_resumed_total_.with({std::string(reason)}).inc(); }
 

@@ -108,6 +108,22 @@ class ServerMetrics {
   /// sent) or "resumed" (continued after the tokens sent).
   void count_resumed(std::string_view reason);
 
+  // -- recorded by a gateway of the shared queue (Redis mode)
+  /// vramgate_redis_round_trip_seconds: a gateway's add of a request to the
+  /// shared queue, from sending it to Redis's answer.
+  Histogram& redis_round_trip_seconds;
+  /// vramgate_queue_events_total{kind}: added, readded (Redis no longer had
+  /// it), resumed (another engine took it over after output began),
+  /// stale_event (an older delivery's event, dropped), queue_timeout,
+  /// redis_restart; and, as the engines report them, taken, claimed,
+  /// dead_lettered, fenced (an engine stopped a request that was no longer its own).
+  void count_queue_event(std::string_view kind, double n = 1);
+  /// vramgate_queue_entries{model,class}: entries of a cost class's stream
+  /// (waiting or taken, not finished), read every second.
+  void set_queue_entries(const std::string& model, int cost_class, std::int64_t entries);
+  /// vramgate_queue_waiting{model}: requests added and not yet taken by an engine.
+  void set_queue_waiting(const std::string& model, std::int64_t waiting);
+
   /// Copies state gauges and mirrored counters from `sample`.
   void fill_state(const StateSample& sample);
   /// fill_state() then the exposition text.
@@ -133,6 +149,9 @@ class ServerMetrics {
   GaugeFamily& engine_up_;
   CounterFamily& engine_restarts_total_;
   CounterFamily& requests_resumed_total_;
+  CounterFamily& queue_events_total_;
+  GaugeFamily& queue_entries_;
+  GaugeFamily& queue_waiting_;
 };
 
 }  // namespace vg::metrics

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "admission/memory_profile.hpp"
+#include "metrics/server_metrics.hpp"
 #include "queue/stream_queue.hpp"
 #include "wire/codec.hpp"
 
@@ -90,6 +91,50 @@ class QueueHandle final : public RequestHandle {
 };
 
 QueueService::QueueService(Options options) : options_(std::move(options)) {}
+
+void QueueService::count(const char* kind, double n) {
+  if (options_.metrics && n > 0) options_.metrics->count_queue_event(kind, n);
+}
+
+void QueueService::sample_depth() {
+  if (!options_.metrics) return;
+  std::vector<std::pair<std::string, std::int64_t>> models;  // model, largest budget of its engines
+  {
+    std::lock_guard lk(mu_);
+    for (const Engine& e : engines_) {
+      std::int64_t budget = 0;
+      for (const DeviceState& d : e.admission.devices) budget = std::max(budget, d.budget_bytes);
+      for (const ModelInfo& m : e.models) {
+        auto it = std::find_if(models.begin(), models.end(), [&](const auto& p) { return p.first == m.id; });
+        if (it == models.end()) {
+          models.emplace_back(m.id, budget);
+        } else {
+          it->second = std::max(it->second, budget);
+        }
+      }
+    }
+  }
+  std::set<std::pair<std::string, int>> nonzero;
+  for (const auto& [model, budget] : models) {
+    const int top = StreamQueue::top_class(budget);
+    RedisClient::Args args{"EVAL",
+                           "local out = {tonumber(redis.call('GET', KEYS[1]) or '0')} "
+                           "for i = 2, #KEYS do out[#out + 1] = redis.call('XLEN', KEYS[i]) end return out",
+                           std::to_string(top + 2), options_.keys.waiting(model)};
+    for (int k = 0; k <= top; ++k) args.push_back(options_.keys.model_tag(model) + ":c" + std::to_string(k));
+    auto reply = client_->command_sync(std::move(args), options_.command_timeout);
+    if (!reply.ok() || reply->as_array() == nullptr) continue;
+    const auto& a = *reply->as_array();
+    if (!a.empty()) options_.metrics->set_queue_waiting(model, std::max<std::int64_t>(0, a[0].as_integer().value_or(0)));
+    for (std::size_t i = 1; i < a.size(); ++i) {
+      const std::int64_t n = a[i].as_integer().value_or(0);
+      const int k = static_cast<int>(i) - 1;
+      if (n > 0 || nonzero_classes_.count({model, k}) != 0) options_.metrics->set_queue_entries(model, k, n);
+      if (n > 0) nonzero.insert({model, k});
+    }
+  }
+  nonzero_classes_ = std::move(nonzero);
+}
 
 Result<std::unique_ptr<QueueService>> QueueService::start(Options options) {
   if (!valid_queue_id(options.gateway_id)) return Error(ErrorCode::kConfig, "queue: bad gateway id");
@@ -205,7 +250,11 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
     reqs_[r->rid] = r;
   }
   std::int64_t waiting = 0;
+  const TimePoint sent = Clock::now();
   const Status added = add(*r, &waiting);
+  if (options_.metrics) {
+    options_.metrics->redis_round_trip_seconds.observe(std::chrono::duration<double>(Clock::now() - sent).count());
+  }
   if (!added.ok()) {
     {
       std::lock_guard lk(mu_);
@@ -220,6 +269,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
     std::lock_guard lk(mu_);
     ++stats_.added;
   }
+  count("added");
   Submission sub;
   sub.handle = std::make_shared<QueueHandle>(this, r, request.request_id.empty() ? r->rid : request.request_id);
   sub.model = r->model;
@@ -270,11 +320,13 @@ void QueueService::on_reply(const std::string& rid, std::int64_t epoch, const st
     r = it->second;
     if (epoch < r->epoch) {
       ++stats_.stale_events;
+      count("stale_event");
       return;
     }
     if (epoch > r->epoch) {
       if (r->epoch != 0 && (r->output_sent || !r->delivered.empty())) {
         ++stats_.resumed;
+        count("resumed");
         spdlog::info("queue: request {} moved to another engine (delivery epoch {}) after {} tokens", rid, epoch,
                      r->delivered.size());
       }
@@ -389,6 +441,16 @@ void QueueService::refresh_registry() {
       }
       auto adm = wire::decode_admission_state(o.at("admission"));
       if (adm.ok()) e.admission = std::move(adm).value();
+      if (const json::value* q = o.if_contains("queue"); q && q->is_object()) {
+        for (const char* kind : {"taken", "claimed", "dead_lettered", "fenced"}) {
+          const json::value* n = q->as_object().if_contains(kind);
+          if (n == nullptr || !n->is_number()) continue;
+          const std::int64_t now_n = n->to_number<std::int64_t>();
+          std::int64_t& last = engine_counts_[*id][kind];
+          if (now_n > last) count(kind, static_cast<double>(now_n - last));
+          last = std::max(last, now_n);
+        }
+      }
     } catch (const std::exception&) {
       continue;
     }
@@ -422,6 +484,7 @@ void QueueService::check_run_id() {
   // Redis restarted: verify_requests re-adds what it did not keep.
   spdlog::warn("queue: Redis restarted (run id {} -> {}); requests it did not keep are added again", run_id_, id);
   run_id_ = id;
+  count("redis_restart");
   std::lock_guard lk(mu_);
   ++stats_.redis_restarts;
 }
@@ -473,6 +536,7 @@ void QueueService::verify_requests(TimePoint now) {
       r->added_at = now;
       ++stats_.readded;
     }
+    count("readded");
     spdlog::warn("queue: request {} was no longer in Redis; added again (resuming after {} tokens)", r->rid,
                  copy.delivered.size());
   }
@@ -509,6 +573,7 @@ void QueueService::expire_waiting(TimePoint now) {
         std::lock_guard lk(mu_);
         ++stats_.queue_timeouts;
       }
+      count("queue_timeout");
       finish(r, FailedEvent{overloaded("no engine had room for the request within " +
                                            std::to_string(static_cast<int>(options_.queue_timeout_s)) +
                                            " s (--queue-timeout)",
@@ -539,7 +604,10 @@ void QueueService::monitor_loop() {
       refresh_registry();
       check_run_id();
       expire_waiting(Clock::now());
-      if (++beats % 4 == 0) verify_requests(Clock::now());
+      if (++beats % 4 == 0) {
+        verify_requests(Clock::now());
+        sample_depth();
+      }
     }
     std::unique_lock lk(mu_);
     cv_.wait_for(lk, options_.heartbeat, [&] { return stopping_.load(); });

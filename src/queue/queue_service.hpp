@@ -44,7 +44,12 @@
 #include "queue/shared_queue.hpp"
 #include "server/service.hpp"
 
-namespace vg::queue {
+namespace vg {
+namespace metrics {
+class ServerMetrics;
+}
+
+namespace queue {
 
 class QueueService final : public Service {
  public:
@@ -59,6 +64,7 @@ class QueueService final : public Service {
     std::string gateway_id;  ///< unique per process; part of key names (valid_queue_id)
     SharedQueueKeys keys{};
     Service* local = nullptr;  ///< tensor models, and the supervised engines in /v1/engines; may be null
+    metrics::ServerMetrics* metrics = nullptr;  ///< queue metrics are recorded here; may be null
   };
 
   struct Stats {
@@ -102,6 +108,9 @@ class QueueService final : public Service {
   void check_run_id();
   /// Re-adds requests Redis no longer has and whose answer did not arrive.
   void verify_requests(TimePoint now);
+  /// The queue gauges: entries per model and class, waiting per model.
+  void sample_depth();
+  void count(const char* kind, double n = 1);
   void expire_waiting(TimePoint now);
   void on_reply(const std::string& rid, std::int64_t epoch, const std::string& event_json);
   /// Removes `r` and pushes its last event (under no lock). False: it had ended already.
@@ -124,6 +133,8 @@ class QueueService final : public Service {
   std::map<std::string, std::shared_ptr<Req>> reqs_;    // guarded by mu_: rid -> unfinished request
   std::vector<Engine> engines_;                         // guarded by mu_: fresh registrations, by id
   std::set<std::string> seen_models_;                   // guarded by mu_: every model an engine ever registered
+  std::map<std::string, std::map<std::string, std::int64_t>> engine_counts_;  // monitor thread: engine -> kind -> last
+  std::set<std::pair<std::string, int>> nonzero_classes_;  // monitor thread: gauges last set above 0
   std::string run_id_;                                  // monitor thread only
   std::pair<std::uint64_t, std::uint64_t> processed_{};  // guarded by mu_: newest reply entry handled
   std::uint64_t next_rid_ = 1;                          // guarded by mu_
@@ -131,4 +142,5 @@ class QueueService final : public Service {
   Stats stats_{};                                       // guarded by mu_
 };
 
-}  // namespace vg::queue
+}  // namespace queue
+}  // namespace vg

@@ -130,6 +130,25 @@ class QueueSink final : public EventSink {
 
 }  // namespace
 
+Status check_credentials(const RedisUrl& url, Duration timeout) {
+  boost::asio::io_context io;
+  RedisClient::Options co;
+  co.url = url;
+  co.connect_timeout = timeout;
+  auto probe = RedisClient::create(io, co);
+  if (!probe.ok()) return probe.error();
+  std::thread runner([&io] {
+    auto guard = boost::asio::make_work_guard(io);
+    io.run();
+  });
+  Status st = (*probe)->wait_connected(timeout);
+  (*probe)->close();
+  io.stop();
+  runner.join();
+  if (!st.ok() && st.error().code == ErrorCode::kConfig) return st;
+  return Status::Ok();
+}
+
 QueueWorker::QueueWorker(Options options, Service& service) : options_(std::move(options)), service_(service) {}
 
 Result<std::unique_ptr<QueueWorker>> QueueWorker::start(Options options, Service& service) {
@@ -472,6 +491,13 @@ void QueueWorker::heartbeat() {
                    {"admission", wire::encode(st)},
                    {"ready", service_.ready()},
                    {"at_ms", now_ms}};
+  {
+    std::lock_guard lk(mu_);
+    reg["queue"] = json::object{{"taken", stats_.taken},
+                                {"claimed", stats_.claimed},
+                                {"dead_lettered", stats_.dead_lettered},
+                                {"fenced", stats_.fenced}};
+  }
   client_->command({"HSET", options_.keys.engines(), options_.engine_id, json::serialize(reg)},
                    [](Result<RedisValue>) {});
 

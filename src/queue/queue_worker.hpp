@@ -36,6 +36,12 @@
 
 namespace vg::queue {
 
+/// Connects once to `url` and closes: kConfig when Redis refuses the
+/// credentials or the database (so a process can stop before loading
+/// anything); ok when connected, or when Redis was merely unreachable within
+/// `timeout` (the caller starts anyway and connects later). Blocks.
+Status check_credentials(const RedisUrl& url, Duration timeout);
+
 class QueueWorker {
  public:
   struct Options {

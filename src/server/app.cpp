@@ -348,6 +348,7 @@ int run_server(const ServeConfig& config) {
     qo.request_timeout_s = config.request_timeout_s + 30;
     qo.gateway_id = queue_process_id("gw");
     qo.local = remote.get();
+    qo.metrics = &metrics;
     auto started = queue::QueueService::start(std::move(qo));
     if (!started.ok()) {
       spdlog::error("start-up failed: --queue: {}", started.error().message);
@@ -471,6 +472,21 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     spdlog::error("start-up failed: {}", st.error().message);
     return 2;
   }
+#if VG_HAVE_QUEUE
+  // Redis mode: credentials Redis refuses end start-up before the weights load.
+  if (!config.queue.empty()) {
+    auto url = resolve_queue_url(config);
+    if (!url.ok()) {
+      spdlog::error("start-up failed: --queue: {}", url.error().message);
+      return 2;
+    }
+    const Status st = queue::check_credentials(*url, std::max(seconds(1), seconds(config.queue_command_timeout_s)));
+    if (!st.ok() && st.error().code == ErrorCode::kConfig) {
+      spdlog::error("start-up failed: --queue: {}", st.error().message);
+      return 2;
+    }
+  }
+#endif
   set_compute_threads(config.threads);
   spdlog::info("vramgate engine starting (pid {}): {}", ::getpid(), torch_runtime_description());
   if (config.test_engine_crash_at_start) {

@@ -5,6 +5,7 @@ back without a restart; an ACL user's password comes from a file or the
 environment, and a wrong one fails start-up with a clear message. Redis is
 started here on a free loopback port with a temporary folder; nothing waits
 on sleeps (conditions are polled with deadlines)."""
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -89,6 +90,34 @@ def test_two_gateways_share_one_bucket(redis, gateways):
     assert 200 in statuses[0::2] and 200 in statuses[1::2], statuses
     if rate * elapsed < burst:  # short enough that two buckets would have let 2 x burst through
         assert ok < 2 * burst, statuses
+
+
+def test_a_shared_limit_holds_its_rate_over_ten_seconds(redis, gateways):
+    """Clients of one address push both gateways far past the limit for 10 s:
+    together they get the rate (plus the burst), within 10 %, not twice it."""
+    rate, burst = 10.0, 1
+    flags = ["--queue", redis.url, "--rate-limit", str(rate), "--rate-burst", str(burst)]
+    a = gateways(*flags)
+    b = gateways(*flags)
+    seconds = 10.0
+    t0 = time.monotonic()
+    stop_at = t0 + seconds
+
+    def client(g):
+        passed, session = 0, requests.Session()
+        while time.monotonic() < stop_at:
+            r = session.post(g.url + "/v1/completions", json=SMALL, timeout=10)
+            assert r.status_code in (200, 429), r.text
+            passed += r.status_code == 200
+        return passed
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        counts = list(pool.map(client, [a, b, a, b]))
+    elapsed = time.monotonic() - t0
+    total = sum(counts)
+    expected = rate * elapsed + burst
+    assert abs(total - expected) <= 0.1 * rate * seconds, (counts, total, expected, elapsed)
+    assert counts[0] + counts[2] > 0 and counts[1] + counts[3] > 0, counts  # both gateways took from it
 
 
 def test_a_stalled_redis_is_503_at_once_and_requests_pass_again(redis, gateways):
