@@ -203,10 +203,10 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
   Outcome out;
   while (!out.ended()) {
     std::string sse;
-    bool progress = false;  // an event that starts the stream's output (not a queue position or a failure)
+    bool progress = false;  // an event other than a failure: an engine accepted the request
     for (EngineEvent& event : queue->take()) {
       if (out.ended()) break;
-      if (!std::holds_alternative<QueuedEvent>(event) && !std::holds_alternative<FailedEvent>(event)) progress = true;
+      if (!std::holds_alternative<FailedEvent>(event)) progress = true;
       if (request.echo && !echo_waits && !std::holds_alternative<QueuedEvent>(event)) echo(sse, nullptr);
       if (const auto* q = std::get_if<QueuedEvent>(&event)) {
         if (stream) sse += ": queue position " + std::to_string(q->position) + "\n\n";

@@ -92,6 +92,17 @@ class QueueHandle final : public RequestHandle {
 
 QueueService::QueueService(Options options) : options_(std::move(options)) {}
 
+double QueueService::retry_after_s(std::int64_t waiting) const {
+  double rate = 0;
+  {
+    std::lock_guard lk(mu_);
+    rate = drain_rate_;
+  }
+  const double guess = rate > 0 ? static_cast<double>(std::max<std::int64_t>(waiting, 1)) / rate
+                                : options_.queue_timeout_s / 4;
+  return std::clamp(guess, 1.0, 59.0);
+}
+
 void QueueService::count(const char* kind, double n) {
   if (options_.metrics && n > 0) options_.metrics->count_queue_event(kind, n);
 }
@@ -441,6 +452,13 @@ void QueueService::refresh_registry() {
       }
       auto adm = wire::decode_admission_state(o.at("admission"));
       if (adm.ok()) e.admission = std::move(adm).value();
+      {
+        // Requests this engine ended, as a monotonic sum over engines (the drain rate).
+        const std::int64_t ended = e.admission.completed + e.admission.failed;
+        std::int64_t& last = engine_counts_[*id]["ended"];
+        if (ended > last) finished_total_ += ended - last;
+        last = std::max(last, ended);
+      }
       if (const json::value* q = o.if_contains("queue"); q && q->is_object()) {
         for (const char* kind : {"taken", "claimed", "dead_lettered", "fenced"}) {
           const json::value* n = q->as_object().if_contains(kind);
@@ -462,7 +480,16 @@ void QueueService::refresh_registry() {
     fresh.push_back(std::move(e));
   }
   std::sort(fresh.begin(), fresh.end(), [](const Engine& a, const Engine& b) { return a.id < b.id; });
+  const TimePoint at = Clock::now();
+  finished_samples_.emplace_back(at, finished_total_);
+  while (finished_samples_.size() > 2 && at - finished_samples_.front().first > std::chrono::seconds(10)) {
+    finished_samples_.pop_front();
+  }
+  double rate = 0;
+  const double span = std::chrono::duration<double>(at - finished_samples_.front().first).count();
+  if (span >= 1.0) rate = static_cast<double>(finished_total_ - finished_samples_.front().second) / span;
   std::lock_guard lk(mu_);
+  drain_rate_ = rate;
   for (const Engine& e : fresh) {
     for (const ModelInfo& m : e.models) seen_models_.insert(m.id);
   }
@@ -574,10 +601,15 @@ void QueueService::expire_waiting(TimePoint now) {
         ++stats_.queue_timeouts;
       }
       count("queue_timeout");
+      std::int64_t waiting = 0;
+      {
+        std::lock_guard lk(mu_);
+        for (const auto& [rid, q] : reqs_) waiting += q->taken ? 0 : 1;
+      }
       finish(r, FailedEvent{overloaded("no engine had room for the request within " +
                                            std::to_string(static_cast<int>(options_.queue_timeout_s)) +
                                            " s (--queue-timeout)",
-                                       std::max(1.0, options_.queue_timeout_s / 4)),
+                                       retry_after_s(waiting)),
                             {}, {}});
     }
   }

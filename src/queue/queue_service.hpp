@@ -28,6 +28,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -111,6 +112,9 @@ class QueueService final : public Service {
   /// The queue gauges: entries per model and class, waiting per model.
   void sample_depth();
   void count(const char* kind, double n = 1);
+  /// Retry-After for a request refused while `waiting` wait: the shared
+  /// queue over the measured drain rate of every engine, in [1, 59] s.
+  double retry_after_s(std::int64_t waiting) const;
   void expire_waiting(TimePoint now);
   void on_reply(const std::string& rid, std::int64_t epoch, const std::string& event_json);
   /// Removes `r` and pushes its last event (under no lock). False: it had ended already.
@@ -135,6 +139,9 @@ class QueueService final : public Service {
   std::set<std::string> seen_models_;                   // guarded by mu_: every model an engine ever registered
   std::map<std::string, std::map<std::string, std::int64_t>> engine_counts_;  // monitor thread: engine -> kind -> last
   std::set<std::pair<std::string, int>> nonzero_classes_;  // monitor thread: gauges last set above 0
+  std::int64_t finished_total_ = 0;                      // monitor thread: requests the engines ended, summed
+  std::deque<std::pair<TimePoint, std::int64_t>> finished_samples_;  // monitor thread: (when, finished_total_)
+  double drain_rate_ = 0;                                // guarded by mu_: requests/s the engines end (10 s window)
   std::string run_id_;                                  // monitor thread only
   std::pair<std::uint64_t, std::uint64_t> processed_{};  // guarded by mu_: newest reply entry handled
   std::uint64_t next_rid_ = 1;                          // guarded by mu_

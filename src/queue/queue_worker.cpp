@@ -459,7 +459,13 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     held->handle = sub->handle;
     cancel = held->stopped;
   }
-  if (cancel) sub->handle->cancel();
+  if (cancel) {
+    sub->handle->cancel();
+    return;
+  }
+  // Queued here: the gateway learns that an engine accepted it (a stream's
+  // headers go out, and it no longer counts toward --queue-timeout).
+  if (sub->queue_position > 0) sink->push(QueuedEvent{sub->queue_position});
 }
 
 void QueueWorker::heartbeat_loop() {

@@ -26,9 +26,11 @@ struct Submission {
   std::string echo_text{};
   /// A retry that took its booked place: "token", "idempotency_key" or "body".
   std::string retry_claimed_by{};
-  /// A stream's headers wait for the request's first event: set when an
-  /// error the service only learns later (an engine taking the request from
-  /// a shared queue refuses it) must still be an HTTP status, not an SSE event.
+  /// A stream's headers wait for the request's first event other than a
+  /// failure (an engine accepted it, queued or running): set when an error
+  /// the service only learns later (an engine taking the request from a
+  /// shared queue refuses it, or none takes it in time) must still be an
+  /// HTTP status, not an SSE event.
   bool defer_stream_start = false;
 };
 

@@ -409,3 +409,23 @@ def test_an_engine_with_a_wrong_password_fails_start_up_clearly(redis, tmp_path)
     assert "start-up failed: --queue" in out and "refused the credentials of user 'engine'" in out, out
     assert "pw-9f3e-not-it" not in out
     assert "loaded on" not in out, out  # refused before the weights load
+
+
+def test_a_request_no_engine_takes_in_time_is_503_with_retry_after(redis, cluster):
+    # One engine, one sequence at a time: it runs one stream and holds the
+    # next in its own queue; a third waits in Redis past --queue-timeout.
+    e = cluster.engine(redis.url, "virt:0=64MiB", "--max-batch", "1", "--test-step-delay-ms", "50")
+    g = cluster.gateway(redis.url, "--queue-timeout", "1")
+    wait_registered(g, [e])
+    streams = [g.post("/v1/completions", greedy(f"hold {i}", 100, stream=True), stream=True, timeout=120)
+               for i in range(2)]
+    for s in streams:
+        assert s.status_code == 200
+    wait_until(lambda: any(x["running"] > 0 for x in g.engines()), timeout=20, what="the first stream running")
+    r = g.post("/v1/completions", greedy("late", 4), timeout=30)
+    assert r.status_code == 503, r.text
+    err = r.json()["error"]
+    assert err["type"] == "overloaded" and "--queue-timeout" in err["message"], err
+    assert 1 <= int(r.headers["Retry-After"]) < 60
+    for s in streams:
+        s.close()
