@@ -44,6 +44,7 @@ import difflib
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -848,7 +849,8 @@ def write_report(args, command, report):
 One run on {m['cores']} cores ({m['cpu']}, {m['memory']}), Debian {m['debian']}, kernel {m['kernel']},
 {m['redis']}, Python {m['python']}; {report['priority']}. Load average {report['loadavg_start']} at the start,
 {report['loadavg_end']} at the end (the machine is shared: other jobs ran during the run). The whole run took
-{report['wall_s']:.0f} s. Binary: sha256 {report['binary']['sha256'][:16]}…, built {report['binary']['modified']}. Model `{args.model_dir}`, every engine `--device virt:0=64MiB --threads {args.threads}`.
+{report['wall_s']:.0f} s. Binary: {args.binary_note + ', ' if args.binary_note else ''}sha256 {report['binary']['sha256'][:16]}…,
+built {report['binary']['modified']}. Model `{args.model_dir}`, every engine `--device virt:0=64MiB --threads {args.threads}`.
 Redis runs on a loopback port with persistence off, except in fault (c).
 
 ## 1. Goodput over engines (one Redis, one gateway)
@@ -964,10 +966,11 @@ def main():
     ap.add_argument("--fault-streams", type=int, default=8)
     ap.add_argument("--fault-tokens", type=int, default=96)
     ap.add_argument("--outage", type=float, default=1.0, help="seconds Redis stays down in fault (c)")
+    ap.add_argument("--binary-note", default="", help="for the report: where the binary comes from (e.g. its commit)")
     ap.add_argument("--nice", type=int, default=-5)
     ap.add_argument("--out", default="bench/reports/redis-queue")
     args = ap.parse_args()
-    command = "/usr/bin/python3 bench/redis_queue.py " + " ".join(sys.argv[1:])
+    command = "/usr/bin/python3 bench/redis_queue.py " + shlex.join(sys.argv[1:])
     prio = raise_priority(args.nice)
 
     def on_signal(sig, frame):
