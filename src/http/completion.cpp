@@ -253,6 +253,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     const Usage& usage = out.finished ? out.finished->usage : out.failed->usage;
     const Timings& t = out.finished ? out.finished->timings : out.failed->timings;
     log.completion_tokens = usage.completion_tokens;
+    if (log.prompt_tokens == 0) log.prompt_tokens = usage.prompt_tokens;  // a service that learns it late
     log.queue_ms = std::max(t.queue_ms, out.queue_ms);
     log.prefill_ms = t.prefill_ms;
     log.decode_ms = t.decode_ms;

@@ -55,6 +55,8 @@ struct QueueService::Engine {
   std::vector<ModelInfo> models;
   AdmissionState admission;
   bool ready = false;
+  bool stale = false;  // no registration for --engine-stale: listed, never used
+  double started_at = 0;
   std::int64_t at_ms = 0;
 };
 
@@ -103,6 +105,11 @@ double QueueService::retry_after_s(std::int64_t waiting) const {
   return std::clamp(guess, 1.0, 59.0);
 }
 
+std::string QueueService::alive_ms() const {
+  return std::to_string(std::max<std::int64_t>(
+      1500, 6 * std::chrono::duration_cast<std::chrono::milliseconds>(options_.heartbeat).count()));
+}
+
 void QueueService::count(const char* kind, double n) {
   if (options_.metrics && n > 0) options_.metrics->count_queue_event(kind, n);
 }
@@ -113,6 +120,7 @@ void QueueService::sample_depth() {
   {
     std::lock_guard lk(mu_);
     for (const Engine& e : engines_) {
+      if (e.stale) continue;
       std::int64_t budget = 0;
       for (const DeviceState& d : e.admission.devices) budget = std::max(budget, d.budget_bytes);
       for (const ModelInfo& m : e.models) {
@@ -187,11 +195,12 @@ QueueService::~QueueService() { shutdown(); }
 Status QueueService::add(Req& r, std::int64_t* waiting) {
   const SharedQueueKeys& k = options_.keys;
   auto reply = eval_sync(*client_, kAddScript,
-                         {r.stream, k.request(r.model, r.rid), k.ids(r.model, r.rid), k.waiting(r.model), k.bell(r.model)},
+                         {r.stream, k.request(r.model, r.rid), k.ids(r.model, r.rid), k.waiting(r.model), k.bell(r.model),
+                          k.alive(options_.gateway_id)},
                          {std::to_string(r.cost_bytes), r.rid, options_.gateway_id,
                           json::serialize(wire::encode(r.request)), std::to_string(kRequestTtlMs),
                           std::to_string(r.cost_class), std::to_string(r.epoch), format_ids(r.delivered),
-                          r.prompt_sent ? "1" : "0", r.output_sent ? "1" : "0", k.group},
+                          r.prompt_sent ? "1" : "0", r.output_sent ? "1" : "0", k.group, alive_ms()},
                          options_.command_timeout);
   if (!reply.ok()) return reply.error();
   const auto* a = reply->as_array();
@@ -213,6 +222,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
     if (draining_ || stopping_) return overloaded("server is shutting down", 1);
     const ModelInfo* info = nullptr;
     for (const Engine& e : engines_) {
+      if (e.stale) continue;
       for (const ModelInfo& m : e.models) {
         if ((request.model.empty() && info == nullptr) || m.id == request.model) {
           if (info == nullptr) info = &m;
@@ -445,6 +455,9 @@ void QueueService::refresh_registry() {
       e.pid = o.at("pid").to_number<std::int64_t>();
       e.at_ms = o.at("at_ms").to_number<std::int64_t>();
       e.ready = o.at("ready").as_bool();
+      if (const json::value* st = o.if_contains("started_at"); st && st->is_number()) {
+        e.started_at = st->to_number<double>();
+      }
       for (const json::value& d : o.at("devices").as_array()) e.devices.emplace_back(d.as_string());
       for (const json::value& m : o.at("models").as_array()) {
         auto info = wire::decode_model_info(m);
@@ -476,7 +489,10 @@ void QueueService::refresh_registry() {
       client_->command({"HDEL", options_.keys.engines(), *id}, [](Result<RedisValue>) {});
       continue;
     }
-    if (now - e.at_ms > stale) continue;
+    if (now - e.at_ms > stale) {
+      e.ready = false;
+      e.stale = true;
+    }
     fresh.push_back(std::move(e));
   }
   std::sort(fresh.begin(), fresh.end(), [](const Engine& a, const Engine& b) { return a.id < b.id; });
@@ -553,6 +569,15 @@ void QueueService::verify_requests(TimePoint now) {
       if (reqs_.find(r->rid) == reqs_.end()) continue;  // its answer arrived
       copy = *r;
     }
+    if (copy.request.n > 1 && copy.output_sent) {
+      // Its choices cannot resume after their output began (as after an engine crash).
+      finish(r, FailedEvent{overloaded("the shared queue lost the request after its output began, and a request "
+                                       "with n > 1 cannot be resumed: retry it",
+                                       1),
+                            {}, {}});
+      continue;
+    }
+    if (copy.request.n > 1) copy.delivered.clear();
     // Above any epoch an engine may still hold without having written: its
     // late events are then refused, whatever it does.
     copy.epoch += 1000;
@@ -625,14 +650,24 @@ void QueueService::expire_waiting(TimePoint now) {
 }
 
 void QueueService::monitor_loop() {
-  const std::string alive_ms = std::to_string(std::max<std::int64_t>(
-      1500, 6 * std::chrono::duration_cast<std::chrono::milliseconds>(options_.heartbeat).count()));
+  const std::string alive = alive_ms();
   std::uint64_t beats = 0;
+  bool was_connected = client_->connected();
   while (!stopping_) {
-    if (client_->connected()) {
-      client_->command({"SET", options_.keys.alive(options_.gateway_id), "1", "PX", alive_ms}, [](Result<RedisValue>) {});
-      client_->command({"PEXPIRE", options_.keys.reply(options_.gateway_id), std::to_string(kRequestTtlMs)},
-                       [](Result<RedisValue>) {});
+    const bool connected = client_->connected();
+    if (connected != was_connected) {
+      if (connected) {
+        spdlog::info("queue: Redis at {} answers again", client_->endpoint());
+      } else {
+        spdlog::warn("queue: lost Redis at {}: {}; new requests get 503 until it answers", client_->endpoint(),
+                     client_->last_error().message);
+      }
+      was_connected = connected;
+    }
+    if (connected) {
+      client_->command({"SET", options_.keys.alive(options_.gateway_id), "1", "PX", alive}, [](Result<RedisValue>) {});
+      // A dead gateway's reply stream goes soon after it (engines stop writing to it).
+      client_->command({"PEXPIRE", options_.keys.reply(options_.gateway_id), "30000"}, [](Result<RedisValue>) {});
       refresh_registry();
       check_run_id();
       expire_waiting(Clock::now());
@@ -650,6 +685,7 @@ std::vector<ModelInfo> QueueService::models() const {
   std::vector<ModelInfo> out;
   std::lock_guard lk(mu_);
   for (const Engine& e : engines_) {
+    if (e.stale) continue;
     for (const ModelInfo& m : e.models) {
       if (std::none_of(out.begin(), out.end(), [&](const ModelInfo& o) { return o.id == m.id; })) out.push_back(m);
     }
@@ -681,6 +717,7 @@ AdmissionState QueueService::admission_state() const {
   std::lock_guard lk(mu_);
   st.policy = "shared queue";
   for (const Engine& e : engines_) {
+    if (e.stale) continue;
     const AdmissionState& a = e.admission;
     if (st.policy == "shared queue" && !a.policy.empty()) st.policy = "shared queue, " + a.policy;
     for (DeviceState d : a.devices) {
@@ -722,7 +759,8 @@ std::vector<EngineInfo> QueueService::engine_processes() const {
     for (const std::string& d : e.devices) info.device += (info.device.empty() ? "" : ",") + d;
     for (const ModelInfo& m : e.models) info.models.push_back(m.id);
     info.pid = e.pid;
-    info.state = e.ready ? "ready" : "not_ready";
+    info.state = e.stale ? "stale" : e.ready ? "ready" : "not_ready";
+    info.started_at = e.started_at;
     info.host = e.host;
     info.running = e.admission.running;
     for (const DeviceState& d : e.admission.devices) {
@@ -730,7 +768,12 @@ std::vector<EngineInfo> QueueService::engine_processes() const {
       info.free_budget_bytes = std::max(info.free_budget_bytes.value_or(0), budget - d.reserved_bytes);
     }
     info.last_heartbeat_s = static_cast<double>(now - e.at_ms) / 1000.0;
-    if (!e.ready) info.reason = "the engine reports it is not ready";
+    if (e.stale) {
+      info.reason = "no registration for " + std::to_string(info.last_heartbeat_s.value_or(0)) +
+                    " s: stopped, stalled or cut off from Redis (its requests are claimed after --claim-idle)";
+    } else if (!e.ready) {
+      info.reason = "the engine reports it is not ready";
+    }
     out.push_back(std::move(info));
   }
   return out;

@@ -61,7 +61,7 @@ class QueueService final : public Service {
     double queue_timeout_s = 30;     ///< longest a request waits for an engine to take it (then 503)
     double request_timeout_s = 300;  ///< a request with no answer this long after it was added fails (504)
     /// An engine registration older than this is not counted (not ready, its models not offered).
-    Duration engine_stale = std::chrono::seconds(3);
+    Duration engine_stale = std::chrono::seconds(1);
     std::string gateway_id;  ///< unique per process; part of key names (valid_queue_id)
     SharedQueueKeys keys{};
     Service* local = nullptr;  ///< tensor models, and the supervised engines in /v1/engines; may be null
@@ -112,6 +112,8 @@ class QueueService final : public Service {
   /// The queue gauges: entries per model and class, waiting per model.
   void sample_depth();
   void count(const char* kind, double n = 1);
+  /// How long the gateway's alive key lives after each refresh (ms, as text).
+  std::string alive_ms() const;
   /// Retry-After for a request refused while `waiting` wait: the shared
   /// queue over the measured drain rate of every engine, in [1, 59] s.
   double retry_after_s(std::int64_t waiting) const;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/json.hpp>
@@ -45,90 +46,175 @@ bool contains_text(const CompletionRequest& r, const std::string& needle) {
 struct QueueWorker::Held {
   std::string model;
   std::string rid;
+  std::string request_id;  // its X-Request-Id, for logs
   std::string gateway;
   std::string stream;
   std::string entry;
   std::int64_t epoch = 0;
   bool poison = false;
+
+  /// An event waiting to be written.
+  struct Out {
+    std::string event;  // JSON
+    std::string ids;    // "id,id," of choice 0 it adds
+    std::string flags;  // "p", "o", "t" (see kEmitScript)
+  };
   std::mutex mu;
-  std::shared_ptr<RequestHandle> handle;  // guarded by mu
-  bool stopped = false;                   // guarded by mu: fenced, cancelled or lost: emit nothing more
+  std::shared_ptr<RequestHandle> handle;    // guarded by mu
+  bool stopped = false;                     // guarded by mu: fenced, cancelled or lost: write nothing more
+  bool terminal_pushed = false;             // guarded by mu: its last event is in the outbox (or written)
+  std::deque<Out> outbox;                   // guarded by mu: events not yet written, in order
+  std::size_t in_flight = 0;                // guarded by mu: events of the outbox's head being written
+  std::int64_t next_seq = 1;                // guarded by mu: sequence number of outbox.front()
+  std::optional<TimePoint> gateway_missing; // guarded by mu: since when its gateway's alive key is missing
 };
 
 namespace {
 
-/// Sends a held request's events through the fenced EMIT script.
+/// Pushes a held request's events into its outbox (QueueWorker::send writes them).
 class QueueSink final : public EventSink {
  public:
-  using OnStop = std::function<void(const std::shared_ptr<QueueWorker::Held>&, const std::string&)>;
-  QueueSink(RedisClient& client, const SharedQueueKeys& keys, Duration timeout,
-            std::shared_ptr<QueueWorker::Held> held, OnStop on_stop)
-      : client_(client), keys_(keys), timeout_(timeout), held_(std::move(held)), on_stop_(std::move(on_stop)) {}
-
-  void push(EngineEvent event) override {
-    const bool terminal = is_terminal(event);
-    if (held_->poison && std::holds_alternative<StartedEvent>(event)) {
-      spdlog::error("test hook --test-crash-on-prompt: request {} started; aborting the engine process", held_->rid);
-      std::abort();
-    }
-    bool stopped = false;
-    {
-      std::lock_guard lk(held_->mu);
-      stopped = held_->stopped;
-    }
-    if (stopped) {
-      if (terminal) on_stop_(held_, "");
-      return;
-    }
-    std::string ids;
-    bool prompt = false;
-    bool out = false;
-    if (const auto* t = std::get_if<TextEvent>(&event)) {
-      if (t->choice == 0) ids = format_ids(t->token_ids);
-      out = !t->text.empty() || !t->token_ids.empty();
-    } else if (std::holds_alternative<PromptEvent>(event)) {
-      prompt = true;
-    }
-    const QueueWorker::Held& h = *held_;
-    RedisClient::Args keys{keys_.request(h.model, h.rid), keys_.ids(h.model, h.rid), keys_.reply(h.gateway),
-                           keys_.alive(h.gateway), h.stream};
-    RedisClient::Args args{std::to_string(h.epoch),
-                           json::serialize(wire::encode(event)),
-                           std::move(ids),
-                           prompt ? "1" : "0",
-                           std::to_string(kRequestTtlMs),
-                           std::to_string(kReplyMaxLen),
-                           h.rid,
-                           terminal ? "1" : "0",
-                           keys_.group,
-                           h.entry,
-                           out ? "1" : "0"};
-    eval_async(client_, kEmitScript, std::move(keys), std::move(args), timeout_,
-               [held = held_, on_stop = on_stop_, terminal](Result<RedisValue> r) {
-                 std::string why;
-                 if (!r) {
-                   why = "an event could not be written (" + r.error().message + ")";
-                 } else if (auto v = r->as_integer(); !v || *v != 1) {
-                   const std::int64_t code = v.value_or(0);
-                   why = code == -1   ? "cancelled, or its gateway is gone"
-                         : code == -2 ? "it is no longer in Redis"
-                         : code == -3 ? "another engine took it over"
-                                      : "unexpected reply " + r->debug_string();
-                 }
-                 if (!why.empty()) on_stop(held, why);
-                 if (terminal) on_stop(held, "");
-               });
-  }
+  QueueSink(QueueWorker* worker, std::shared_ptr<QueueWorker::Held> held) : worker_(worker), held_(std::move(held)) {}
+  void push(EngineEvent event) override { worker_->enqueue(held_, std::move(event)); }
 
  private:
-  RedisClient& client_;
-  const SharedQueueKeys& keys_;
-  Duration timeout_;
+  QueueWorker* worker_;
   std::shared_ptr<QueueWorker::Held> held_;
-  OnStop on_stop_;
 };
 
 }  // namespace
+
+void QueueWorker::enqueue(const std::shared_ptr<Held>& h, EngineEvent event) {
+  const bool terminal = is_terminal(event);
+  if (h->poison && std::holds_alternative<StartedEvent>(event)) {
+    spdlog::error("test hook --test-crash-on-prompt: request {} started; aborting the engine process", h->rid);
+    std::abort();
+  }
+  Held::Out out;
+  if (const auto* t = std::get_if<TextEvent>(&event)) {
+    if (t->choice == 0) out.ids = format_ids(t->token_ids);
+    if (!t->text.empty() || !t->token_ids.empty()) out.flags += 'o';
+  } else if (std::holds_alternative<PromptEvent>(event)) {
+    out.flags += 'p';
+  }
+  if (terminal) out.flags += 't';
+  out.event = json::serialize(wire::encode(event));
+  bool send_now = false;
+  bool forget = false;
+  {
+    std::lock_guard lk(h->mu);
+    if (h->terminal_pushed) return;
+    if (terminal) h->terminal_pushed = true;
+    if (h->stopped) {
+      forget = terminal;
+    } else {
+      h->outbox.push_back(std::move(out));
+      send_now = h->in_flight == 0;
+    }
+  }
+  if (forget) release(h);
+  if (send_now) send(h);
+}
+
+void QueueWorker::release(const std::shared_ptr<Held>& h) {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(h->rid);
+  if (it != held_.end() && it->second == h) held_.erase(it);
+}
+
+void QueueWorker::stop_held(const std::shared_ptr<Held>& h, const std::string& why) {
+  std::shared_ptr<RequestHandle> handle;
+  {
+    std::lock_guard lk(h->mu);
+    if (h->stopped) return;
+    h->stopped = true;
+    h->outbox.clear();
+    handle = h->handle;
+  }
+  spdlog::info("queue: stopping request {} ({}): {}", h->rid, h->request_id, why);
+  {
+    std::lock_guard lk(mu_);
+    ++stats_.fenced;
+  }
+  release(h);
+  if (handle) handle->cancel();
+}
+
+void QueueWorker::send(const std::shared_ptr<Held>& h) {
+  RedisClient::Args args;
+  std::size_t n = 0;
+  {
+    std::lock_guard lk(h->mu);
+    if (h->stopped || h->in_flight != 0 || h->outbox.empty()) return;
+    n = std::min<std::size_t>(h->outbox.size(), 64);
+    h->in_flight = n;
+    args = {std::to_string(h->epoch),
+            std::to_string(h->next_seq),
+            std::to_string(kRequestTtlMs),
+            std::to_string(kReplyMaxLen),
+            h->rid,
+            options_.keys.group,
+            h->entry,
+            std::to_string(n)};
+    for (std::size_t i = 0; i < n; ++i) {
+      const Held::Out& o = h->outbox[i];
+      args.push_back(o.event);
+      args.push_back(o.ids);
+      args.push_back(o.flags);
+    }
+  }
+  RedisClient::Args keys{options_.keys.request(h->model, h->rid), options_.keys.ids(h->model, h->rid),
+                         options_.keys.reply(h->gateway), options_.keys.alive(h->gateway), h->stream};
+  eval_async(*client_, kEmitScript, std::move(keys), std::move(args), options_.command_timeout,
+             [this, h, n](Result<RedisValue> r) { on_sent(h, n, std::move(r)); });
+}
+
+void QueueWorker::on_sent(const std::shared_ptr<Held>& h, std::size_t n, Result<RedisValue> r) {
+  if (!r) {
+    // Redis did not answer (or the connection went): the batch may or may
+    // not have been written. It is sent again once Redis answers, and the
+    // sequence numbers skip what was.
+    std::lock_guard lk(h->mu);
+    h->in_flight = 0;
+    return;
+  }
+  const std::int64_t code = r->as_integer().value_or(0);
+  if (code == -5) {
+    bool give_up = false;
+    {
+      std::lock_guard lk(h->mu);
+      h->in_flight = 0;
+      const TimePoint now = Clock::now();
+      if (!h->gateway_missing) h->gateway_missing = now;
+      give_up = now - *h->gateway_missing > options_.gateway_grace;
+    }
+    if (give_up) stop_held(h, "its gateway is gone");
+    return;
+  }
+  if (code != 1) {
+    stop_held(h, code == -1   ? "cancelled"
+                 : code == -2 ? "it is no longer in Redis"
+                 : code == -3 ? "another engine took it over"
+                 : code == -4 ? "its earlier events are missing"
+                              : "unexpected reply " + r->debug_string());
+    return;
+  }
+  bool done = false;
+  bool more = false;
+  {
+    std::lock_guard lk(h->mu);
+    for (std::size_t i = 0; i < n && !h->outbox.empty(); ++i) {
+      if (h->outbox.front().flags.find('t') != std::string::npos) done = true;
+      h->outbox.pop_front();
+    }
+    h->next_seq += static_cast<std::int64_t>(n);
+    h->in_flight = 0;
+    h->gateway_missing.reset();
+    more = !done && !h->outbox.empty();
+  }
+  if (done) release(h);
+  if (more) send(h);
+}
 
 Status check_credentials(const RedisUrl& url, Duration timeout) {
   boost::asio::io_context io;
@@ -149,7 +235,10 @@ Status check_credentials(const RedisUrl& url, Duration timeout) {
   return Status::Ok();
 }
 
-QueueWorker::QueueWorker(Options options, Service& service) : options_(std::move(options)), service_(service) {}
+QueueWorker::QueueWorker(Options options, Service& service)
+    : options_(std::move(options)),
+      service_(service),
+      started_at_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
 Result<std::unique_ptr<QueueWorker>> QueueWorker::start(Options options, Service& service) {
   if (!valid_queue_id(options.engine_id)) return Error(ErrorCode::kConfig, "queue: bad engine id " + options.engine_id);
@@ -173,6 +262,7 @@ Result<std::unique_ptr<QueueWorker>> QueueWorker::start(Options options, Service
     w->stop();
     return st.error();
   }
+  w->was_connected_ = st.ok();
   if (st.ok()) {
     spdlog::info("Redis mode: engine {} pulls from the shared queue at {}", w->options_.engine_id,
                  w->client_->endpoint());
@@ -246,7 +336,13 @@ void QueueWorker::pull_loop() {
       continue;
     }
     const TimePoint now = Clock::now();
-    if (now - last_claim_ >= options_.claim_idle / 2) {
+    // After (re)connecting, claim nothing for one claim-idle: the holders of
+    // what looks idle (Redis was away) keep their claims alive by then.
+    if (const std::uint64_t connects = client_->stats().connects; connects != connects_seen_) {
+      connects_seen_ = connects;
+      no_claims_until_ = now + options_.claim_idle;
+    }
+    if (now >= no_claims_until_ && now - last_claim_ >= options_.claim_idle / 2) {
       last_claim_ = now;
       claim_round(free_bytes);
     }
@@ -350,24 +446,24 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     dead_letter(model, e, "the entry has no valid rid or gw field");
     return;
   }
-  const std::string* rid = e.field("rid");
-  const std::string* gw = e.field("gw");
+  auto held = std::make_shared<Held>();
+  held->model = model;
+  held->rid = *e.field("rid");
+  held->gateway = *e.field("gw");
+  held->stream = e.stream;
+  held->entry = e.id;
+  held->epoch = e.epoch;
+  held->next_seq = e.seq + 1;
+  {
+    std::lock_guard lk(mu_);
+    held_[held->rid] = held;
+  }
+  // Ends the request with `error` (written under this take's epoch).
+  auto fail = [&](Error error) { enqueue(held, FailedEvent{std::move(error), {}, {}}); };
   const std::string* body = e.field("req");
-  auto stop_entry = [&](const std::string& why) {
-    // Tell its gateway (under the epoch this take holds), then drop it.
-    auto held = std::make_shared<Held>();
-    held->model = model;
-    held->rid = *rid;
-    held->gateway = *gw;
-    held->stream = e.stream;
-    held->entry = e.id;
-    held->epoch = e.epoch;
-    QueueSink sink(*client_, options_.keys, options_.command_timeout, held,
-                   [](const std::shared_ptr<Held>&, const std::string&) {});
-    sink.push(FailedEvent{Error(ErrorCode::kInvalidRequest, why), {}, {}});
-  };
   if (body == nullptr) {
     dead_letter(model, e, "the entry has no req field");
+    fail(Error(ErrorCode::kInvalidRequest, "the request in the shared queue has no body"));
     return;
   }
   Result<CompletionRequest> req = Error(ErrorCode::kInvalidRequest, "not JSON");
@@ -379,46 +475,28 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
   }
   if (!req.ok()) {
     dead_letter(model, e, "the request is invalid: " + req.error().message);
-    stop_entry("the request in the shared queue is invalid: " + req.error().message);
+    fail(Error(ErrorCode::kInvalidRequest, "the request in the shared queue is invalid: " + req.error().message));
     return;
   }
+  held->request_id = req->request_id;
   auto ids = parse_ids(e.ids, 1u << 20);
   if (!ids.ok()) {
     dead_letter(model, e, "its sent tokens are invalid: " + ids.error().message);
-    stop_entry("the request's sent tokens in the shared queue are invalid");
+    fail(Error(ErrorCode::kInternal, "the request's sent tokens in the shared queue are invalid"));
     return;
   }
-  if (claimed && e.output_sent && req->n > 1) {
-    auto held = std::make_shared<Held>();
-    held->model = model;
-    held->rid = *rid;
-    held->gateway = *gw;
-    held->stream = e.stream;
-    held->entry = e.id;
-    held->epoch = e.epoch;
-    QueueSink sink(*client_, options_.keys, options_.command_timeout, held,
-                   [](const std::shared_ptr<Held>&, const std::string&) {});
-    sink.push(FailedEvent{Error(ErrorCode::kEngineCrashed,
-                                "the engine running this request stopped after its output began, and a request with "
-                                "n > 1 cannot be resumed"),
-                          {}, {}});
+  if (e.output_sent && req->n > 1) {
+    fail(Error(ErrorCode::kEngineCrashed,
+               "the engine running this request stopped after its output began, and a request with n > 1 cannot be "
+               "resumed"));
     return;
   }
   req->model = model;
   req->resume_tokens = std::move(ids).value();
   req->resume_prompt_sent = e.prompt_sent;
-
-  auto held = std::make_shared<Held>();
-  held->model = model;
-  held->rid = *rid;
-  held->gateway = *gw;
-  held->stream = e.stream;
-  held->entry = e.id;
-  held->epoch = e.epoch;
   held->poison = contains_text(*req, options_.crash_on_prompt);
   {
     std::lock_guard lk(mu_);
-    held_[*rid] = held;
     if (claimed) {
       ++stats_.claimed;
     } else {
@@ -426,31 +504,13 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     }
   }
   if (claimed) {
-    spdlog::info("queue: claimed request {} of {} (delivery {}, epoch {}); resuming after {} tokens", *rid, model,
-                 e.deliveries, e.epoch, req->resume_tokens.size());
+    spdlog::info("queue: claimed request {} ({}) of {} (delivery {}, epoch {}); resuming after {} tokens", held->rid,
+                 held->request_id, model, e.deliveries, e.epoch, req->resume_tokens.size());
   }
-  auto on_stop = [this](const std::shared_ptr<Held>& h, const std::string& why) {
-    std::shared_ptr<RequestHandle> handle;
-    {
-      std::lock_guard lk(h->mu);
-      if (!why.empty() && !h->stopped) {
-        h->stopped = true;
-        handle = h->handle;
-        spdlog::info("queue: stopping request {}: {}", h->rid, why);
-      }
-    }
-    {
-      std::lock_guard lk(mu_);
-      if (!why.empty()) ++stats_.fenced;
-      auto it = held_.find(h->rid);
-      if (it != held_.end() && it->second == h) held_.erase(it);
-    }
-    if (handle) handle->cancel();
-  };
-  auto sink = std::make_shared<QueueSink>(*client_, options_.keys, options_.command_timeout, held, on_stop);
+  auto sink = std::make_shared<QueueSink>(this, held);
   Result<Submission> sub = service_.submit(*req, sink);
   if (!sub.ok()) {
-    sink->push(FailedEvent{std::move(sub).error(), {}, {}});
+    fail(std::move(sub).error());
     return;
   }
   bool cancel = false;
@@ -465,7 +525,7 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
   }
   // Queued here: the gateway learns that an engine accepted it (a stream's
   // headers go out, and it no longer counts toward --queue-timeout).
-  if (sub->queue_position > 0) sink->push(QueuedEvent{sub->queue_position});
+  if (sub->queue_position > 0) enqueue(held, QueuedEvent{sub->queue_position});
 }
 
 void QueueWorker::heartbeat_loop() {
@@ -477,7 +537,17 @@ void QueueWorker::heartbeat_loop() {
 }
 
 void QueueWorker::heartbeat() {
-  if (!client_->connected()) return;
+  const bool connected = client_->connected();
+  if (connected != was_connected_) {
+    if (connected) {
+      spdlog::info("queue: Redis at {} answers again; pulling", client_->endpoint());
+    } else {
+      spdlog::warn("queue: lost Redis at {}: {}; finishing what is held, pulling again once it answers",
+                   client_->endpoint(), client_->last_error().message);
+    }
+    was_connected_ = connected;
+  }
+  if (!connected) return;
   // Registration: what /v1/engines of every gateway shows, and the models
   // gateways accept requests for.
   AdmissionState st = service_.admission_state();
@@ -496,6 +566,7 @@ void QueueWorker::heartbeat() {
                    {"models", std::move(models)},
                    {"admission", wire::encode(st)},
                    {"ready", service_.ready()},
+                   {"started_at", started_at_},
                    {"at_ms", now_ms}};
   {
     std::lock_guard lk(mu_);
@@ -514,6 +585,8 @@ void QueueWorker::heartbeat() {
     for (auto& [rid, h] : held_) held.push_back(h);
   }
   if (held.empty()) return;
+  // Events a lost reply left unwritten go out again now that Redis answers.
+  for (const auto& h : held) send(h);
   RedisClient::Args keys;
   RedisClient::Args args{options_.keys.group, options_.engine_id};
   for (const auto& h : held) {
@@ -527,24 +600,29 @@ void QueueWorker::heartbeat() {
   if (!r.ok()) return;
   const auto* a = r->as_array();
   if (a == nullptr || a->size() != held.size()) return;
+  const TimePoint now = Clock::now();
   for (std::size_t i = 0; i < held.size(); ++i) {
-    if ((*a)[i].as_integer().value_or(1) != 0) continue;
-    std::shared_ptr<RequestHandle> handle;
+    const std::int64_t v = (*a)[i].as_integer().value_or(1);
+    const std::shared_ptr<Held>& h = held[i];
+    bool stop = false;
+    std::string why;
     {
-      std::lock_guard lk(held[i]->mu);
-      if (held[i]->stopped) continue;
-      held[i]->stopped = true;
-      handle = held[i]->handle;
+      std::lock_guard lk(h->mu);
+      if (h->stopped || h->terminal_pushed) continue;  // ending anyway (its hash may be gone already)
+      if (v == 0) {
+        stop = true;
+        why = "cancelled, taken over by another engine, or no longer in Redis";
+      } else if (v == 2) {
+        if (!h->gateway_missing) h->gateway_missing = now;
+        if (now - *h->gateway_missing > options_.gateway_grace) {
+          stop = true;
+          why = "its gateway is gone";
+        }
+      } else {
+        h->gateway_missing.reset();
+      }
     }
-    spdlog::info("queue: stopping request {}: cancelled, taken over by another engine, or its gateway is gone",
-                 held[i]->rid);
-    {
-      std::lock_guard lk(mu_);
-      ++stats_.fenced;
-      auto it = held_.find(held[i]->rid);
-      if (it != held_.end() && it->second == held[i]) held_.erase(it);
-    }
-    if (handle) handle->cancel();
+    if (stop) stop_held(h, why);
   }
 }
 

@@ -19,7 +19,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +52,9 @@ class QueueWorker {
     Duration heartbeat = std::chrono::milliseconds(250);
     /// A request whose holder has not touched it for this long is claimed.
     Duration claim_idle = std::chrono::seconds(2);
+    /// A held request whose gateway's alive key stays missing this long is
+    /// stopped (its gateway died); shorter gaps (a Redis restart) are waited out.
+    Duration gateway_grace = std::chrono::seconds(3);
     /// A request claimed after this many of its engines crashed or stalled
     /// is dead-lettered instead (its client gets engine_crashed).
     int max_crash_retries = 2;
@@ -82,8 +87,17 @@ class QueueWorker {
   bool connected() const;
 
   struct Held;
+  /// Appends `event` to the request's outbox and writes it (QueueSink::push). Any thread.
+  void enqueue(const std::shared_ptr<Held>& held, EngineEvent event);
 
  private:
+  /// Writes the head of the outbox (one batch in flight per request).
+  void send(const std::shared_ptr<Held>& held);
+  void on_sent(const std::shared_ptr<Held>& held, std::size_t n, Result<RedisValue> reply);
+  /// Stops a request that is no longer this engine's (cancels it here, writes nothing more).
+  void stop_held(const std::shared_ptr<Held>& held, const std::string& why);
+  /// Forgets a request whose last event was written (or that was stopped).
+  void release(const std::shared_ptr<Held>& held);
   QueueWorker(Options options, Service& service);
   void pull_loop();
   void heartbeat_loop();
@@ -111,6 +125,10 @@ class QueueWorker {
   std::map<std::string, std::shared_ptr<Held>> held_;     // guarded by mu_: rid -> what this engine runs
   Stats stats_{};                                         // guarded by mu_
   TimePoint last_claim_{};                                // pull thread only
+  bool was_connected_ = false;                            // heartbeat thread (after start)
+  double started_at_ = 0;                                 // unix seconds
+  std::uint64_t connects_seen_ = 0;                       // pull thread only: RedisClient connects
+  TimePoint no_claims_until_{};                           // pull thread only: a grace after (re)connecting
 };
 
 }  // namespace vg::queue

@@ -134,6 +134,11 @@ Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::v
     if (k == nullptr || val == nullptr) return bad();
     e.fields.emplace_back(*k, *val);
   }
+  if (a->size() >= 10) {
+    auto seq = as_int((*a)[9]);
+    if (!seq) return bad();
+    e.seq = *seq;
+  }
   if (a->size() >= 9) {
     auto epoch = as_int((*a)[4]);
     const std::string* ids = (*a)[5].as_string();
@@ -150,12 +155,15 @@ Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::v
   return std::optional<TakenEntry>(std::move(e));
 }
 
-// ADD. KEYS: class stream, request hash, its ids, waiting counter, bell.
-// ARGV: cost, rid, gateway, request (JSON), ttl ms, class, epoch base, ids
-// sent so far, prompt sent (0/1), output sent (0/1), group.
+// ADD. KEYS: class stream, request hash, its ids, waiting counter, bell,
+// the gateway's alive key. ARGV: cost, rid, gateway, request (JSON), ttl ms,
+// class, epoch base, ids sent so far, prompt sent (0/1), output sent (0/1),
+// group, alive ms (the add also refreshes the gateway's alive key, so an
+// entry is never added under a lapsed one).
 // Returns {1, waiting, entry id}; {0, waiting} when the request is already
 // there (a re-add after a Redis restart that kept its data).
 const char kAddScript[] = R"lua(
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[12])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, tonumber(redis.call('GET', KEYS[4]) or '0')}
 end
@@ -204,8 +212,9 @@ for i, key in ipairs(KEYS) do
     local n = redis.call('HINCRBY', h, 'epoch', 1)
     if s[2] == '0' then redis.call('DECR', ARGV[3] .. ':waiting') end
     redis.call('HSET', h, 'taken', 1)
-    local fl = redis.call('HMGET', h, 'sent', 'out')
-    return {i - 1, id, f, 'ok', n, redis.call('GET', h .. ':ids') or '', fl[1] or '0', fl[2] or '0', 1}
+    local fl = redis.call('HMGET', h, 'sent', 'out', 'seq')
+    return {i - 1, id, f, 'ok', n, redis.call('GET', h .. ':ids') or '', fl[1] or '0', fl[2] or '0', 1,
+            tonumber(fl[3] or '0')}
   end
 end
 return false
@@ -234,7 +243,7 @@ for i, key in ipairs(KEYS) do
     local d = 1
     if p[1] ~= nil then d = p[1][4] end
     local h = ARGV[4] .. ':r:' .. rid
-    local s = redis.call('HMGET', h, 'epoch', 'cancel', 'sent', 'out')
+    local s = redis.call('HMGET', h, 'epoch', 'cancel', 'sent', 'out', 'seq')
     if s[1] == false or s[2] == '1' or redis.call('EXISTS', ARGV[5] .. ':gw:' .. gw .. ':alive') == 0 then
       redis.call('XACK', key, ARGV[1], id)
       redis.call('XDEL', key, id)
@@ -253,45 +262,65 @@ for i, key in ipairs(KEYS) do
       return {i - 1, id, f, 'dead', n, '', '0', '0', d}
     end
     redis.call('HSET', h, 'taken', 1)
-    return {i - 1, id, f, 'ok', n, redis.call('GET', h .. ':ids') or '', s[3] or '0', s[4] or '0', d}
+    return {i - 1, id, f, 'ok', n, redis.call('GET', h .. ':ids') or '', s[3] or '0', s[4] or '0', d,
+            tonumber(s[5] or '0')}
   end
 end
 return false
 )lua";
 
-// EMIT. KEYS: request hash, its ids, the gateway's reply stream, the
-// gateway's alive key, the class stream. ARGV: epoch, event (JSON), ids to
-// append ("" none), prompt sent (0/1), ttl ms, reply length bound, rid,
-// terminal (0/1), group, entry id, output sent (0/1). Writes the event only
-// under the epoch: 1 written (a terminal one also acknowledges and removes
-// the request); -1 cancelled or its gateway is gone (a terminal one then
-// removes it); -2 the request is gone (finished, or Redis lost it); -3
-// another delivery holds it.
+// EMIT (a batch of one request's events, in order). KEYS: request hash,
+// its ids, the gateway's reply stream, the gateway's alive key, the class
+// stream. ARGV: epoch, sequence number of the first event (1-based over the
+// request's life, across deliveries), ttl ms, reply length bound, rid,
+// group, entry id, count, then per event: the event (JSON), the ids it
+// adds ("" none), flags ("p" prompt logprobs sent, "o" output sent, "t"
+// terminal). Events already written (a retry after a lost reply) are
+// skipped, so a batch may be sent again safely. Returns 1 written (a
+// terminal one also acknowledges and removes the request); -1 cancelled (a
+// terminal one then removes it); -2 the request is gone (finished, or Redis
+// lost it); -3 another delivery holds it; -4 a gap (events before this
+// batch are missing); -5 the gateway's alive key is missing (nothing
+// written: the caller tries again, and gives up after a grace period).
 const char kEmitScript[] = R"lua(
-local s = redis.call('HMGET', KEYS[1], 'epoch', 'cancel')
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'cancel', 'seq')
 if s[1] == false then return -2 end
 if s[1] ~= ARGV[1] then return -3 end
-if s[2] == '1' or redis.call('EXISTS', KEYS[4]) == 0 then
-  if ARGV[8] == '1' then
-    redis.call('XACK', KEYS[5], ARGV[9], ARGV[10])
-    redis.call('XDEL', KEYS[5], ARGV[10])
-    redis.call('DEL', KEYS[1], KEYS[2])
-  end
+local n = tonumber(ARGV[8])
+local terminal = false
+for i = 0, n - 1 do
+  if string.find(ARGV[11 + 3 * i], 't', 1, true) then terminal = true end
+end
+local function finish()
+  redis.call('XACK', KEYS[5], ARGV[6], ARGV[7])
+  redis.call('XDEL', KEYS[5], ARGV[7])
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+if s[2] == '1' then
+  if terminal then finish() end
   return -1
 end
-if ARGV[3] ~= '' then
-  redis.call('APPEND', KEYS[2], ARGV[3])
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+if redis.call('EXISTS', KEYS[4]) == 0 then return -5 end
+local done = tonumber(s[3] or '0')
+local first = tonumber(ARGV[2])
+if first > done + 1 then return -4 end
+for i = 0, n - 1 do
+  local q = first + i
+  if q > done then
+    local ids, flags = ARGV[10 + 3 * i], ARGV[11 + 3 * i]
+    if ids ~= '' then redis.call('APPEND', KEYS[2], ids) end
+    if string.find(flags, 'p', 1, true) then redis.call('HSET', KEYS[1], 'sent', 1) end
+    if string.find(flags, 'o', 1, true) then redis.call('HSET', KEYS[1], 'out', 1) end
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'rid', ARGV[5], 'epoch', ARGV[1], 'ev', ARGV[9 + 3 * i])
+    done = q
+  end
 end
-if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'sent', 1) end
-if ARGV[11] == '1' then redis.call('HSET', KEYS[1], 'out', 1) end
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', 'rid', ARGV[7], 'epoch', ARGV[1], 'ev', ARGV[2])
-if ARGV[8] == '1' then
-  redis.call('XACK', KEYS[5], ARGV[9], ARGV[10])
-  redis.call('XDEL', KEYS[5], ARGV[10])
-  redis.call('DEL', KEYS[1], KEYS[2])
+if terminal then
+  finish()
 else
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  redis.call('HSET', KEYS[1], 'seq', done)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return 1
 )lua";
@@ -300,16 +329,17 @@ return 1
 // hash and the request's gateway's alive key. ARGV: group, consumer, then
 // pairs of entry id and epoch. Resets the idle time of each entry still
 // held under its epoch, not cancelled and with its gateway alive (XCLAIM
-// JUSTID does not count a delivery). Returns per triple 1 (still held) or 0
-// (stop it: cancelled, claimed by another, gone, or its gateway is gone).
+// JUSTID does not count a delivery). Returns per triple 1 (still held), 0
+// (stop it: cancelled, claimed by another, or gone) or 2 (held, but its
+// gateway's alive key is missing: the caller gives up after a grace period).
 const char kTouchScript[] = R"lua(
 local out = {}
 for i = 1, #KEYS, 3 do
   local j = 3 + 2 * ((i - 1) / 3)
   local s = redis.call('HMGET', KEYS[i + 1], 'epoch', 'cancel')
-  if s[1] == ARGV[j + 1] and s[2] ~= '1' and redis.call('EXISTS', KEYS[i + 2]) == 1 then
+  if s[1] == ARGV[j + 1] and s[2] ~= '1' then
     redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, ARGV[j], 'JUSTID')
-    out[#out + 1] = 1
+    if redis.call('EXISTS', KEYS[i + 2]) == 1 then out[#out + 1] = 1 else out[#out + 1] = 2 end
   else
     out[#out + 1] = 0
   end

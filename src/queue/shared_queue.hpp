@@ -9,7 +9,7 @@
 //                      its pending-entries list is exactly the taken, unfinished set
 //   P:{M}:r:<rid>      hash of one request: epoch (the fencing epoch of its current delivery),
 //                      taken (0/1), cancel (0/1), gw (its gateway), entry, cls, sent (prompt
-//                      logprobs sent), out (any text sent)
+//                      logprobs sent), out (any text sent), seq (events written so far)
 //   P:{M}:r:<rid>:ids  the token ids of choice 0 sent so far, "id,id,..." (what a new engine resumes after)
 //   P:{M}:waiting      requests added and not yet taken (queue position)
 //   P:{M}:bell         a short list an engine blocks on (BLPOP) to learn of new entries at once
@@ -95,6 +95,7 @@ struct TakenEntry {
   bool prompt_sent = false;
   bool output_sent = false;
   std::int64_t deliveries = 0;
+  std::int64_t seq = 0;  ///< events of the request written so far (the next one is seq + 1)
   /// The value of a field, or nullptr.
   const std::string* field(const std::string& name) const;
 };

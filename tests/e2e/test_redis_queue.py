@@ -337,6 +337,8 @@ def test_redis_killed_and_restarted_loses_no_accepted_request(cluster):
         wait_registered(g, engines)
         prompts = [f"Request {i} says" for i in range(4)]
         reference = [g.post("/v1/completions", greedy(p, 40)).json()["choices"][0]["text"] for p in prompts]
+        two = dict(greedy("Two choices", 40), n=2)
+        reference_two = [c["text"] for c in g.post("/v1/completions", two).json()["choices"]]
         wait_idle(g)
 
         def one(p):
@@ -344,8 +346,14 @@ def test_redis_killed_and_restarted_loses_no_accepted_request(cluster):
             assert r.status_code == 200, r.text
             return stream_text(r)[0]
 
-        with cf.ThreadPoolExecutor(4) as pool:
+        def choices():
+            r = g.post("/v1/completions", two, timeout=120)
+            assert r.status_code == 200, r.text
+            return [c["text"] for c in r.json()["choices"]]
+
+        with cf.ThreadPoolExecutor(5) as pool:
             futures = [pool.submit(one, p) for p in prompts]
+            n2 = pool.submit(choices)
             wait_until(lambda: sum(x["running"] for x in g.engines()) >= 2, timeout=20, what="streams running")
             redis.kill()
             t0 = time.monotonic()
@@ -356,7 +364,12 @@ def test_redis_killed_and_restarted_loses_no_accepted_request(cluster):
             assert time.monotonic() - t0 < 1.5
             redis.start()
             texts = [f.result(timeout=120) for f in futures]
+            assert n2.result(timeout=120) == reference_two
         assert texts == reference, (texts, reference)
+        # The engines held on to their requests through the restart: none was
+        # claimed by another (which would have counted as a crash).
+        for e in engines:
+            assert "claimed request" not in e.logs(), e.logs()[-3000:]
     finally:
         redis.stop()
 

@@ -54,6 +54,9 @@ class SharedQueueTest : public RedisFixture {
     return r ? *r : RedisValue::error("(error)");
   }
   void alive(const std::string& gw) { run(*c_, {"SET", k_.alive(gw), "1", "PX", "60000"}); }
+  /// The alive key an ADD refreshes: the gateway's, except for "gw2" (a
+  /// gateway that is gone: its adds came before it died).
+  std::string alive_key(const std::string& gw) const { return gw == "gw2" ? "unused:alive" : k_.alive(gw); }
   std::string stream(int k) const { return k_.model_tag("m") + ":c" + std::to_string(k); }
   std::vector<std::string> streams(int top) const {
     std::vector<std::string> out;
@@ -63,9 +66,10 @@ class SharedQueueTest : public RedisFixture {
   /// ADD of request `rid` (cost class `k`) from gateway `gw`: the waiting count after it.
   std::int64_t add(const std::string& rid, int k, const std::string& gw = "gw1", const std::string& epoch = "0",
                    const std::string& ids = "") {
-    RedisValue v = eval(kAddScript, {stream(k), k_.request("m", rid), k_.ids("m", rid), k_.waiting("m"), k_.bell("m")},
+    RedisValue v = eval(kAddScript,
+                        {stream(k), k_.request("m", rid), k_.ids("m", rid), k_.waiting("m"), k_.bell("m"), alive_key(gw)},
                         {std::to_string(std::int64_t{1} << k), rid, gw, "{\"r\":1}", "60000", std::to_string(k), epoch,
-                         ids, "0", "0", k_.group});
+                         ids, "0", "0", k_.group, "60000"});
     const auto* a = v.as_array();
     EXPECT_TRUE(a != nullptr && a->size() >= 2) << v.debug_string();
     return a ? (*a)[1].as_integer().value_or(-1) : -1;
@@ -87,12 +91,18 @@ class SharedQueueTest : public RedisFixture {
     EXPECT_TRUE(t.ok()) << v.debug_string();
     return t.ok() ? *t : std::nullopt;
   }
+  /// EMIT of one event as number `seq` of the request (default: the next one).
   std::int64_t emit(const TakenEntry& e, const std::string& rid, std::int64_t epoch, const std::string& ev,
-                    const std::string& ids, bool terminal, const std::string& gw = "gw1") {
+                    const std::string& ids, bool terminal, const std::string& gw = "gw1", std::int64_t seq = 0) {
+    if (seq == 0) {
+      RedisValue cur = run(*c_, {"HGET", k_.request("m", rid), "seq"});
+      seq = (cur.as_string() ? std::stoll(*cur.as_string()) : 0) + 1;
+    }
+    std::string flags = std::string(ids.empty() ? "" : "o") + (terminal ? "t" : "");
     RedisValue v = eval(kEmitScript,
                         {k_.request("m", rid), k_.ids("m", rid), k_.reply(gw), k_.alive(gw), e.stream},
-                        {std::to_string(epoch), ev, ids, "0", "60000", "1000", rid, terminal ? "1" : "0", k_.group,
-                         e.id, ids.empty() ? "0" : "1"});
+                        {std::to_string(epoch), std::to_string(seq), "60000", "1000", rid, k_.group, e.id, "1", ev, ids,
+                         flags});
     return v.as_integer().value_or(-99);
   }
   /// The (epoch, ev) of each entry of gateway `gw`'s reply stream.
@@ -236,7 +246,31 @@ TEST_F(SharedQueueTest, RequestsOfAGoneGatewayAreDropped) {
   auto held = take("e1", 10);
   ASSERT_TRUE(held);
   run(*c_, {"DEL", k_.alive("gw3")});
-  EXPECT_EQ(emit(*held, "held", 1, "x", "", false, "gw3"), -1);
+  // Nothing is written while it is missing (the engine tries again for a grace period).
+  EXPECT_EQ(emit(*held, "held", 1, "x", "", false, "gw3"), -5);
+  EXPECT_TRUE(replies("gw3").empty());
+  RedisValue touched = eval(kTouchScript, {held->stream, k_.request("m", "held"), k_.alive("gw3")},
+                            {k_.group, "e1", held->id, "1"});
+  EXPECT_EQ(touched.as_array()->at(0).as_integer(), 2);
+  alive("gw3");
+  EXPECT_EQ(emit(*held, "held", 1, "x", "", false, "gw3"), 1);
+  EXPECT_EQ(replies("gw3").size(), 1u);
+}
+
+TEST_F(SharedQueueTest, ABatchSentAgainIsWrittenOnceAndAGapIsRefused) {
+  add("r", 3);
+  auto held = take("e1", 10);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->seq, 0);
+  EXPECT_EQ(emit(*held, "r", 1, "a", "1,", false, "gw1", 1), 1);
+  EXPECT_EQ(emit(*held, "r", 1, "a", "1,", false, "gw1", 1), 1);  // its reply was lost: sent again
+  EXPECT_EQ(emit(*held, "r", 1, "c", "3,", false, "gw1", 3), -4);  // event 2 is missing
+  EXPECT_EQ(emit(*held, "r", 1, "b", "2,", false, "gw1", 2), 1);
+  ASSERT_EQ(replies().size(), 2u);
+  auto claimed = claim("e2", 10);
+  ASSERT_TRUE(claimed);
+  EXPECT_EQ(claimed->seq, 2);
+  EXPECT_EQ(claimed->ids, "1,2,");
 }
 
 TEST_F(SharedQueueTest, ARequestClaimedTooOftenIsDeadLetteredAndItsGatewayTold) {
