@@ -347,8 +347,10 @@ void QueueWorker::pull_loop() {
       claim_round(free_bytes);
     }
     if (!may || free_bytes <= 0) {
+      // What waits here is admitted (or budget freed) within an engine step:
+      // look again soon, so that the next entry is not held up for long.
       std::unique_lock lk(mu_);
-      cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return stopping_.load(); });
+      cv_.wait_for(lk, std::chrono::milliseconds(2), [&] { return stopping_.load(); });
       continue;
     }
     bool got = false;
