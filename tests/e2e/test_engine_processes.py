@@ -171,7 +171,7 @@ def test_two_gateways_share_one_engine_and_its_limit(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     del engine
     try:
-        wait_until(lambda: os.path.exists(sock), what="engine socket")
+        wait_until(lambda: os.path.exists(sock) and os.path.exists(sock + ".secret"), what="engine socket and secret")
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(sock + ".secret").st_mode) == 0o600
         g1 = Server("--engine", "unix:" + sock)
