@@ -27,19 +27,6 @@ std::string ms_arg(Duration d) {
   return std::to_string(std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(d).count()));
 }
 
-bool contains_text(const CompletionRequest& r, const std::string& needle) {
-  if (needle.empty()) return false;
-  if (const auto* text = std::get_if<std::string>(&r.prompt); text && text->find(needle) != std::string::npos) {
-    return true;
-  }
-  if (r.chat) {
-    for (const ChatMessage& m : r.chat->messages) {
-      if (m.content.find(needle) != std::string::npos) return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 /// One request this engine took, and how to report it.
@@ -496,7 +483,7 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
   req->model = model;
   req->resume_tokens = std::move(ids).value();
   req->resume_prompt_sent = e.prompt_sent;
-  held->poison = contains_text(*req, options_.crash_on_prompt);
+  held->poison = wire::contains_text(*req, options_.crash_on_prompt);
   {
     std::lock_guard lk(mu_);
     if (claimed) {

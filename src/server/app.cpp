@@ -189,12 +189,6 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
 /// The environment variable a Redis password may come from (README "Redis mode").
 constexpr const char* kQueuePasswordVariable = "VRAMGATE_QUEUE_PASSWORD";
 
-/// Redis mode: the rate limits shared through --queue's Redis. The password
-/// comes from the URL, --queue-password-file or VRAMGATE_QUEUE_PASSWORD (at
-/// most one). Waits for the first connection up to its attempt deadline:
-/// a Redis that refuses our credentials or database is a configuration
-/// error (kConfig, start-up fails), one that is merely unreachable is not
-/// (the gateway starts, not ready, and connects once it answers).
 #if VG_HAVE_QUEUE
 /// --queue's URL with its password (from the URL, --queue-password-file or
 /// VRAMGATE_QUEUE_PASSWORD, at most one of them).
@@ -227,19 +221,15 @@ std::string queue_process_id(const char* role) {
 }
 #endif
 
+/// Redis mode: the rate limits shared through --queue's Redis. The password
+/// comes from the URL, --queue-password-file or VRAMGATE_QUEUE_PASSWORD (at
+/// most one). Waits for the first connection up to its attempt deadline:
+/// a Redis that refuses our credentials or database is a configuration
+/// error (kConfig, start-up fails), one that is merely unreachable is not
+/// (the gateway starts, not ready, and connects once it answers).
 Result<std::shared_ptr<traffic::SharedRateLimits>> make_shared_limits(const ServeConfig& config) {
 #if VG_HAVE_QUEUE
-  auto url = queue::parse_redis_url(config.queue);
-  if (!url.ok()) return std::move(url).error();
-  queue::PasswordSource source;
-  source.file = config.queue_password_file;
-  if (std::getenv(kQueuePasswordVariable) != nullptr) source.env_var = kQueuePasswordVariable;
-  auto lookup = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-  auto resolved = queue::with_password(std::move(url).value(), source, lookup);
+  auto resolved = resolve_queue_url(config);
   if (!resolved.ok()) return std::move(resolved).error();
   queue::RedisRateLimits::Options o;
   o.url = std::move(resolved).value();

@@ -995,4 +995,17 @@ Result<TensorModelInfo> decode_tensor_model_info(const json::value& v) {
   });
 }
 
+bool contains_text(const CompletionRequest& r, const std::string& needle) {
+  if (needle.empty()) return false;
+  if (const auto* text = std::get_if<std::string>(&r.prompt); text && text->find(needle) != std::string::npos) {
+    return true;
+  }
+  if (r.chat) {
+    for (const ChatMessage& m : r.chat->messages) {
+      if (m.content.find(needle) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace vg::wire

@@ -101,4 +101,8 @@ Result<TensorResult> decode_tensor_result(const boost::json::value& v);
 boost::json::object encode(const TensorModelInfo& m);
 Result<TensorModelInfo> decode_tensor_model_info(const boost::json::value& v);
 
+/// Whether the prompt (or a chat message) of `r` contains `needle`; false
+/// for an empty needle. The test hook --test-crash-on-prompt.
+bool contains_text(const CompletionRequest& r, const std::string& needle);
+
 }  // namespace vg::wire

@@ -34,19 +34,6 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-bool contains_text(const CompletionRequest& r, const std::string& needle) {
-  if (needle.empty()) return false;
-  if (const auto* text = std::get_if<std::string>(&r.prompt); text && text->find(needle) != std::string::npos) {
-    return true;
-  }
-  if (r.chat) {
-    for (const ChatMessage& m : r.chat->messages) {
-      if (m.content.find(needle) != std::string::npos) return true;
-    }
-  }
-  return false;
-}
-
 std::uint64_t rid_of(const json::object& m) {
   const json::value* v = m.if_contains("rid");
   if (v && v->is_uint64()) return v->as_uint64();
