@@ -11,6 +11,7 @@
 #include "admission/memory_profile.hpp"
 #include "metrics/server_metrics.hpp"
 #include "queue/stream_queue.hpp"
+#include "traffic/digest.hpp"
 #include "wire/codec.hpp"
 
 namespace vg::queue {
@@ -44,6 +45,20 @@ std::int64_t prompt_tokens_bound(const CompletionRequest& r) {
   return static_cast<std::int64_t>(std::get<std::vector<std::int32_t>>(r.prompt).size());
 }
 
+std::string hex_digest(const traffic::Digest& d) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::uint8_t b : d) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+Error lost_follower() {
+  return overloaded("the request this Idempotency-Key names was lost with the gateway that placed it: retry", 1);
+}
+
 }  // namespace
 
 /// One engine's registration, as last read.
@@ -75,6 +90,15 @@ struct QueueService::Req {
   bool taken = false;                   // an engine's event arrived, or a cancel found it taken
   std::int64_t epoch = 0;               // the newest delivery seen
   TimePoint added_at{};
+  std::string idem_key;                 // P:idem:<sha256 of the scoped Idempotency-Key>; "" without one
+  // Guarded by the service's mu_ (set in submit() once the add answered):
+  bool follower = false;                // follows another gateway's request with the same key
+  std::string member;                   // "gw|rid": its name in that request's follower set
+  std::vector<std::string> followed;    // that request's hash, ids, waiting counter, class stream
+  std::string owner_alive;              // that request's gateway's alive key
+  std::optional<TimePoint> owner_missing;  // since when that key is missing (monitor thread)
+  bool replaying = false;               // submit() still pushes recorded events: live ones wait in `early`
+  std::vector<std::pair<std::int64_t, std::string>> early;
 };
 
 class QueueHandle final : public RequestHandle {
@@ -192,16 +216,26 @@ Result<std::unique_ptr<QueueService>> QueueService::start(Options options) {
 
 QueueService::~QueueService() { shutdown(); }
 
-Status QueueService::add(Req& r, std::int64_t* waiting) {
+Result<RedisValue> QueueService::add_raw(const Req& r) {
   const SharedQueueKeys& k = options_.keys;
-  auto reply = eval_sync(*client_, kAddScript,
-                         {r.stream, k.request(r.model, r.rid), k.ids(r.model, r.rid), k.waiting(r.model), k.bell(r.model),
-                          k.alive(options_.gateway_id)},
-                         {std::to_string(r.cost_bytes), r.rid, options_.gateway_id,
-                          json::serialize(wire::encode(r.request)), std::to_string(kRequestTtlMs),
-                          std::to_string(r.cost_class), std::to_string(r.epoch), format_ids(r.delivered),
-                          r.prompt_sent ? "1" : "0", r.output_sent ? "1" : "0", k.group, alive_ms()},
-                         options_.command_timeout);
+  RedisClient::Args keys{r.stream,         k.request(r.model, r.rid), k.ids(r.model, r.rid),
+                         k.waiting(r.model), k.bell(r.model),          k.alive(options_.gateway_id)};
+  RedisClient::Args args{std::to_string(r.cost_bytes), r.rid, options_.gateway_id,
+                         json::serialize(wire::encode(r.request)), std::to_string(kRequestTtlMs),
+                         std::to_string(r.cost_class), std::to_string(r.epoch), format_ids(r.delivered),
+                         r.prompt_sent ? "1" : "0", r.output_sent ? "1" : "0", k.group, alive_ms()};
+  if (!r.idem_key.empty()) {
+    keys.push_back(r.idem_key);
+    args.push_back(r.request.retry.fingerprint);
+    args.push_back(std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options_.idempotency_ttl).count()));
+    args.push_back(options_.gateway_id + "|" + r.rid);
+    args.push_back(k.prefix);
+  }
+  return eval_sync(*client_, kAddScript, std::move(keys), std::move(args), options_.command_timeout);
+}
+
+Status QueueService::add(Req& r, std::int64_t* waiting) {
+  auto reply = add_raw(r);
   if (!reply.ok()) return reply.error();
   const auto* a = reply->as_array();
   if (a == nullptr || a->size() < 2) return Error(ErrorCode::kInternal, "redis add: unexpected reply");
@@ -266,31 +300,105 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
   r->request.model = r->model;
   r->sink = std::move(sink);
   r->added_at = Clock::now();
+  if (!request.retry.idempotency_key.empty()) {
+    r->idem_key = options_.keys.prefix + ":idem:" + hex_digest(traffic::sha256(request.retry.idempotency_key));
+    r->replaying = true;
+  }
   {
     std::lock_guard lk(mu_);
     reqs_[r->rid] = r;
   }
   std::int64_t waiting = 0;
   const TimePoint sent = Clock::now();
-  const Status added = add(*r, &waiting);
+  Result<RedisValue> reply = add_raw(*r);
   if (options_.metrics) {
     options_.metrics->redis_round_trip_seconds.observe(std::chrono::duration<double>(Clock::now() - sent).count());
   }
-  if (!added.ok()) {
+  const auto* a = reply.ok() ? reply->as_array() : nullptr;
+  const std::int64_t outcome = a != nullptr && !a->empty() ? (*a)[0].as_integer().value_or(-1) : -1;
+  const auto drop = [&] {
     {
       std::lock_guard lk(mu_);
       reqs_.erase(r->rid);
     }
     cv_.notify_all();
-    return overloaded("the shared queue (Redis at " + client_->endpoint() + ") did not take the request: " +
-                          added.error().message,
-                      1);
+  };
+  if (outcome == 2) {
+    drop();
+    return Error(ErrorCode::kIdempotencyKeyReused,
+                 "this Idempotency-Key was already used with a different request body or route");
   }
-  {
+  const std::string* followed = nullptr;
+  const std::string* state = nullptr;
+  const std::vector<RedisValue>* history = nullptr;
+  if (outcome == 3) {
+    const std::string* gw = nullptr;
+    const std::string* waiting_key = nullptr;
+    const std::string* stream_key = nullptr;
+    if (a->size() >= 7) {
+      followed = (*a)[1].as_string();
+      state = (*a)[2].as_string();
+      history = (*a)[3].as_array();
+      gw = (*a)[4].as_string();
+      waiting_key = (*a)[5].as_string();
+      stream_key = (*a)[6].as_string();
+    }
+    if (!followed || !state || !history || !gw || !waiting_key || !stream_key) {
+      drop();
+      return overloaded("the shared queue gave an unexpected answer for the Idempotency-Key: retry", 1);
+    }
     std::lock_guard lk(mu_);
-    ++stats_.added;
+    r->follower = true;
+    r->taken = true;
+    r->member = options_.gateway_id + "|" + r->rid;
+    r->followed = {*followed, *followed + ":ids", *waiting_key, *stream_key};
+    r->owner_alive = gw->empty() ? std::string() : options_.keys.alive(*gw);
+  } else if (outcome != 1) {
+    drop();
+    return overloaded("the shared queue (Redis at " + client_->endpoint() + ") did not take the request: " +
+                          (reply.ok() ? "unexpected reply " + reply->debug_string().substr(0, 200)
+                                      : reply.error().message),
+                      1);
+  } else if (a->size() >= 2) {
+    waiting = (*a)[1].as_integer().value_or(0);
   }
-  count("added");
+  if (followed) {
+    const bool done = *state == "done";
+    {
+      std::lock_guard lk(mu_);
+      ++(done ? stats_.replayed : stats_.attached);
+    }
+    count(done ? "idempotent_replayed" : "idempotent_attached");
+    if (options_.metrics) options_.metrics->count_idempotent_replay(done ? "replayed" : "attached");
+    spdlog::info("queue: request {} ({}) {} request {} of another gateway (same Idempotency-Key)", r->rid,
+                 request.request_id, done ? "replays" : "follows", *followed);
+    for (const RedisValue& entry : *history) {
+      const auto* e = entry.as_array();
+      if (e == nullptr || e->size() != 2 || (*e)[1].as_array() == nullptr) continue;
+      const auto& flat = *(*e)[1].as_array();
+      std::int64_t ep = 0;
+      const std::string* ev = nullptr;
+      for (std::size_t i = 0; i + 1 < flat.size(); i += 2) {
+        const std::string* name = flat[i].as_string();
+        const std::string* value = flat[i + 1].as_string();
+        if (name == nullptr || value == nullptr) continue;
+        if (*name == "ev") ev = value;
+        if (*name == "epoch") ep = std::strtoll(value->c_str(), nullptr, 10);
+      }
+      if (ev) deliver(r, ep, *ev);
+    }
+  } else {
+    {
+      std::lock_guard lk(mu_);
+      ++stats_.added;
+    }
+    count("added");
+  }
+  if (!r->idem_key.empty()) end_replay(r);
+  if (followed && *state == "done") {
+    // A completed request's history ends with its answer; one that does not is not replayable.
+    finish(r, FailedEvent{overloaded("the recorded answer for this Idempotency-Key is incomplete: retry", 1), {}, {}});
+  }
   Submission sub;
   sub.handle = std::make_shared<QueueHandle>(this, r, request.request_id.empty() ? r->rid : request.request_id);
   sub.model = r->model;
@@ -313,39 +421,80 @@ bool QueueService::finish(const std::shared_ptr<Req>& r, EngineEvent last) {
   return true;
 }
 
+RedisClient::Args QueueService::cancel_keys(const Req& r) const {
+  if (r.follower) return {r.followed.begin(), r.followed.end()};
+  const SharedQueueKeys& k = options_.keys;
+  return {k.request(r.model, r.rid), k.ids(r.model, r.rid), k.waiting(r.model), r.stream};
+}
+
+RedisClient::Args QueueService::cancel_args(const Req& r, bool only_if_not_taken) const {
+  return {only_if_not_taken ? "1" : "0", r.follower ? r.member : std::string()};
+}
+
 void QueueService::cancel(const std::shared_ptr<Req>& r) {
+  RedisClient::Args keys;
+  RedisClient::Args args;
   {
     std::lock_guard lk(mu_);
     if (reqs_.find(r->rid) == reqs_.end()) return;
+    keys = cancel_keys(*r);
+    args = cancel_args(*r, false);
   }
-  const SharedQueueKeys& k = options_.keys;
-  eval_async(*client_, kCancelScript,
-             {k.request(r->model, r->rid), k.ids(r->model, r->rid), k.waiting(r->model), r->stream}, {"0"},
-             options_.command_timeout, [](Result<RedisValue>) {});
+  eval_async(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout,
+             [](Result<RedisValue>) {});
   // Its client is gone: nothing more is sent, whatever the engine does.
   finish(r, FailedEvent{Error(ErrorCode::kCancelled, "cancelled"), {}, {}});
 }
 
 void QueueService::on_reply(const std::string& rid, std::int64_t epoch, const std::string& event_json) {
-  Result<EngineEvent> event = Error(ErrorCode::kInternal, "not JSON");
-  try {
-    event = wire::decode_event(json::parse(event_json));
-  } catch (const std::exception& e) {
-    event = Error(ErrorCode::kInternal, std::string("not JSON: ") + e.what());
-  }
   std::shared_ptr<Req> r;
   {
     std::lock_guard lk(mu_);
     auto it = reqs_.find(rid);
     if (it == reqs_.end()) return;
     r = it->second;
+    if (r->replaying) {
+      r->early.emplace_back(epoch, event_json);
+      return;
+    }
+  }
+  deliver(r, epoch, event_json);
+}
+
+void QueueService::end_replay(const std::shared_ptr<Req>& r) {
+  for (;;) {
+    std::vector<std::pair<std::int64_t, std::string>> early;
+    {
+      std::lock_guard lk(mu_);
+      if (r->early.empty()) {
+        r->replaying = false;
+        return;
+      }
+      early.swap(r->early);
+    }
+    for (const auto& [epoch, ev] : early) deliver(r, epoch, ev);
+  }
+}
+
+void QueueService::deliver(const std::shared_ptr<Req>& r, std::int64_t epoch, const std::string& event_json) {
+  const std::string& rid = r->rid;
+  Result<EngineEvent> event = Error(ErrorCode::kInternal, "not JSON");
+  try {
+    event = wire::decode_event(json::parse(event_json));
+  } catch (const std::exception& e) {
+    event = Error(ErrorCode::kInternal, std::string("not JSON: ") + e.what());
+  }
+  {
+    std::lock_guard lk(mu_);
+    auto it = reqs_.find(rid);
+    if (it == reqs_.end() || it->second != r) return;
     if (epoch < r->epoch) {
       ++stats_.stale_events;
       count("stale_event");
       return;
     }
     if (epoch > r->epoch) {
-      if (r->epoch != 0 && (r->output_sent || !r->delivered.empty())) {
+      if (r->epoch != 0 && !r->follower && (r->output_sent || !r->delivered.empty())) {
         ++stats_.resumed;
         count("resumed");
         spdlog::info("queue: request {} moved to another engine (delivery epoch {}) after {} tokens", rid, epoch,
@@ -534,22 +683,61 @@ void QueueService::check_run_id() {
 
 void QueueService::verify_requests(TimePoint now) {
   std::vector<std::shared_ptr<Req>> check;
+  const SharedQueueKeys& k = options_.keys;
+  RedisClient::Args keys{k.reply(options_.gateway_id)};
+  RedisClient::Args args;
   {
     std::lock_guard lk(mu_);
     for (auto& [rid, r] : reqs_) {
-      if (now - r->added_at > std::chrono::seconds(1)) check.push_back(r);
+      if (now - r->added_at <= std::chrono::seconds(1) || r->replaying) continue;
+      check.push_back(r);
+      if (r->follower) {
+        keys.push_back(r->followed[0] + ":f");
+        args.push_back(r->member + " " + (r->owner_alive.empty() ? r->followed[0] + ":none" : r->owner_alive));
+      } else {
+        keys.push_back(k.request(r->model, r->rid));
+        args.emplace_back();
+      }
     }
   }
   if (check.empty()) return;
-  const SharedQueueKeys& k = options_.keys;
-  RedisClient::Args keys{k.reply(options_.gateway_id)};
-  for (auto& r : check) keys.push_back(k.request(r->model, r->rid));
-  auto reply = eval_sync(*client_, kVerifyScript, std::move(keys), {}, options_.command_timeout);
-  if (!reply.ok() || reply->as_array() == nullptr || reply->as_array()->size() != 2) return;
+  auto reply = eval_sync(*client_, kVerifyScript, std::move(keys), std::move(args), options_.command_timeout);
+  if (!reply.ok() || reply->as_array() == nullptr || reply->as_array()->size() != 3) return;
   const auto& a = *reply->as_array();
   const std::string* last = a[0].as_string();
   const auto* missing = a[1].as_array();
-  if (last == nullptr || missing == nullptr || missing->empty()) return;
+  const auto* orphaned = a[2].as_array();
+  if (last == nullptr || missing == nullptr || orphaned == nullptr) return;
+  {
+    // A followed request whose gateway is gone is stopped by its engine
+    // (after its grace): fail it here a little later, so the client retries.
+    std::vector<bool> gone(check.size(), false);
+    for (const RedisValue& v : *orphaned) {
+      const auto i = v.as_integer();
+      if (i && *i >= 0 && static_cast<std::size_t>(*i) < check.size()) gone[static_cast<std::size_t>(*i)] = true;
+    }
+    std::vector<std::shared_ptr<Req>> lost;
+    {
+      std::lock_guard lk(mu_);
+      for (std::size_t i = 0; i < check.size(); ++i) {
+        Req& r = *check[i];
+        if (!r.follower) continue;
+        if (!gone[i]) {
+          r.owner_missing.reset();
+        } else if (!r.owner_missing) {
+          r.owner_missing = now;
+        } else if (now - *r.owner_missing > std::chrono::seconds(5)) {
+          lost.push_back(check[i]);
+        }
+      }
+    }
+    for (auto& r : lost) {
+      eval_async(*client_, kCancelScript, cancel_keys(*r), cancel_args(*r, false), options_.command_timeout,
+                 [](Result<RedisValue>) {});
+      finish(r, FailedEvent{lost_follower(), {}, {}});
+    }
+  }
+  if (missing->empty()) return;
   const auto newest = parse_stream_id(*last);
   if (!newest) return;
   // Only once the reader has handled everything written before the check:
@@ -568,6 +756,11 @@ void QueueService::verify_requests(TimePoint now) {
       std::lock_guard lk(mu_);
       if (reqs_.find(r->rid) == reqs_.end()) continue;  // its answer arrived
       copy = *r;
+    }
+    if (copy.follower) {
+      // Its answer did not arrive and the followed request is gone.
+      finish(r, FailedEvent{lost_follower(), {}, {}});
+      continue;
     }
     if (copy.request.n > 1 && copy.output_sent) {
       // Its choices cannot resume after their output began (as after an engine crash).
@@ -608,11 +801,15 @@ void QueueService::expire_waiting(TimePoint now) {
       }
     }
   }
-  const SharedQueueKeys& k = options_.keys;
   for (auto& r : late) {
-    auto reply = eval_sync(*client_, kCancelScript,
-                           {k.request(r->model, r->rid), k.ids(r->model, r->rid), k.waiting(r->model), r->stream},
-                           {"1"}, options_.command_timeout);
+    RedisClient::Args keys;
+    RedisClient::Args args;
+    {
+      std::lock_guard lk(mu_);
+      keys = cancel_keys(*r);
+      args = cancel_args(*r, true);
+    }
+    auto reply = eval_sync(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout);
     if (!reply.ok()) continue;
     const std::int64_t v = reply->as_integer().value_or(1);
     if (v == 1) {
@@ -639,9 +836,15 @@ void QueueService::expire_waiting(TimePoint now) {
     }
   }
   for (auto& r : overdue) {
-    eval_async(*client_, kCancelScript,
-               {k.request(r->model, r->rid), k.ids(r->model, r->rid), k.waiting(r->model), r->stream}, {"0"},
-               options_.command_timeout, [](Result<RedisValue>) {});
+    RedisClient::Args keys;
+    RedisClient::Args args;
+    {
+      std::lock_guard lk(mu_);
+      keys = cancel_keys(*r);
+      args = cancel_args(*r, false);
+    }
+    eval_async(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout,
+               [](Result<RedisValue>) {});
     finish(r, FailedEvent{Error(ErrorCode::kTimeout, "no answer from the shared queue within " +
                                                          std::to_string(static_cast<int>(options_.request_timeout_s)) +
                                                          " s"),
@@ -810,10 +1013,14 @@ void QueueService::shutdown() {
   }
   for (auto& r : left) {
     if (client_) {
-      const SharedQueueKeys& k = options_.keys;
-      (void)eval_sync(*client_, kCancelScript,
-                      {k.request(r->model, r->rid), k.ids(r->model, r->rid), k.waiting(r->model), r->stream}, {"0"},
-                      options_.command_timeout);
+      RedisClient::Args keys;
+      RedisClient::Args args;
+      {
+        std::lock_guard lk(mu_);
+        keys = cancel_keys(*r);
+        args = cancel_args(*r, false);
+      }
+      (void)eval_sync(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout);
     }
     finish(r, FailedEvent{overloaded("server is shutting down", 1), {}, {}});
   }

@@ -15,6 +15,14 @@
 // length, from the memory profile engines register); the engine's own
 // admission then charges the exact cost.
 //
+// Idempotency-Keys across gateways: a request with a key claims the key in
+// Redis as it is added. The same key sent to another gateway, while the
+// request runs, makes that gateway follow it (the engine writes its events
+// to both gateways, and the follower is first sent what was written
+// before); after it completed, the key's recorded events are replayed
+// until --idempotency-ttl; with another body it is refused (422). A
+// request whose own client left keeps running while followers remain.
+//
 // TorchScript requests, and the engines this gateway supervises, go to
 // `local` (a RemoteService), when given.
 //
@@ -62,6 +70,8 @@ class QueueService final : public Service {
     double request_timeout_s = 300;  ///< a request with no answer this long after it was added fails (504)
     /// An engine registration older than this is not counted (not ready, its models not offered).
     Duration engine_stale = std::chrono::seconds(1);
+    /// How long a completed request's Idempotency-Key is replayed to other gateways (0: while it runs only).
+    Duration idempotency_ttl = std::chrono::seconds(300);
     std::string gateway_id;  ///< unique per process; part of key names (valid_queue_id)
     SharedQueueKeys keys{};
     Service* local = nullptr;  ///< tensor models, and the supervised engines in /v1/engines; may be null
@@ -75,6 +85,8 @@ class QueueService final : public Service {
     std::uint64_t resumed = 0;        ///< requests another engine took over after output began
     std::uint64_t queue_timeouts = 0;
     std::uint64_t redis_restarts = 0;
+    std::uint64_t attached = 0;       ///< Idempotency-Key retries that followed another gateway's running request
+    std::uint64_t replayed = 0;       ///< ... that replayed another gateway's completed request
   };
 
   /// Connects (kConfig when Redis refuses the credentials; an unreachable
@@ -119,9 +131,17 @@ class QueueService final : public Service {
   double retry_after_s(std::int64_t waiting) const;
   void expire_waiting(TimePoint now);
   void on_reply(const std::string& rid, std::int64_t epoch, const std::string& event_json);
+  /// Records and pushes one event of `r` (the reader thread, or submit() while it replays).
+  void deliver(const std::shared_ptr<Req>& r, std::int64_t epoch, const std::string& event_json);
+  /// Ends `r`'s replay: pushes the events that arrived meanwhile, in order.
+  void end_replay(const std::shared_ptr<Req>& r);
+  /// KEYS and ARGV of kCancelScript for `r` (requires mu_: a follower's keys are set in submit()).
+  RedisClient::Args cancel_keys(const Req& r) const;
+  RedisClient::Args cancel_args(const Req& r, bool only_if_not_taken) const;
   /// Removes `r` and pushes its last event (under no lock). False: it had ended already.
   bool finish(const std::shared_ptr<Req>& r, EngineEvent last);
   Status add(Req& r, std::int64_t* waiting);
+  Result<RedisValue> add_raw(const Req& r);
   void cancel(const std::shared_ptr<Req>& r);
 
   friend class QueueHandle;

@@ -44,7 +44,7 @@ struct QueueWorker::Held {
   struct Out {
     std::string event;  // JSON
     std::string ids;    // "id,id," of choice 0 it adds
-    std::string flags;  // "p", "o", "t" (see kEmitScript)
+    std::string flags;  // "p", "o", "t", "c" (see kEmitScript)
   };
   std::mutex mu;
   std::shared_ptr<RequestHandle> handle;    // guarded by mu
@@ -85,6 +85,7 @@ void QueueWorker::enqueue(const std::shared_ptr<Held>& h, EngineEvent event) {
     out.flags += 'p';
   }
   if (terminal) out.flags += 't';
+  if (std::holds_alternative<FinishedEvent>(event)) out.flags += 'c';
   out.event = json::serialize(wire::encode(event));
   bool send_now = false;
   bool forget = false;
@@ -149,6 +150,7 @@ void QueueWorker::send(const std::shared_ptr<Held>& h) {
       args.push_back(o.ids);
       args.push_back(o.flags);
     }
+    args.push_back(options_.keys.prefix);
   }
   RedisClient::Args keys{options_.keys.request(h->model, h->rid), options_.keys.ids(h->model, h->rid),
                          options_.keys.reply(h->gateway), options_.keys.alive(h->gateway), h->stream};
@@ -296,7 +298,15 @@ bool QueueWorker::connected() const { return client_ && client_->connected(); }
 
 std::int64_t QueueWorker::free_budget(bool* may_pull) const {
   const AdmissionState st = service_.admission_state();
-  *may_pull = !st.draining && st.queued == 0 && service_.ready();
+  int busy = st.running + st.queued;
+  if (options_.max_running > 0) {
+    // What it took counts from the take on: a request granted but not yet
+    // in a step is neither queued nor running in the admission state.
+    std::lock_guard lk(mu_);
+    busy = std::max(busy, static_cast<int>(held_.size()));
+  }
+  *may_pull = !st.draining && st.queued == 0 && (options_.max_running <= 0 || busy < options_.max_running) &&
+              service_.ready();
   std::int64_t best = 0;
   for (const DeviceState& d : st.devices) {
     const std::int64_t budget = d.effective_budget_bytes > 0 ? d.effective_budget_bytes : d.budget_bytes;

@@ -58,6 +58,10 @@ class QueueWorker {
     /// A request claimed after this many of its engines crashed or stalled
     /// is dead-lettered instead (its client gets engine_crashed).
     int max_crash_retries = 2;
+    /// Sequences the engine runs at once (its max batch over its devices and
+    /// models; 0: no limit): at that many it takes nothing more, so an entry
+    /// it could only queue stays for another engine.
+    int max_running = 0;
     std::string engine_id;   ///< unique per process (host-pid-random); a consumer name
     std::string host;        ///< for /v1/engines
     std::vector<std::string> devices;

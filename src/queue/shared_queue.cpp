@@ -155,22 +155,94 @@ Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::v
   return std::optional<TakenEntry>(std::move(e));
 }
 
+// Lua shared by the scripts that end a request. fanout(h, prefix, epoch,
+// ev, maxlen): writes an event to the reply stream of every gateway that
+// follows request hash h (a client that sent the same Idempotency-Key to
+// another gateway; members "gw|its rid"). forget(h, completed): the request
+// ended; its Idempotency-Key (if any) is kept with its history for replay
+// when it completed and the key has a ttl, else freed (so a retry runs
+// again); the request's keys are deleted.
+#define VG_LUA_HELPERS                                                                                      \
+  "local function fanout(h, prefix, epoch, ev, maxlen)\n"                                                \
+  "  for _, m in ipairs(redis.call('SMEMBERS', h .. ':f')) do\n"                                          \
+  "    local bar = string.find(m, '|', 1, true)\n"                                                          \
+  "    if bar then\n"                                                                                       \
+  "      redis.call('XADD', prefix .. ':gw:' .. string.sub(m, 1, bar - 1) .. ':out', 'MAXLEN', '~', maxlen,\n" \
+  "                 '*', 'rid', string.sub(m, bar + 1), 'epoch', epoch, 'ev', ev)\n"                        \
+  "    end\n"                                                                                               \
+  "  end\n"                                                                                                 \
+  "end\n"                                                                                                   \
+  "local function forget(h, completed)\n"                                                                 \
+  "  local f = redis.call('HMGET', h, 'idem', 'ittl')\n"                                                  \
+  "  if f[1] then\n"                                                                                        \
+  "    if completed and tonumber(f[2] or '0') > 0 and redis.call('HGET', f[1], 'req') == h then\n"       \
+  "      redis.call('HSET', f[1], 'state', 'done')\n"                                                     \
+  "      redis.call('PEXPIRE', f[1], f[2])\n"                                                               \
+  "      redis.call('PEXPIRE', h .. ':h', f[2])\n"                                                          \
+  "    else\n"                                                                                              \
+  "      if redis.call('HGET', f[1], 'req') == h then redis.call('DEL', f[1]) end\n"                      \
+  "      redis.call('DEL', h .. ':h')\n"                                                                    \
+  "    end\n"                                                                                               \
+  "  end\n"                                                                                                 \
+  "  redis.call('DEL', h, h .. ':ids', h .. ':f')\n"                                                      \
+  "end\n"
+
 // ADD. KEYS: class stream, request hash, its ids, waiting counter, bell,
-// the gateway's alive key. ARGV: cost, rid, gateway, request (JSON), ttl ms,
-// class, epoch base, ids sent so far, prompt sent (0/1), output sent (0/1),
-// group, alive ms (the add also refreshes the gateway's alive key, so an
-// entry is never added under a lapsed one).
+// the gateway's alive key, and for a request with an Idempotency-Key that
+// key's hash. ARGV: cost, rid, gateway, request (JSON), ttl ms, class,
+// epoch base, ids sent so far, prompt sent (0/1), output sent (0/1), group,
+// alive ms (the add also refreshes the gateway's alive key, so an entry is
+// never added under a lapsed one), then with a key: the request's
+// fingerprint, the key's replay ttl ms, this request as a follower
+// ("gw|rid"), the prefix.
 // Returns {1, waiting, entry id}; {0, waiting} when the request is already
-// there (a re-add after a Redis restart that kept its data).
+// there (a re-add after a Redis restart that kept its data); {2} when the
+// key names a live request with another fingerprint; {3, its hash, state
+// ("run" or "done"), its events so far (XRANGE of its history), its
+// gateway, its waiting counter, its class stream} when it names a live
+// one with this fingerprint: a running one now also writes its events to
+// this gateway (the follower is added in the same step, so no event is
+// missed or doubled).
 const char kAddScript[] = R"lua(
 redis.call('SET', KEYS[6], '1', 'PX', ARGV[12])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, tonumber(redis.call('GET', KEYS[4]) or '0')}
 end
+if KEYS[7] then
+  local e = redis.call('HMGET', KEYS[7], 'req', 'fp', 'state')
+  if e[1] and e[1] ~= KEYS[2] then
+    local live = false
+    local gw = ''
+    if e[3] == 'done' then
+      live = redis.call('EXISTS', e[1] .. ':h') == 1
+    else
+      local o = redis.call('HMGET', e[1], 'gw', 'cancel')
+      if o[1] and o[2] ~= '1' then
+        gw = o[1]
+        live = redis.call('EXISTS', ARGV[16] .. ':gw:' .. gw .. ':alive') == 1
+      end
+    end
+    if live then
+      if e[2] ~= ARGV[13] then return {2} end
+      local tag = string.match(e[1], '^(.*):r:[^:]+$') or ''
+      local cls = ''
+      if e[3] ~= 'done' then
+        redis.call('SADD', e[1] .. ':f', ARGV[15])
+        redis.call('PEXPIRE', e[1] .. ':f', ARGV[5])
+        cls = redis.call('HGET', e[1], 'cls') or '0'
+      end
+      return {3, e[1], e[3], redis.call('XRANGE', e[1] .. ':h', '-', '+'), gw, tag .. ':waiting', tag .. ':c' .. cls}
+    end
+  end
+  redis.call('DEL', KEYS[7])
+  redis.call('HSET', KEYS[7], 'req', KEYS[2], 'fp', ARGV[13], 'state', 'run')
+  redis.call('PEXPIRE', KEYS[7], ARGV[5])
+end
 redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[11], '0', 'MKSTREAM')
 local id = redis.call('XADD', KEYS[1], '*', 'cost', ARGV[1], 'rid', ARGV[2], 'gw', ARGV[3], 'req', ARGV[4])
 redis.call('HSET', KEYS[2], 'epoch', ARGV[7], 'taken', 0, 'cancel', 0, 'gw', ARGV[3], 'entry', id, 'cls', ARGV[6],
            'sent', ARGV[9], 'out', ARGV[10])
+if KEYS[7] then redis.call('HSET', KEYS[2], 'idem', KEYS[7], 'ittl', ARGV[14]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('DEL', KEYS[3])
 if ARGV[8] ~= '' then redis.call('SET', KEYS[3], ARGV[8], 'PX', ARGV[5]) end
@@ -185,7 +257,7 @@ return {1, n, id}
 // it: {index, id, fields, 'ok', epoch, ids, sent, out, 1}; a cancelled one
 // or one of a gone gateway is acknowledged and removed: {index, id,
 // fields, 'skip'}; one without rid or gw: {index, id, fields, 'bad'}; none: false.
-const char kTakeScript[] = R"lua(
+const char kTakeScript[] = VG_LUA_HELPERS R"lua(
 for i, key in ipairs(KEYS) do
   local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', key, '>')
   if type(r) == 'table' and r.err == nil and r[1] ~= nil and r[1][2][1] ~= nil then
@@ -205,7 +277,7 @@ for i, key in ipairs(KEYS) do
       redis.call('XDEL', key, id)
       if s[1] ~= false then
         if s[2] == '0' then redis.call('DECR', ARGV[3] .. ':waiting') end
-        redis.call('DEL', h, h .. ':ids')
+        forget(h, false)
       end
       return {i - 1, id, f, 'skip'}
     end
@@ -226,7 +298,7 @@ return false
 // idle longer than min idle (XAUTOCLAIM: its delivery count goes up),
 // replying as TAKE does; 'dead' when it was delivered more than most
 // deliveries times (dead-lettered, its gateway told, removed).
-const char kClaimScript[] = R"lua(
+const char kClaimScript[] = VG_LUA_HELPERS R"lua(
 for i, key in ipairs(KEYS) do
   local r = redis.pcall('XAUTOCLAIM', key, ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', 1)
   if type(r) == 'table' and r.err == nil and r[2] ~= nil and r[2][1] ~= nil and r[2][1] ~= false then
@@ -247,7 +319,7 @@ for i, key in ipairs(KEYS) do
     if s[1] == false or s[2] == '1' or redis.call('EXISTS', ARGV[5] .. ':gw:' .. gw .. ':alive') == 0 then
       redis.call('XACK', key, ARGV[1], id)
       redis.call('XDEL', key, id)
-      redis.call('DEL', h, h .. ':ids')
+      forget(h, false)
       return {i - 1, id, f, 'skip'}
     end
     local n = redis.call('HINCRBY', h, 'epoch', 1)
@@ -256,9 +328,10 @@ for i, key in ipairs(KEYS) do
                  'reason', 'delivered ' .. d .. ' times')
       redis.call('XADD', ARGV[5] .. ':gw:' .. gw .. ':out', 'MAXLEN', '~', ARGV[8], '*', 'rid', rid, 'epoch', n,
                  'ev', ARGV[7])
+      fanout(h, ARGV[5], n, ARGV[7], ARGV[8])
       redis.call('XACK', key, ARGV[1], id)
       redis.call('XDEL', key, id)
-      redis.call('DEL', h, h .. ':ids')
+      forget(h, false)
       return {i - 1, id, f, 'dead', n, '', '0', '0', d}
     end
     redis.call('HSET', h, 'taken', 1)
@@ -275,29 +348,34 @@ return false
 // request's life, across deliveries), ttl ms, reply length bound, rid,
 // group, entry id, count, then per event: the event (JSON), the ids it
 // adds ("" none), flags ("p" prompt logprobs sent, "o" output sent, "t"
-// terminal). Events already written (a retry after a lost reply) are
+// terminal, "c" completed: a terminal event that is the answer), then the
+// prefix. A request with an Idempotency-Key also records each event in its
+// history (replayed to a client that sends the key again) and writes it to
+// its followers. Events already written (a retry after a lost reply) are
 // skipped, so a batch may be sent again safely. Returns 1 written (a
 // terminal one also acknowledges and removes the request); -1 cancelled (a
 // terminal one then removes it); -2 the request is gone (finished, or Redis
 // lost it); -3 another delivery holds it; -4 a gap (events before this
 // batch are missing); -5 the gateway's alive key is missing (nothing
 // written: the caller tries again, and gives up after a grace period).
-const char kEmitScript[] = R"lua(
-local s = redis.call('HMGET', KEYS[1], 'epoch', 'cancel', 'seq')
+const char kEmitScript[] = VG_LUA_HELPERS R"lua(
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'cancel', 'seq', 'idem')
 if s[1] == false then return -2 end
 if s[1] ~= ARGV[1] then return -3 end
 local n = tonumber(ARGV[8])
-local terminal = false
+local prefix = ARGV[9 + 3 * n]
+local terminal, completed = false, false
 for i = 0, n - 1 do
   if string.find(ARGV[11 + 3 * i], 't', 1, true) then terminal = true end
+  if string.find(ARGV[11 + 3 * i], 'c', 1, true) then completed = true end
 end
-local function finish()
+local function finish(answered)
   redis.call('XACK', KEYS[5], ARGV[6], ARGV[7])
   redis.call('XDEL', KEYS[5], ARGV[7])
-  redis.call('DEL', KEYS[1], KEYS[2])
+  forget(KEYS[1], answered)
 end
 if s[2] == '1' then
-  if terminal then finish() end
+  if terminal then finish(false) end
   return -1
 end
 if redis.call('EXISTS', KEYS[4]) == 0 then return -5 end
@@ -307,16 +385,21 @@ if first > done + 1 then return -4 end
 for i = 0, n - 1 do
   local q = first + i
   if q > done then
-    local ids, flags = ARGV[10 + 3 * i], ARGV[11 + 3 * i]
+    local ev, ids, flags = ARGV[9 + 3 * i], ARGV[10 + 3 * i], ARGV[11 + 3 * i]
     if ids ~= '' then redis.call('APPEND', KEYS[2], ids) end
     if string.find(flags, 'p', 1, true) then redis.call('HSET', KEYS[1], 'sent', 1) end
     if string.find(flags, 'o', 1, true) then redis.call('HSET', KEYS[1], 'out', 1) end
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'rid', ARGV[5], 'epoch', ARGV[1], 'ev', ARGV[9 + 3 * i])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'rid', ARGV[5], 'epoch', ARGV[1], 'ev', ev)
+    if s[4] and prefix then
+      redis.call('XADD', KEYS[1] .. ':h', '*', 'epoch', ARGV[1], 'ev', ev)
+      redis.call('PEXPIRE', KEYS[1] .. ':h', ARGV[3])
+      fanout(KEYS[1], prefix, ARGV[1], ev, ARGV[4])
+    end
     done = q
   end
 end
 if terminal then
-  finish()
+  finish(completed)
 else
   redis.call('HSET', KEYS[1], 'seq', done)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -348,16 +431,27 @@ return out
 )lua";
 
 // CANCEL. KEYS: request hash, its ids, waiting counter, class stream.
-// ARGV: only if not taken (0/1). Returns 0: it was not taken, and is
+// ARGV: only if not taken (0/1), and a follower ("gw|rid") leaving, or ""
+// for the request's own gateway. Returns 0: it was not taken, and is
 // removed; 1: taken, left running (only-if-not-taken); 2: taken, marked
-// cancelled (its engine stops at its next event or heartbeat); -1: gone.
-const char kCancelScript[] = R"lua(
-local s = redis.call('HMGET', KEYS[1], 'taken', 'entry')
+// cancelled (its engine stops at its next event or heartbeat); 3: left
+// running for the clients of other gateways that follow it (it is cancelled
+// when the last of them leaves too); -1: gone.
+const char kCancelScript[] = VG_LUA_HELPERS R"lua(
+local s = redis.call('HMGET', KEYS[1], 'taken', 'entry', 'orphan')
 if s[1] == false then return -1 end
+local f = KEYS[1] .. ':f'
+if ARGV[2] ~= nil and ARGV[2] ~= '' then
+  redis.call('SREM', f, ARGV[2])
+  if s[3] ~= '1' or redis.call('SCARD', f) > 0 then return 3 end
+elseif ARGV[1] ~= '1' and redis.call('SCARD', f) > 0 then
+  redis.call('HSET', KEYS[1], 'orphan', 1)
+  return 3
+end
 if s[1] == '0' then
   redis.call('XDEL', KEYS[4], s[2])
   redis.call('DECR', KEYS[3])
-  redis.call('DEL', KEYS[1], KEYS[2])
+  forget(KEYS[1], false)
   return 0
 end
 if ARGV[1] == '1' then return 1 end
@@ -375,20 +469,31 @@ return 1
 )lua";
 
 // VERIFY (a gateway's check that Redis still has its requests). KEYS: the
-// gateway's reply stream, then request hashes. Returns {the reply stream's
-// newest entry id ("0-0" when empty), {0-based indexes of the hashes that
-// are missing}}: a missing request whose answer is not in the reply stream
-// up to that id was lost (Redis lost data, or an engine dropped it while
-// the gateway's alive key had lapsed) and is re-added.
+// gateway's reply stream, then request hashes (its own requests) or
+// follower sets (requests of other gateways it follows). ARGV, one per key
+// after the first: "" for a hash, "member alive-key" for a follower set.
+// Returns {the reply stream's newest entry id ("0-0" when empty), {0-based
+// indexes of the keys that are missing (a follower: no longer a member)},
+// {indexes of followed requests whose gateway's alive key is missing}}: a
+// missing request whose answer is not in the reply stream up to that id
+// was lost (Redis lost data, or an engine dropped it while the gateway's
+// alive key had lapsed) and is re-added; a lost followed one fails.
 const char kVerifyScript[] = R"lua(
 local last = '0-0'
 local r = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if r[1] ~= nil then last = r[1][1] end
-local missing = {}
+local missing, orphaned = {}, {}
 for i = 2, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 0 then missing[#missing + 1] = i - 2 end
+  local a = ARGV[i - 1] or ''
+  if a == '' then
+    if redis.call('EXISTS', KEYS[i]) == 0 then missing[#missing + 1] = i - 2 end
+  else
+    local sp = string.find(a, ' ', 1, true)
+    if redis.call('SISMEMBER', KEYS[i], string.sub(a, 1, sp - 1)) == 0 then missing[#missing + 1] = i - 2 end
+    if redis.call('EXISTS', string.sub(a, sp + 1)) == 0 then orphaned[#orphaned + 1] = i - 2 end
+  end
 end
-return {last, missing}
+return {last, missing, orphaned}
 )lua";
 
 }  // namespace vg::queue

@@ -335,6 +335,7 @@ int run_server(const ServeConfig& config) {
     qo.url = std::move(url).value();
     qo.command_timeout = seconds(config.queue_command_timeout_s);
     qo.queue_timeout_s = config.queue_timeout_s;
+    qo.idempotency_ttl = seconds(config.idempotency_ttl_s);
     qo.request_timeout_s = config.request_timeout_s + 30;
     qo.gateway_id = queue_process_id("gw");
     qo.local = remote.get();
@@ -567,6 +568,10 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     (void)::gethostname(host, sizeof host - 1);
     wo.host = host;
     wo.devices = config.device;
+    if (config.admission != "none") {
+      wo.max_running = config.max_batch * static_cast<int>(std::max<std::size_t>(1, config.device.size())) *
+                       static_cast<int>(std::max<std::size_t>(1, (*service)->models().size()));
+    }
     wo.crash_on_prompt = config.test_crash_on_prompt;
     auto started = queue::QueueWorker::start(std::move(wo), **service);
     if (!started.ok()) {

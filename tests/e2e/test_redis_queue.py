@@ -425,13 +425,12 @@ def test_an_engine_with_a_wrong_password_fails_start_up_clearly(redis, tmp_path)
 
 
 def test_a_request_no_engine_takes_in_time_is_503_with_retry_after(redis, cluster):
-    # One engine, one sequence at a time: it runs one stream and holds the
-    # next in its own queue; a third waits in Redis past --queue-timeout.
+    # One engine, one sequence at a time: it runs one stream (and takes
+    # nothing more meanwhile); the next waits in Redis past --queue-timeout.
     e = cluster.engine(redis.url, "virt:0=64MiB", "--max-batch", "1", "--test-step-delay-ms", "50")
     g = cluster.gateway(redis.url, "--queue-timeout", "1")
     wait_registered(g, [e])
-    streams = [g.post("/v1/completions", greedy(f"hold {i}", 100, stream=True), stream=True, timeout=120)
-               for i in range(2)]
+    streams = [g.post("/v1/completions", greedy("hold", 100, stream=True), stream=True, timeout=120)]
     for s in streams:
         assert s.status_code == 200
     wait_until(lambda: any(x["running"] > 0 for x in g.engines()), timeout=20, what="the first stream running")
@@ -442,3 +441,108 @@ def test_a_request_no_engine_takes_in_time_is_503_with_retry_after(redis, cluste
     assert 1 <= int(r.headers["Retry-After"]) < 60
     for s in streams:
         s.close()
+
+
+def sse_text(resp):
+    text = ""
+    for data in sse_events(resp):
+        if data == "[DONE]":
+            return text
+        event = json.loads(data)
+        assert "error" not in event, event
+        text += event["choices"][0]["text"]
+    pytest.fail("the stream ended without [DONE]")
+
+
+def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflicts(redis, cluster):
+    e = cluster.engine(redis.url, "virt:0=64MiB", "--test-step-delay-ms", "20")
+    a = cluster.gateway(redis.url)
+    b = cluster.gateway(redis.url)
+    wait_registered(a, [e])
+    wait_registered(b, [e])
+    body = greedy("Idempotent across gateways", 60, stream=True)
+    reference = sse_text(a.post("/v1/completions", body, stream=True))
+    wait_idle(a)
+
+    def completed():
+        return sum(d["completed"] for d in a.get("/v1/admission").json()["devices"])
+
+    before = completed()
+    key = {"Idempotency-Key": "retry-me-1"}
+    first = a.post("/v1/completions", body, stream=True, headers=key, timeout=120)
+    assert first.status_code == 200, first.text
+    events = sse_events(first)
+    head = json.loads(next(events))["choices"][0]["text"]
+    # The client's retry lands on the other gateway while the first runs: the same stream, in full.
+    retry = b.post("/v1/completions", body, stream=True, headers=key, timeout=120)
+    assert retry.status_code == 200, retry.text
+    assert sse_text(retry) == reference
+    rest = ""
+    for data in events:
+        if data == "[DONE]":
+            break
+        rest += json.loads(data)["choices"][0]["text"]
+    assert head + rest == reference
+    assert "follows request" in b.logs()
+    # One computation for both clients.
+    wait_until(lambda: completed() == before + 1, timeout=10, what="the completion registered")
+    wait_idle(a)
+    # After it completed: replayed by a gateway that never saw the key (a and b hold it themselves
+    # too), without running again.
+    c = cluster.gateway(redis.url)
+    wait_registered(c, [e])
+    again = c.post("/v1/completions", body, stream=True, headers=key, timeout=60)
+    assert again.status_code == 200, again.text
+    assert sse_text(again) == reference
+    assert "replays request" in c.logs()
+    # The same key with another body: refused.
+    other = c.post("/v1/completions", greedy("Another body", 8), headers=key)
+    assert other.status_code == 422, other.text
+    assert other.json()["error"]["type"] == "idempotency_key_reused"
+    assert completed() == before + 1
+
+    # The first client leaves while a retry on the other gateway follows: it runs on for the retry.
+    key2 = {"Idempotency-Key": "retry-me-2"}
+    body2 = greedy("A client that leaves", 80, stream=True)
+    reference2 = sse_text(b.post("/v1/completions", body2, stream=True))
+    leaver = a.post("/v1/completions", body2, stream=True, headers=key2, timeout=120)
+    assert leaver.status_code == 200
+    next(sse_events(leaver))
+    follower = b.post("/v1/completions", body2, stream=True, headers=key2, timeout=120)
+    assert follower.status_code == 200
+    follower_events = sse_events(follower)
+    text = json.loads(next(follower_events))["choices"][0]["text"]
+    leaver.close()
+    for data in follower_events:
+        if data == "[DONE]":
+            break
+        event = json.loads(data)
+        assert "error" not in event, event
+        text += event["choices"][0]["text"]
+    assert text == reference2
+
+
+def test_an_engine_at_its_max_batch_leaves_the_next_entry_to_another(redis, cluster):
+    args = ("--test-step-delay-ms", "20", "--max-batch", "1")
+    first = cluster.engine(redis.url, "virt:0=64MiB", *args)
+    g = cluster.gateway(redis.url)
+    wait_registered(g, [first])
+
+    def call(i):
+        # A stream's headers wait for its first event, so the two are sent side by side.
+        s = g.post("/v1/completions", greedy(f"Batch of one {i}", 200, stream=True), stream=True, timeout=120)
+        assert s.status_code == 200, s.text
+        return sse_text(s)
+
+    with cf.ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(call, i) for i in range(2)]
+        wait_until(lambda: sum(x["running"] for x in g.engines()) == 1 and g.get("/v1/admission").json()["queued"] == 1,
+                   timeout=20, what="one request running, one waiting in the shared queue")
+        # The busy engine did not take the second one to queue it behind its only slot: an engine
+        # that starts now finds it in the shared queue.
+        second = cluster.engine(redis.url, "virt:0=64MiB", *args)
+        wait_registered(g, [first, second])
+        wait_until(lambda: sorted(x["running"] for x in g.engines()) == [1, 1], timeout=20,
+                   what="both engines running one request each")
+        for c in calls:
+            c.result()

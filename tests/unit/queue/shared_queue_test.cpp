@@ -2,7 +2,8 @@
 // class, the waiting count, fenced events (a claim moves the epoch and the
 // old holder's events are refused), resume state, cancel before and after a
 // take, gateways that are gone, dead letters, heartbeats that do not count
-// a delivery, and the gateway's check for requests Redis lost.
+// a delivery, the gateway's check for requests Redis lost, and
+// Idempotency-Keys shared by gateways (followers, replay, conflicts).
 #include <gtest/gtest.h>
 
 #include "queue/shared_queue.hpp"
@@ -74,6 +75,26 @@ class SharedQueueTest : public RedisFixture {
     EXPECT_TRUE(a != nullptr && a->size() >= 2) << v.debug_string();
     return a ? (*a)[1].as_integer().value_or(-1) : -1;
   }
+  /// ADD of `rid` (class 3) from `gw` with Idempotency-Key hash `idem` and fingerprint `fp`: the raw reply.
+  RedisValue add_idem(const std::string& rid, const std::string& gw, const std::string& fp,
+                      const std::string& idem = "vg:q:idem:k1", const std::string& ttl_ms = "60000") {
+    return eval(kAddScript,
+                {stream(3), k_.request("m", rid), k_.ids("m", rid), k_.waiting("m"), k_.bell("m"), k_.alive(gw), idem},
+                {"8", rid, gw, "{\"r\":1}", "60000", "3", "0", "", "0", "0", k_.group, "60000", fp, ttl_ms,
+                 gw + "|" + rid, k_.prefix});
+  }
+  /// The ev fields of a stream's entries (a reply stream or a request's history).
+  std::vector<std::string> events(const std::string& key) {
+    std::vector<std::string> out;
+    RedisValue v = run(*c_, {"XRANGE", key, "-", "+"});
+    for (const RedisValue& e : *v.as_array()) {
+      const auto& f = *(*e.as_array())[1].as_array();
+      for (std::size_t i = 0; i + 1 < f.size(); i += 2) {
+        if (*f[i].as_string() == "ev") out.push_back(*f[i + 1].as_string());
+      }
+    }
+    return out;
+  }
   std::optional<TakenEntry> take(const std::string& consumer, int top) {
     const auto s = streams(top);
     RedisValue v = eval(kTakeScript, s, {k_.group, consumer, k_.model_tag("m"), k_.prefix});
@@ -93,16 +114,17 @@ class SharedQueueTest : public RedisFixture {
   }
   /// EMIT of one event as number `seq` of the request (default: the next one).
   std::int64_t emit(const TakenEntry& e, const std::string& rid, std::int64_t epoch, const std::string& ev,
-                    const std::string& ids, bool terminal, const std::string& gw = "gw1", std::int64_t seq = 0) {
+                    const std::string& ids, bool terminal, const std::string& gw = "gw1", std::int64_t seq = 0,
+                    bool completed = false) {
     if (seq == 0) {
       RedisValue cur = run(*c_, {"HGET", k_.request("m", rid), "seq"});
       seq = (cur.as_string() ? std::stoll(*cur.as_string()) : 0) + 1;
     }
-    std::string flags = std::string(ids.empty() ? "" : "o") + (terminal ? "t" : "");
+    std::string flags = std::string(ids.empty() ? "" : "o") + (terminal ? "t" : "") + (completed ? "c" : "");
     RedisValue v = eval(kEmitScript,
                         {k_.request("m", rid), k_.ids("m", rid), k_.reply(gw), k_.alive(gw), e.stream},
                         {std::to_string(epoch), std::to_string(seq), "60000", "1000", rid, k_.group, e.id, "1", ev, ids,
-                         flags});
+                         flags, k_.prefix});
     return v.as_integer().value_or(-99);
   }
   /// The (epoch, ev) of each entry of gateway `gw`'s reply stream.
@@ -321,12 +343,100 @@ TEST_F(SharedQueueTest, VerifyNamesTheMissingRequestsAndTheNewestReply) {
   emit(*t, "kept", 1, "x", "", false);
   RedisValue v = eval(kVerifyScript, {k_.reply("gw1"), k_.request("m", "kept"), k_.request("m", "lost")}, {});
   const auto* a = v.as_array();
-  ASSERT_TRUE(a && a->size() == 2) << v.debug_string();
+  ASSERT_TRUE(a && a->size() == 3) << v.debug_string();
   const auto newest = parse_stream_id(*a->at(0).as_string());
   ASSERT_TRUE(newest);
   EXPECT_GT(newest->first, 0u);
   ASSERT_EQ(a->at(1).as_array()->size(), 1u);
   EXPECT_EQ(a->at(1).as_array()->at(0).as_integer(), 1);
+}
+
+TEST_F(SharedQueueTest, AnIdempotencyKeySentToAnotherGatewayFollowsTheRequestThenReplaysIt) {
+  alive("gw4");
+  RedisValue first = add_idem("a", "gw1", "F");
+  ASSERT_TRUE(first.as_array()) << first.debug_string();
+  EXPECT_EQ(first.as_array()->at(0).as_integer(), 1);
+  auto held = take("e1", 10);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(emit(*held, "a", 1, "one", "1,", false), 1);
+  // The same key at gw4 while it runs: it follows, and is given what was written so far.
+  RedisValue follow = add_idem("b", "gw4", "F");
+  const auto* f = follow.as_array();
+  ASSERT_TRUE(f && f->size() == 7) << follow.debug_string();
+  EXPECT_EQ(f->at(0).as_integer(), 3);
+  EXPECT_EQ(*f->at(1).as_string(), k_.request("m", "a"));
+  EXPECT_EQ(*f->at(2).as_string(), "run");
+  ASSERT_EQ(f->at(3).as_array()->size(), 1u);
+  EXPECT_EQ(*f->at(4).as_string(), "gw1");
+  EXPECT_EQ(*f->at(5).as_string(), k_.waiting("m"));
+  EXPECT_EQ(*f->at(6).as_string(), stream(3));
+  EXPECT_EQ(waiting(), "0");  // nothing new was queued
+  // Another body with the key: refused.
+  EXPECT_EQ(add_idem("c", "gw4", "G").as_array()->at(0).as_integer(), 2);
+  EXPECT_EQ(emit(*held, "a", 1, "two", "2,", false), 1);
+  EXPECT_EQ(emit(*held, "a", 1, "done", "", true, "gw1", 0, true), 1);
+  EXPECT_EQ(events(k_.reply("gw1")), (std::vector<std::string>{"one", "two", "done"}));
+  EXPECT_EQ(events(k_.reply("gw4")), (std::vector<std::string>{"two", "done"}));
+  RedisValue rid = run(*c_, {"XRANGE", k_.reply("gw4"), "-", "+"});
+  EXPECT_EQ(*rid.as_array()->at(0).as_array()->at(1).as_array()->at(1).as_string(), "b");  // under its own rid
+  // Completed: the request is gone, its key and history stay for replay.
+  EXPECT_EQ(integer({"EXISTS", k_.request("m", "a"), k_.request("m", "a") + ":f"}), 0);
+  EXPECT_EQ(*run(*c_, {"HGET", "vg:q:idem:k1", "state"}).as_string(), "done");
+  EXPECT_GT(integer({"PTTL", "vg:q:idem:k1"}), 0);
+  RedisValue replay = add_idem("d", "gw4", "F");
+  ASSERT_TRUE(replay.as_array() && replay.as_array()->size() == 7) << replay.debug_string();
+  EXPECT_EQ(*replay.as_array()->at(2).as_string(), "done");
+  EXPECT_EQ(replay.as_array()->at(3).as_array()->size(), 3u);
+  EXPECT_EQ(integer({"EXISTS", k_.request("m", "a") + ":f"}), 0);  // a replay follows nothing
+}
+
+TEST_F(SharedQueueTest, AFailedRequestFreesItsIdempotencyKey) {
+  EXPECT_EQ(add_idem("a", "gw1", "F").as_array()->at(0).as_integer(), 1);
+  auto held = take("e1", 10);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(emit(*held, "a", 1, "failed", "", true), 1);  // terminal, not completed
+  EXPECT_EQ(integer({"EXISTS", "vg:q:idem:k1", k_.request("m", "a") + ":h"}), 0);
+  // A retry runs again, under its own request.
+  EXPECT_EQ(add_idem("b", "gw1", "F").as_array()->at(0).as_integer(), 1);
+  EXPECT_EQ(*run(*c_, {"HGET", "vg:q:idem:k1", "req"}).as_string(), k_.request("m", "b"));
+}
+
+TEST_F(SharedQueueTest, AKeyOfAGoneGatewayOrWithoutTtlIsNotFollowed) {
+  alive("gw4");
+  add_idem("a", "gw4", "F");
+  run(*c_, {"DEL", k_.alive("gw4")});  // gw4 died: nobody will read its answer
+  EXPECT_EQ(add_idem("b", "gw1", "F").as_array()->at(0).as_integer(), 1);  // runs anew
+  // ttl 0: kept while it runs only.
+  add_idem("c", "gw1", "F", "vg:q:idem:k2", "0");
+  auto held = take("e1", 10);
+  ASSERT_TRUE(held);
+  while (held && *held->field("rid") != "c") held = take("e1", 10);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(emit(*held, "c", 1, "done", "", true, "gw1", 0, true), 1);
+  EXPECT_EQ(integer({"EXISTS", "vg:q:idem:k2"}), 0);
+}
+
+TEST_F(SharedQueueTest, ARequestWhoseClientLeftRunsOnForItsFollowers) {
+  alive("gw4");
+  add_idem("a", "gw1", "F");
+  add_idem("b", "gw4", "F");
+  const RedisClient::Args keys{k_.request("m", "a"), k_.ids("m", "a"), k_.waiting("m"), stream(3)};
+  // gw1's client leaves: left for gw4's (an engine may still take it).
+  EXPECT_EQ(eval(kCancelScript, keys, {"0", ""}).as_integer(), 3);
+  EXPECT_EQ(waiting(), "1");
+  // gw4 checks that it still follows, and that gw1 lives.
+  RedisValue v = eval(kVerifyScript, {k_.reply("gw4"), k_.request("m", "a") + ":f"}, {"gw4|b " + k_.alive("gw1")});
+  ASSERT_TRUE(v.as_array() && v.as_array()->size() == 3) << v.debug_string();
+  EXPECT_TRUE(v.as_array()->at(1).as_array()->empty());
+  EXPECT_TRUE(v.as_array()->at(2).as_array()->empty());
+  // The last follower leaves: now it is cancelled (not taken: removed).
+  EXPECT_EQ(eval(kCancelScript, keys, {"0", "gw4|b"}).as_integer(), 0);
+  EXPECT_EQ(waiting(), "0");
+  EXPECT_EQ(integer({"EXISTS", k_.request("m", "a"), "vg:q:idem:k1"}), 0);
+  EXPECT_FALSE(take("e1", 10));
+  v = eval(kVerifyScript, {k_.reply("gw4"), k_.request("m", "a") + ":f"}, {"gw4|b " + k_.alive("gw9")});
+  EXPECT_EQ(v.as_array()->at(1).as_array()->size(), 1u);  // no longer followed
+  EXPECT_EQ(v.as_array()->at(2).as_array()->size(), 1u);  // and gw9 is not alive
 }
 
 }  // namespace
