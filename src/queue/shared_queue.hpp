@@ -10,7 +10,15 @@
 //   P:{M}:r:<rid>      hash of one request: epoch (the fencing epoch of its current delivery),
 //                      taken (0/1), cancel (0/1), gw (its gateway), entry, cls, sent (prompt
 //                      logprobs sent), out (any text sent), seq (events written so far)
+//                      (and idem, ittl: its Idempotency-Key's hash and replay ttl ms; orphan: its
+//                      own client left, it runs for its followers)
 //   P:{M}:r:<rid>:ids  the token ids of choice 0 sent so far, "id,id,..." (what a new engine resumes after)
+//   P:{M}:r:<rid>:h    a request with an Idempotency-Key: every event written (fields epoch, ev),
+//                      kept for the key's replay ttl after it completed
+//   P:{M}:r:<rid>:f    set of its followers "gw|rid": requests of other gateways with the same key,
+//                      to whose reply streams its events are written too
+//   P:idem:<sha256>    hash of one Idempotency-Key (scoped by API key): req (the request hash
+//                      holding it), fp (the fingerprint of route + body), state (run | done)
 //   P:{M}:waiting      requests added and not yet taken (queue position)
 //   P:{M}:bell         a short list an engine blocks on (BLPOP) to learn of new entries at once
 //   P:{M}:dead         dead letters: entries delivered too often, or malformed (bounded)
