@@ -155,13 +155,14 @@ Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::v
   return std::optional<TakenEntry>(std::move(e));
 }
 
-// Lua shared by the scripts that end a request. fanout(h, prefix, epoch,
+// Lua shared by the scripts. fanout(h, prefix, epoch,
 // ev, maxlen): writes an event to the reply stream of every gateway that
 // follows request hash h (a client that sent the same Idempotency-Key to
 // another gateway; members "gw|its rid"). forget(h, completed): the request
 // ended; its Idempotency-Key (if any) is kept with its history for replay
 // when it completed and the key has a ttl, else freed (so a retry runs
-// again); the request's keys are deleted.
+// again); the request's keys are deleted. entry_ids(fields): a stream
+// entry's rid and gw, or nil when either is missing or not a valid id.
 #define VG_LUA_HELPERS                                                                                      \
   "local function fanout(h, prefix, epoch, ev, maxlen)\n"                                                \
   "  for _, m in ipairs(redis.call('SMEMBERS', h .. ':f')) do\n"                                          \
@@ -172,6 +173,16 @@ Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::v
   "    end\n"                                                                                               \
   "  end\n"                                                                                                 \
   "end\n"                                                                                                   \
+  "local function entry_ids(f)\n"                                                                        \
+  "  local rid, gw\n"                                                                                      \
+  "  for j = 1, #f, 2 do\n"                                                                                \
+  "    if f[j] == 'rid' then rid = f[j + 1] elseif f[j] == 'gw' then gw = f[j + 1] end\n"                \
+  "  end\n"                                                                                                \
+  "  if rid == nil or gw == nil or not string.match(rid, '^[%w_.-]+$') or not string.match(gw, '^[%w_.-]+$') then\n" \
+  "    return nil, nil\n"                                                                                  \
+  "  end\n"                                                                                                \
+  "  return rid, gw\n"                                                                                     \
+  "end\n"                                                                                                  \
   "local function forget(h, completed)\n"                                                                 \
   "  local f = redis.call('HMGET', h, 'idem', 'ittl')\n"                                                  \
   "  if f[1] then\n"                                                                                        \
@@ -263,13 +274,8 @@ for i, key in ipairs(KEYS) do
   if type(r) == 'table' and r.err == nil and r[1] ~= nil and r[1][2][1] ~= nil then
     local e = r[1][2][1]
     local id, f = e[1], e[2]
-    local rid, gw
-    for j = 1, #f, 2 do
-      if f[j] == 'rid' then rid = f[j + 1] elseif f[j] == 'gw' then gw = f[j + 1] end
-    end
-    if rid == nil or gw == nil or not string.match(rid, '^[%w_.-]+$') or not string.match(gw, '^[%w_.-]+$') then
-      return {i - 1, id, f, 'bad'}
-    end
+    local rid, gw = entry_ids(f)
+    if rid == nil then return {i - 1, id, f, 'bad'} end
     local h = ARGV[3] .. ':r:' .. rid
     local s = redis.call('HMGET', h, 'epoch', 'taken', 'cancel')
     if s[1] == false or s[3] == '1' or redis.call('EXISTS', ARGV[4] .. ':gw:' .. gw .. ':alive') == 0 then
@@ -304,13 +310,8 @@ for i, key in ipairs(KEYS) do
   if type(r) == 'table' and r.err == nil and r[2] ~= nil and r[2][1] ~= nil and r[2][1] ~= false then
     local e = r[2][1]
     local id, f = e[1], e[2]
-    local rid, gw
-    for j = 1, #f, 2 do
-      if f[j] == 'rid' then rid = f[j + 1] elseif f[j] == 'gw' then gw = f[j + 1] end
-    end
-    if rid == nil or gw == nil or not string.match(rid, '^[%w_.-]+$') or not string.match(gw, '^[%w_.-]+$') then
-      return {i - 1, id, f, 'bad'}
-    end
+    local rid, gw = entry_ids(f)
+    if rid == nil then return {i - 1, id, f, 'bad'} end
     local p = redis.call('XPENDING', key, ARGV[1], id, id, 1)
     local d = 1
     if p[1] ~= nil then d = p[1][4] end

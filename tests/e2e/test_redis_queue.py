@@ -7,7 +7,10 @@ output equals a fault-free run, nothing repeated); a stalled engine's late
 output is fenced out; a killed gateway's requests stop; a Redis killed and
 restarted (appendfsync always) loses no accepted request; a poison request
 is dead-lettered with engine_crashed; a malformed entry written by hand is
-dead-lettered and the engine goes on. Redis and the engines are started here
+dead-lettered and the engine goes on; an Idempotency-Key sent to several
+gateways causes one computation (followed while it runs, replayed after it
+completed, 422 with another body); an engine at its max batch leaves the
+next entry to another engine. Redis and the engines are started here
 (loopback, temporary folders); nothing waits on sleeps (conditions are
 polled with deadlines). Multi-process mode only: --in-process servers do not
 use the shared queue."""
@@ -476,7 +479,11 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     # The client's retry lands on the other gateway while the first runs: the same stream, in full.
     retry = b.post("/v1/completions", body, stream=True, headers=key, timeout=120)
     assert retry.status_code == 200, retry.text
+    # And another on the first gateway (which attaches to its own request).
+    retry_a = a.post("/v1/completions", body, stream=True, headers=key, timeout=120)
+    assert retry_a.status_code == 200, retry_a.text
     assert sse_text(retry) == reference
+    assert sse_text(retry_a) == reference
     rest = ""
     for data in events:
         if data == "[DONE]":
@@ -484,7 +491,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
         rest += json.loads(data)["choices"][0]["text"]
     assert head + rest == reference
     assert "follows request" in b.logs()
-    # One computation for both clients.
+    # One computation for the three clients (and the replay below).
     wait_until(lambda: completed() == before + 1, timeout=10, what="the completion registered")
     wait_idle(a)
     # After it completed: replayed by a gateway that never saw the key (a and b hold it themselves
