@@ -146,10 +146,10 @@ def wait_registered(gateway, engines):
                what="the engines registered in the shared queue")
 
 
-def stream_text(resp):
-    """(text, chunks) of a completed SSE stream; fails on an error event."""
+def events_text(events):
+    """(text, chunks) of the rest of an SSE stream's events, up to [DONE]; fails on an error event."""
     text, chunks = "", 0
-    for data in sse_events(resp):
+    for data in events:
         if data == "[DONE]":
             return text, chunks
         event = json.loads(data)
@@ -157,6 +157,15 @@ def stream_text(resp):
         text += event["choices"][0]["text"]
         chunks += 1
     pytest.fail("the stream ended without [DONE]")
+
+
+def stream_text(resp):
+    """(text, chunks) of a completed SSE stream."""
+    return events_text(sse_events(resp))
+
+
+def sse_text(resp):
+    return stream_text(resp)[0]
 
 
 def greedy(prompt, max_tokens, stream=False):
@@ -262,16 +271,7 @@ def test_an_engine_killed_mid_stream_is_resumed_by_another(redis, cluster):
     victim = running_engine(g, engines)
     t0 = time.monotonic()
     victim.kill()
-    texts = []
-    for i, ev in enumerate(events):
-        text = first if i == 0 else ""
-        for data in ev:
-            if data == "[DONE]":
-                break
-            event = json.loads(data)
-            assert "error" not in event, event
-            text += event["choices"][0]["text"]
-        texts.append(text)
+    texts = [(first if i == 0 else "") + events_text(ev)[0] for i, ev in enumerate(events)]
     took = time.monotonic() - t0
     assert texts == reference, (texts, reference)
     survivor = next(e for e in engines if e is not victim)
@@ -301,12 +301,7 @@ def test_a_stalled_engine_is_fenced_out_and_each_stream_is_one_answer(redis, clu
         wait_until(lambda: "claimed request" in other.logs(), timeout=20, what="the other engine claiming the stream")
     finally:
         stalled.resume()  # wakes up with the stream still in its batch: its output must not reach the client
-    for data in events:
-        if data == "[DONE]":
-            break
-        event = json.loads(data)
-        assert "error" not in event, event
-        text += event["choices"][0]["text"]
+    text += events_text(events)[0]
     assert text == reference, (text, reference)
     wait_until(lambda: "another engine took it over" in stalled.logs() or
                "taken over by another engine" in stalled.logs(), timeout=20,
@@ -446,17 +441,6 @@ def test_a_request_no_engine_takes_in_time_is_503_with_retry_after(redis, cluste
         s.close()
 
 
-def sse_text(resp):
-    text = ""
-    for data in sse_events(resp):
-        if data == "[DONE]":
-            return text
-        event = json.loads(data)
-        assert "error" not in event, event
-        text += event["choices"][0]["text"]
-    pytest.fail("the stream ended without [DONE]")
-
-
 def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflicts(redis, cluster):
     e = cluster.engine(redis.url, "virt:0=64MiB", "--test-step-delay-ms", "20")
     a = cluster.gateway(redis.url)
@@ -484,12 +468,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     assert retry_a.status_code == 200, retry_a.text
     assert sse_text(retry) == reference
     assert sse_text(retry_a) == reference
-    rest = ""
-    for data in events:
-        if data == "[DONE]":
-            break
-        rest += json.loads(data)["choices"][0]["text"]
-    assert head + rest == reference
+    assert head + events_text(events)[0] == reference
     assert "follows request" in b.logs()
     # One computation for the three clients (and the replay below).
     wait_until(lambda: completed() == before + 1, timeout=10, what="the completion registered")
@@ -520,13 +499,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     follower_events = sse_events(follower)
     text = json.loads(next(follower_events))["choices"][0]["text"]
     leaver.close()
-    for data in follower_events:
-        if data == "[DONE]":
-            break
-        event = json.loads(data)
-        assert "error" not in event, event
-        text += event["choices"][0]["text"]
-    assert text == reference2
+    assert text + events_text(follower_events)[0] == reference2
 
 
 def test_an_engine_at_its_max_batch_leaves_the_next_entry_to_another(redis, cluster):
