@@ -47,7 +47,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PROMPTS, percentile, raise_priority  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from redis_procs import EngineProcess, RedisServer  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
 STARTED = []  # every process object started here, ended by cleanup()
@@ -78,12 +78,6 @@ def cleanup():
     STARTED.clear()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(cond, timeout, what, poll=0.02):
     deadline = time.monotonic() + timeout
     while True:
@@ -95,115 +89,36 @@ def wait_for(cond, timeout, what, poll=0.02):
         time.sleep(poll)
 
 
-class Redis:
-    """redis-server on a free loopback port with a temporary folder;
-    start() again after kill() brings it back on the same port (and, with
-    appendfsync, the same append-only file)."""
+class Redis(RedisServer):
+    """RedisServer, ended by cleanup(): crash() and start() for the fault runs."""
 
     def __init__(self, appendfsync=None):
-        self.binary = shutil.which("redis-server")
-        if self.binary is None:
-            raise SystemExit("redis-server is not on PATH (Debian package redis-server)")
-        self.appendfsync = appendfsync
-        self.dir = tempfile.mkdtemp(prefix="vg-bench-redis-")
-        self.port = free_port()
-        self.proc = None
+        super().__init__(appendfsync, prefix="vg-bench-redis-")
         STARTED.append(self)
-        self.start()
-
-    @property
-    def url(self):
-        return f"redis://127.0.0.1:{self.port}"
-
-    def argv(self):
-        persist = (["--appendonly", "yes", "--appendfsync", self.appendfsync] if self.appendfsync
-                   else ["--appendonly", "no"])
-        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-                *persist, "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")]
-
-    def ping(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"*1\r\n$4\r\nPING\r\n")
-                return s.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def start(self):
-        self.proc = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                     process_group=0)
-        wait_for(lambda: self.proc.poll() is not None or self.ping(), 10, "redis-server to answer PING", 0.005)
-        if self.proc.poll() is not None:
-            raise RuntimeError("redis-server exited at start-up:\n" + self.log())
-
-    def log(self):
-        try:
-            with open(os.path.join(self.dir, "redis.log")) as f:
-                return f.read()[-3000:]
-        except OSError:
-            return ""
 
     def crash(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        RedisServer.kill(self)
 
     def kill(self):
-        self.crash()
+        RedisServer.kill(self)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Engine:
-    """`vramgate engine` on its own socket (folder mode 0700), its log kept."""
+class Engine(EngineProcess):
+    """`vramgate engine` on its own socket (folder mode 0700), ended by
+    cleanup(); counts the requests it stopped because another engine took
+    them over or their gateway was gone."""
 
     def __init__(self, binary, model_dir, redis_url, *extra, threads="1"):
         self.folder = tempfile.mkdtemp(prefix="vg-bench-eng-")
         os.chmod(self.folder, 0o700)
-        self.sock = os.path.join(self.folder, "e.sock")
-        self.argv = [binary, "engine", "--model-dir", model_dir, "--device", "virt:0=64MiB", "--threads", threads,
-                     "--listen", "unix:" + self.sock, *(["--queue", redis_url] if redis_url else []), *extra]
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     process_group=0)
+        super().__init__(binary, model_dir, os.path.join(self.folder, "e.sock"), redis_url, "virt:0=64MiB", *extra,
+                         threads=threads)
         STARTED.append(self)
-        self.lines = []
-        self.paused = False
         self.counted = False
 
-        def pump():
-            for line in self.proc.stdout:
-                self.lines.append(line)
-
-        self.reader = threading.Thread(target=pump, daemon=True)
-        self.reader.start()
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def logs(self):
-        return "".join(self.lines)
-
-    def wait_listening(self, timeout=60):
-        wait_for(lambda: self.proc.poll() is not None or "engine serving on" in self.logs(), timeout,
-                 "the engine's socket")
-        if self.proc.poll() is not None:
-            raise RuntimeError("engine exited at start-up:\n" + self.logs()[-3000:])
-
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
     def kill(self):
-        if self.proc.poll() is None:
-            if self.paused:
-                self.resume()
-            self.proc.kill()
-        self.proc.wait()
-        self.reader.join(5)
+        super().kill()
         shutil.rmtree(self.folder, ignore_errors=True)
         n = 0 if self.counted else self.logs().count("taken over by another engine, or its gateway is gone")
         self.counted = True

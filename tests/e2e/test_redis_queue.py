@@ -17,7 +17,6 @@ use the shared queue."""
 import concurrent.futures as cf
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +26,7 @@ import pytest
 import requests
 
 from conftest import BIN, IN_PROCESS, MODEL_DIR, sse_events, wait_until
-from redis_util import RedisServer, resp_command
+from redis_util import EngineProcess, RedisServer, resp_command
 from scenario_util import cost_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
@@ -36,60 +35,13 @@ from server_process import ServerProcess  # noqa: E402
 pytestmark = pytest.mark.skipif(IN_PROCESS, reason="the shared queue is a multi-process feature")
 
 
-class Engine:
+class Engine(EngineProcess):
     """`vramgate engine --queue URL` on its own socket, its log kept."""
 
     def __init__(self, tmp_path, name, redis_url, device="virt:0=64MiB", *extra):
         folder = tmp_path / ("run-" + name)
         folder.mkdir(mode=0o700)
-        self.sock = str(folder / "e.sock")
-        self.argv = [BIN, "engine", "--model-dir", MODEL_DIR, "--device", device, "--threads", "1",
-                     "--listen", "unix:" + self.sock, "--queue", redis_url, *extra]
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     process_group=0)
-        self.lines = []
-        self.paused = False
-
-        def pump():
-            for line in self.proc.stdout:
-                self.lines.append(line)
-
-        self.reader = threading.Thread(target=pump, daemon=True)
-        self.reader.start()
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def logs(self):
-        return "".join(self.lines)
-
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    def kill(self):
-        if self.proc.poll() is None:
-            if self.paused:
-                self.resume()
-            self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            if self.paused:
-                self.resume()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.reader.join(5)
+        super().__init__(BIN, MODEL_DIR, str(folder / "e.sock"), redis_url, device, *extra)
 
 
 class Gateway(ServerProcess):
