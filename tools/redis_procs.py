@@ -36,7 +36,21 @@ def resp_command(port, *args, timeout=2.0):
     return data.decode(errors="replace").split("\r\n")[0]
 
 
-class RedisServer:
+class Pausable:
+    """pause() / resume() of self.proc with SIGSTOP / SIGCONT (a stall)."""
+
+    paused = False
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+
+class RedisServer(Pausable):
     """redis-server on a free loopback port with a temporary folder, ready
     once it answers PING. kill() is a crash; start() brings it back on the
     same port (and, with appendfsync, the same append-only file); stop()
@@ -88,14 +102,6 @@ class RedisServer:
         except OSError:
             return ""
 
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
     def kill(self):
         """SIGKILL, as a crash; start() brings it back on the same port."""
         if self.proc and self.proc.poll() is None:
@@ -109,7 +115,7 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class EngineProcess:
+class EngineProcess(Pausable):
     """`vramgate engine` on the socket `sock` (its folder must exist, mode
     0700), its output kept (logs())."""
 
@@ -145,14 +151,6 @@ class EngineProcess:
             time.sleep(0.02)  # polls its log, with a deadline
         if self.proc.poll() is not None:
             raise RuntimeError("engine exited at start-up:\n" + self.logs()[-3000:])
-
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
 
     def kill(self):
         if self.proc.poll() is None:
