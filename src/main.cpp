@@ -7,13 +7,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <string_view>
 #include <vector>
 
 #include "common/thread_env.hpp"
 #include "config/config.hpp"
 #include "config/config_cli.hpp"
+#include "config/config_fields.hpp"
 #include "config/config_file.hpp"
 #include "server/app.hpp"
 #include "server/shutdown_signal.hpp"
@@ -28,6 +31,26 @@ constexpr const char* kPlanKeys[] = {"model_dir",      "device",        "threads
                                      "admission",      "memory_utilization", "memory_reserve",
                                      "memory_safety",  "max_batch",     "max_batch_tokens", "prefill_worker",
                                      "log_level"};
+
+// Settings of the gateway side only (HTTP, traffic policies, the
+// supervisor): `vramgate engine` offers every other one as a flag (a config
+// file shared with `serve` may still hold these keys; the engine ignores them).
+constexpr const char* kGatewayOnlyKeys[] = {
+    "host",         "port",        "io_threads", "max_body_bytes",  "read_timeout",    "idle_timeout",
+    "max_connections", "cors_allow_origin", "api_keys", "metrics_auth", "rate_limit", "rate_burst",
+    "idempotency_ttl", "log_request_text", "in_process", "engine", "runtime_dir", "engine_heartbeat_timeout",
+    "keep_engines", "gateway_only"};
+
+std::vector<const char*> engine_keys() {
+  std::vector<const char*> out;
+  for (const vg::ConfigField& f : vg::config_fields()) {
+    if (std::none_of(std::begin(kGatewayOnlyKeys), std::end(kGatewayOnlyKeys),
+                     [&](const char* k) { return std::string_view(k) == f.key; })) {
+      out.push_back(f.key);
+    }
+  }
+  return out;
+}
 
 void init_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("vramgate");
@@ -60,7 +83,8 @@ int main(int argc, char** argv) {
 
   CLI::App* engine = app.add_subcommand(
       "engine", "Load the model on the device and serve gateways (vramgate serve --engine) on a Unix socket");
-  vg::ConfigFlags engine_flags(*engine);
+  const std::vector<const char*> engine_flag_keys = engine_keys();
+  vg::ConfigFlags engine_flags(*engine, engine_flag_keys);
   vg::EngineProcessOptions engine_options;
   engine->add_option("--listen", engine_options.listen, "Socket to serve gateways on: unix:PATH (its folder 0700; "
                                                         "the secret a gateway presents is written to PATH.secret)")

@@ -149,3 +149,16 @@ def test_a_budget_too_small_for_any_request_fails_start_up():
                           "--memory-reserve", "100GiB"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "cannot hold even a 2-token request" in out.stdout + out.stderr
+
+
+def test_the_engine_offers_engine_settings_only():
+    """`vramgate engine` lists and takes the device's settings, not the HTTP side's."""
+    out = run("engine", "--help")
+    assert out.returncode == 0, out.stderr
+    for flag in ("--max-batch", "--memory-reserve", "--queue", "--claim-idle", "--orphan-timeout", "--listen"):
+        assert flag in out.stdout, flag
+    for flag in ("--port", "--api-keys", "--rate-limit", "--cors-allow-origin", "--gateway-only", "--engine "):
+        assert flag not in out.stdout, flag
+    refused = run("engine", "--listen", "unix:/nonexistent/e.sock", "--port", "9000")
+    assert refused.returncode != 0
+    assert "--port" in refused.stdout + refused.stderr
