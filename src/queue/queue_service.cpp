@@ -277,9 +277,9 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
                    "echo with a prompt of token ids is not supported in Redis mode (--queue): send the prompt as text");
     }
     if (request.max_tokens > info->context_length && info->context_length > 0) {
-      return Error(ErrorCode::kInvalidRequest, "max_tokens " + std::to_string(request.max_tokens) +
-                                                   " exceeds the context length " +
-                                                   std::to_string(info->context_length) + " of model '" + info->id + "'");
+      return Error(ErrorCode::kInvalidRequest, "max_tokens (" + std::to_string(request.max_tokens) +
+                                                   ") exceeds the context length of model '" + info->id + "' (" +
+                                                   std::to_string(info->context_length) + " tokens)");
     }
     MemoryProfile profile;
     profile.kv_bytes_per_token = info->kv_bytes_per_token;
