@@ -186,6 +186,9 @@ Result<Submission> TrafficGate::submit(Service& service, TrafficTicket& ticket, 
     return std::move(submitted).error();
   }
   Submission sub = std::move(submitted).value();
+  // Another gateway's request with the key answers it (Redis mode).
+  if (sub.idempotency == "attached") ticket.idempotency = "attached";
+  if (sub.idempotency == "replayed") ticket.idempotency = "replayed";
   claim.flight->start(sub.handle, traffic::FlightOrigin{sub.model, sub.prompt_tokens, sub.queue_position,
                                                         sub.cost_bytes});
   sub.handle = std::move(mine);

@@ -56,7 +56,9 @@ std::string hex_digest(const traffic::Digest& d) {
 }
 
 Error lost_follower() {
-  return overloaded("the request this Idempotency-Key names was lost with the gateway that placed it: retry", 1);
+  return overloaded("the request this Idempotency-Key names is no longer in the shared queue (its gateway is "
+                    "gone, or Redis lost it): retry",
+                    1);
 }
 
 }  // namespace
@@ -91,6 +93,7 @@ struct QueueService::Req {
   std::int64_t epoch = 0;               // the newest delivery seen
   TimePoint added_at{};
   std::string idem_key;                 // P:idem:<sha256 of the scoped Idempotency-Key>; "" without one
+  bool readd = false;                   // an add after Redis lost it (a copy's flag, in verify_requests)
   // Guarded by the service's mu_ (set in submit() once the add answered):
   bool follower = false;                // follows another gateway's request with the same key
   std::string member;                   // "gw|rid": its name in that request's follower set
@@ -226,7 +229,9 @@ Result<RedisValue> QueueService::add_raw(const Req& r) {
                          r.prompt_sent ? "1" : "0", r.output_sent ? "1" : "0", k.group, alive_ms()};
   if (!r.idem_key.empty()) {
     keys.push_back(r.idem_key);
-    args.push_back(r.request.retry.fingerprint);
+    // A re-add (Redis lost the request) frees the key: the events written
+    // before are gone, so it can be neither followed nor replayed in full.
+    args.push_back(r.readd ? std::string() : r.request.retry.fingerprint);
     args.push_back(std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(options_.idempotency_ttl).count()));
     args.push_back(options_.gateway_id + "|" + r.rid);
     args.push_back(k.prefix);
@@ -405,6 +410,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
   sub.queue_position = static_cast<int>(std::clamp<std::int64_t>(waiting, 0, 1 << 30));
   sub.cost_bytes = r->cost_bytes;
   if (request.echo) sub.echo_text = std::get<std::string>(request.prompt);
+  if (followed) sub.idempotency = *state == "done" ? "replayed" : "attached";
   sub.defer_stream_start = true;
   return sub;
 }
@@ -774,6 +780,7 @@ void QueueService::verify_requests(TimePoint now) {
     // Above any epoch an engine may still hold without having written: its
     // late events are then refused, whatever it does.
     copy.epoch += 1000;
+    copy.readd = true;
     if (!add(copy, nullptr).ok()) continue;
     {
       std::lock_guard lk(mu_);

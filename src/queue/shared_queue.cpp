@@ -205,7 +205,8 @@ Result<std::optional<TakenEntry>> decode_taken(const RedisValue& v, const std::v
 // alive ms (the add also refreshes the gateway's alive key, so an entry is
 // never added under a lapsed one), then with a key: the request's
 // fingerprint, the key's replay ttl ms, this request as a follower
-// ("gw|rid"), the prefix.
+// ("gw|rid"), the prefix; an empty fingerprint is a re-add after Redis
+// lost the request (its key is freed if it still names it, nothing recorded).
 // Returns {1, waiting, entry id}; {0, waiting} when the request is already
 // there (a re-add after a Redis restart that kept its data); {2} when the
 // key names a live request with another fingerprint; {3, its hash, state
@@ -219,7 +220,11 @@ redis.call('SET', KEYS[6], '1', 'PX', ARGV[12])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, tonumber(redis.call('GET', KEYS[4]) or '0')}
 end
-if KEYS[7] then
+if KEYS[7] and ARGV[13] == '' then
+  -- A re-add after Redis lost the request: its events so far are gone, so
+  -- its key is freed (a retry elsewhere runs anew) and it records nothing.
+  if redis.call('HGET', KEYS[7], 'req') == KEYS[2] then redis.call('DEL', KEYS[7]) end
+elseif KEYS[7] then
   local e = redis.call('HMGET', KEYS[7], 'req', 'fp', 'state')
   if e[1] and e[1] ~= KEYS[2] then
     local live = false
@@ -253,7 +258,7 @@ redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[11], '0', 'MKSTREAM')
 local id = redis.call('XADD', KEYS[1], '*', 'cost', ARGV[1], 'rid', ARGV[2], 'gw', ARGV[3], 'req', ARGV[4])
 redis.call('HSET', KEYS[2], 'epoch', ARGV[7], 'taken', 0, 'cancel', 0, 'gw', ARGV[3], 'entry', id, 'cls', ARGV[6],
            'sent', ARGV[9], 'out', ARGV[10])
-if KEYS[7] then redis.call('HSET', KEYS[2], 'idem', KEYS[7], 'ittl', ARGV[14]) end
+if KEYS[7] and ARGV[13] ~= '' then redis.call('HSET', KEYS[2], 'idem', KEYS[7], 'ittl', ARGV[14]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('DEL', KEYS[3])
 if ARGV[8] ~= '' then redis.call('SET', KEYS[3], ARGV[8], 'PX', ARGV[5]) end

@@ -26,6 +26,9 @@ struct Submission {
   std::string echo_text{};
   /// A retry that took its booked place: "token", "idempotency_key" or "body".
   std::string retry_claimed_by{};
+  /// Redis mode: "attached" or "replayed" when another gateway's request
+  /// with the same Idempotency-Key answers this one; empty otherwise.
+  std::string idempotency{};
   /// A stream's headers wait for the request's first event other than a
   /// failure (an engine accepted it, queued or running): set when an error
   /// the service only learns later (an engine taking the request from a

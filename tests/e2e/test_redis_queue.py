@@ -422,6 +422,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     assert sse_text(retry_a) == reference
     assert head + events_text(events)[0] == reference
     assert "follows request" in b.logs()
+    wait_until(lambda: '"idempotency":"attached"' in b.logs(), timeout=10, what="b's request log line")
     # One computation for the three clients (and the replay below).
     wait_until(lambda: completed() == before + 1, timeout=10, what="the completion registered")
     wait_idle(a)
@@ -433,6 +434,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     assert again.status_code == 200, again.text
     assert sse_text(again) == reference
     assert "replays request" in c.logs()
+    wait_until(lambda: '"idempotency":"replayed"' in c.logs(), timeout=10, what="c's request log line")
     # The same key with another body: refused.
     other = c.post("/v1/completions", greedy("Another body", 8), headers=key)
     assert other.status_code == 422, other.text
@@ -452,6 +454,35 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     text = json.loads(next(follower_events))["choices"][0]["text"]
     leaver.close()
     assert text + events_text(follower_events)[0] == reference2
+
+
+def test_an_idempotency_key_of_a_request_redis_lost_is_run_anew_elsewhere_not_replayed_in_part(cluster):
+    redis = RedisServer()  # no persistence: a restart loses everything
+    try:
+        e = cluster.engine(redis.url, "virt:0=64MiB", "--test-step-delay-ms", "20")
+        a = cluster.gateway(redis.url)
+        b = cluster.gateway(redis.url)
+        wait_registered(a, [e])
+        wait_registered(b, [e])
+        body = greedy("Lost and added again", 120)
+        key = {"Idempotency-Key": "lost-1"}
+        with cf.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(a.post, "/v1/completions", body, headers=key, timeout=120)
+            wait_until(lambda: any(x["running"] > 0 for x in a.engines()), timeout=20, what="the request running")
+            redis.kill()
+            redis.start()
+            answer = first.result()
+        assert answer.status_code == 200, answer.text
+        text = answer.json()["choices"][0]["text"]
+        assert "added again" in a.logs()
+        # The other gateway runs it anew (greedy: the same text), never a replay of the events
+        # written after the re-add only.
+        retry = b.post("/v1/completions", body, headers=key, timeout=120)
+        assert retry.status_code == 200, retry.text
+        assert retry.json()["choices"][0]["text"] == text
+        assert "replays request" not in b.logs()
+    finally:
+        redis.stop()
 
 
 def test_an_engine_at_its_max_batch_leaves_the_next_entry_to_another(redis, cluster):

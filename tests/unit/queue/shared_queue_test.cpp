@@ -439,5 +439,19 @@ TEST_F(SharedQueueTest, ARequestWhoseClientLeftRunsOnForItsFollowers) {
   EXPECT_EQ(v.as_array()->at(2).as_array()->size(), 1u);  // and gw9 is not alive
 }
 
+TEST_F(SharedQueueTest, AReAddAfterRedisLostTheRequestFreesItsIdempotencyKey) {
+  alive("gw4");
+  add_idem("a", "gw1", "F");
+  // Redis lost the request (and its history) but kept the key: the gateway adds it again.
+  run(*c_, {"DEL", k_.request("m", "a"), k_.request("m", "a") + ":h"});
+  RedisValue readd = add_idem("a", "gw1", "");
+  ASSERT_TRUE(readd.as_array()) << readd.debug_string();
+  EXPECT_EQ(readd.as_array()->at(0).as_integer(), 1);
+  EXPECT_EQ(integer({"EXISTS", "vg:q:idem:k1"}), 0);
+  EXPECT_EQ(integer({"HEXISTS", k_.request("m", "a"), "idem"}), 0);  // records no history
+  // A retry elsewhere runs anew instead of following a request whose first events are gone.
+  EXPECT_EQ(add_idem("b", "gw4", "F").as_array()->at(0).as_integer(), 1);
+}
+
 }  // namespace
 }  // namespace vg::queue
