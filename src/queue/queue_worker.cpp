@@ -22,6 +22,7 @@ namespace {
 
 constexpr std::int64_t kReplyMaxLen = 100000;  // entries of a gateway's reply stream (approximate bound)
 constexpr std::int64_t kRequestTtlMs = 3600 * 1000;  // a request's keys outlive any request deadline
+constexpr std::int64_t kConsumerIdleMs = 600 * 1000;  // a consumer idle this long with nothing pending is of a gone engine
 
 std::string ms_arg(Duration d) {
   return std::to_string(std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(d).count()));
@@ -283,6 +284,12 @@ void QueueWorker::stop() {
     h->stopped = true;
     if (h->handle) h->handle->cancel();
   }
+  if (client_ && client_->connected()) {
+    // A clean stop leaves nothing behind: its registration, and its consumer
+    // names where nothing is pending (what is pending stays, to be claimed).
+    (void)client_->command_sync({"HDEL", options_.keys.engines(), options_.engine_id}, options_.command_timeout);
+    prune_consumers(options_.engine_id);
+  }
   if (blocking_) blocking_->close();
   if (client_) client_->close();
   io_.stop();
@@ -392,8 +399,31 @@ bool QueueWorker::pull_once_model(const std::string& model, std::int64_t free_by
   return true;
 }
 
+std::vector<std::string> QueueWorker::all_class_streams(const std::string& model) const {
+  std::vector<std::string> out;
+  for (int k = 0; k <= StreamQueue::kMaxClass; ++k) {
+    out.push_back(options_.keys.model_tag(model) + ":c" + std::to_string(k));
+  }
+  return out;
+}
+
+void QueueWorker::prune_consumers(const std::string& only) {
+  for (const ModelInfo& m : service_.models()) {
+    auto r = eval_sync(*client_, kPruneConsumersScript, all_class_streams(m.id),
+                       {options_.keys.group, only.empty() ? std::to_string(kConsumerIdleMs) : "-1", only},
+                       options_.command_timeout);
+    if (r.ok() && r->as_integer().value_or(0) > 0 && only.empty()) {
+      spdlog::info("queue: removed {} consumer(s) of engines gone from the streams of {}", *r->as_integer(), m.id);
+    }
+  }
+}
+
 void QueueWorker::claim_round(std::int64_t free_bytes) {
   (void)free_bytes;
+  if (const TimePoint now = Clock::now(); now - last_prune_ > std::chrono::minutes(1)) {
+    last_prune_ = now;
+    prune_consumers("");
+  }
   const AdmissionState st = service_.admission_state();
   std::int64_t budget = 0;
   for (const DeviceState& d : st.devices) budget = std::max(budget, d.budget_bytes);

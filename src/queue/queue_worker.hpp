@@ -113,6 +113,11 @@ class QueueWorker {
   void heartbeat();
   std::int64_t free_budget(bool* may_pull) const;
   std::vector<std::string> class_streams(const std::string& model, std::int64_t free_bytes) const;
+  /// Every class stream of `model`, class 0 first.
+  std::vector<std::string> all_class_streams(const std::string& model) const;
+  /// Deletes the consumers of gone engines (nothing pending, idle 10 min),
+  /// or with `only` that consumer if nothing is pending for it.
+  void prune_consumers(const std::string& only);
 
   Options options_;
   Service& service_;
@@ -129,6 +134,7 @@ class QueueWorker {
   std::map<std::string, std::shared_ptr<Held>> held_;     // guarded by mu_: rid -> what this engine runs
   Stats stats_{};                                         // guarded by mu_
   TimePoint last_claim_{};                                // pull thread only
+  TimePoint last_prune_{};                                // pull thread only: consumers of gone engines removed
   bool was_connected_ = false;                            // heartbeat thread (after start)
   double started_at_ = 0;                                 // unix seconds
   std::uint64_t connects_seen_ = 0;                       // pull thread only: RedisClient connects

@@ -502,4 +502,32 @@ end
 return {last, missing, orphaned}
 )lua";
 
+// PRUNE CONSUMERS (engines that are gone leave their consumer names in the
+// groups). KEYS: class streams. ARGV: group, min idle ms, a consumer name
+// (only that one) or "" (any). Deletes each consumer with nothing pending
+// that has been idle longer than min idle (a live engine reads its classes
+// every take, and one deleted by mistake is created again by its next
+// read; one with pending entries is never deleted, which would drop them).
+// Returns the number deleted.
+const char kPruneConsumersScript[] = R"lua(
+local n = 0
+for _, key in ipairs(KEYS) do
+  local cs = redis.pcall('XINFO', 'CONSUMERS', key, ARGV[1])
+  if type(cs) == 'table' and cs.err == nil then
+    for _, c in ipairs(cs) do
+      local name, pending, idle
+      for j = 1, #c, 2 do
+        if c[j] == 'name' then name = c[j + 1] elseif c[j] == 'pending' then pending = c[j + 1]
+        elseif c[j] == 'idle' then idle = c[j + 1] end
+      end
+      if name and pending == 0 and idle and idle > tonumber(ARGV[2]) and (ARGV[3] == '' or ARGV[3] == name) then
+        redis.call('XGROUP', 'DELCONSUMER', key, ARGV[1], name)
+        n = n + 1
+      end
+    end
+  end
+end
+return n
+)lua";
+
 }  // namespace vg::queue

@@ -120,6 +120,7 @@ extern const char kTouchScript[];
 extern const char kCancelScript[];
 extern const char kDeadLetterScript[];
 extern const char kVerifyScript[];
+extern const char kPruneConsumersScript[];
 
 /// A stream entry id "MS-SEQ" as a pair (ordered as Redis orders them); nullopt when malformed.
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_stream_id(const std::string& id);

@@ -509,3 +509,7 @@ def test_an_engine_at_its_max_batch_leaves_the_next_entry_to_another(redis, clus
                    what="both engines running one request each")
         for c in calls:
             c.result()
+    # An engine that stops cleanly leaves the registry at once (not a stale entry for a minute).
+    second.stop()
+    wait_until(lambda: second.pid not in {x["pid"] for x in g.engines()}, timeout=10,
+               what="the stopped engine gone from /v1/engines")

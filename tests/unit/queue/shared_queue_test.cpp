@@ -453,5 +453,25 @@ TEST_F(SharedQueueTest, AReAddAfterRedisLostTheRequestFreesItsIdempotencyKey) {
   EXPECT_EQ(add_idem("b", "gw4", "F").as_array()->at(0).as_integer(), 1);
 }
 
+TEST_F(SharedQueueTest, ConsumersOfGoneEnginesArePrunedButNeverOnesWithPendingEntries) {
+  add("r", 3);
+  ASSERT_TRUE(take("busy", 10));  // holds r: pending 1
+  // An engine that took and finished its work, then went: a consumer with nothing pending.
+  run(*c_, {"XGROUP", "CREATECONSUMER", stream(3), k_.group, "idle"});
+  const auto s = streams(10);
+  auto consumers = [&] { return run(*c_, {"XINFO", "CONSUMERS", stream(3), k_.group}).as_array()->size(); };
+  ASSERT_EQ(consumers(), 2u);
+  // Idle for less than an hour: kept.
+  EXPECT_EQ(eval(kPruneConsumersScript, s, {k_.group, "3600000", ""}).as_integer(), 0);
+  // Only one name: only it.
+  EXPECT_EQ(eval(kPruneConsumersScript, s, {k_.group, "-1", "someone-else"}).as_integer(), 0);
+  // Any idle one with nothing pending: "idle" goes, "busy" (pending 1) stays.
+  EXPECT_GE(eval(kPruneConsumersScript, s, {k_.group, "-1", ""}).as_integer(), 1);
+  RedisValue left = run(*c_, {"XINFO", "CONSUMERS", stream(3), k_.group});
+  ASSERT_EQ(left.as_array()->size(), 1u);
+  EXPECT_EQ(*left.as_array()->at(0).as_array()->at(1).as_string(), "busy");
+  EXPECT_EQ(run(*c_, {"XPENDING", stream(3), k_.group}).as_array()->at(0).as_integer(), 1);
+}
+
 }  // namespace
 }  // namespace vg::queue
