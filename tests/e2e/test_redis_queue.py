@@ -399,7 +399,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     b = cluster.gateway(redis.url)
     wait_registered(a, [e])
     wait_registered(b, [e])
-    body = greedy("Idempotent across gateways", 60, stream=True)
+    body = greedy("Idempotent across gateways", 100, stream=True)
     reference = sse_text(a.post("/v1/completions", body, stream=True))
     wait_idle(a)
 
@@ -443,7 +443,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
 
     # The first client leaves while a retry on the other gateway follows: it runs on for the retry.
     key2 = {"Idempotency-Key": "retry-me-2"}
-    body2 = greedy("A client that leaves", 80, stream=True)
+    body2 = greedy("A client that leaves", 120, stream=True)
     reference2 = sse_text(b.post("/v1/completions", body2, stream=True))
     leaver = a.post("/v1/completions", body2, stream=True, headers=key2, timeout=120)
     assert leaver.status_code == 200
@@ -486,14 +486,14 @@ def test_an_idempotency_key_of_a_request_redis_lost_is_run_anew_elsewhere_not_re
 
 
 def test_an_engine_at_its_max_batch_leaves_the_next_entry_to_another(redis, cluster):
-    args = ("--test-step-delay-ms", "20", "--max-batch", "1")
+    args = ("--test-step-delay-ms", "50", "--max-batch", "1")  # 240 tokens: 12 s each, to start an engine in
     first = cluster.engine(redis.url, "virt:0=64MiB", *args)
     g = cluster.gateway(redis.url)
     wait_registered(g, [first])
 
     def call(i):
         # A stream's headers wait for its first event, so the two are sent side by side.
-        s = g.post("/v1/completions", greedy(f"Batch of one {i}", 200, stream=True), stream=True, timeout=120)
+        s = g.post("/v1/completions", greedy(f"Batch of one {i}", 240, stream=True), stream=True, timeout=120)
         assert s.status_code == 200, s.text
         return sse_text(s)
 
