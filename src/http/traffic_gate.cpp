@@ -18,16 +18,6 @@ constexpr std::size_t kMaxRetryTokenLength = 128;
 // unreachable: the client reconnects within about a second.
 constexpr double kSharedLimitsRetryAfterS = 1;
 
-std::string hex(const traffic::Digest& d) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(d.size() * 2);
-  for (std::uint8_t b : d) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
 
 bool valid_idempotency_key(std::string_view key) {
   if (key.empty() || key.size() > kMaxIdempotencyKeyLength) return false;
@@ -130,7 +120,7 @@ Result<Submission> TrafficGate::submit(Service& service, TrafficTicket& ticket, 
   ticket.priority = request.priority;
 
   request.retry.client = ticket.client;
-  request.retry.fingerprint = hex(traffic::sha256_parts({route, body}));
+  request.retry.fingerprint = traffic::hex(traffic::sha256_parts({route, body}));
   request.retry.token = ticket.retry_token;
   if (!ticket.idempotency_key.empty()) {
     request.retry.idempotency_key = (ticket.key ? ticket.key->scope : std::string()) + "\n" + ticket.idempotency_key;

@@ -45,16 +45,6 @@ std::int64_t prompt_tokens_bound(const CompletionRequest& r) {
   return static_cast<std::int64_t>(std::get<std::vector<std::int32_t>>(r.prompt).size());
 }
 
-std::string hex_digest(const traffic::Digest& d) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : d) {
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
-}
-
 Error lost_follower() {
   return overloaded("the request this Idempotency-Key names is no longer in the shared queue (its gateway is "
                     "gone, or Redis lost it): retry",
@@ -306,7 +296,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
   r->sink = std::move(sink);
   r->added_at = Clock::now();
   if (!request.retry.idempotency_key.empty()) {
-    r->idem_key = options_.keys.prefix + ":idem:" + hex_digest(traffic::sha256(request.retry.idempotency_key));
+    r->idem_key = options_.keys.prefix + ":idem:" + traffic::hex(traffic::sha256(request.retry.idempotency_key));
     r->replaying = true;
   }
   {

@@ -14,21 +14,11 @@
 namespace vg::queue {
 namespace {
 
-std::string hex(const traffic::Digest& d, std::size_t bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < bytes && i < d.size(); ++i) {
-    out += kDigits[d[i] >> 4];
-    out += kDigits[d[i] & 15];
-  }
-  return out;
-}
-
 long long whole_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
 }  // namespace
 
-std::string RedisRateLimits::bucket_name(std::string_view client) { return hex(traffic::sha256(client), 16); }
+std::string RedisRateLimits::bucket_name(std::string_view client) { return traffic::hex(traffic::sha256(client), 16); }
 
 Result<std::unique_ptr<RedisRateLimits>> RedisRateLimits::create(Options options) {
   if (options.command_timeout <= Duration::zero() || options.health_interval <= Duration::zero()) {

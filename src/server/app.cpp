@@ -48,15 +48,6 @@ Duration seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
-std::string hex(const traffic::Digest& d, std::size_t bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < bytes && i < d.size(); ++i) {
-    out.push_back(digits[d[i] >> 4]);
-    out.push_back(digits[d[i] & 15]);
-  }
-  return out;
-}
 
 /// What run_server drives, whichever kind of service it is.
 struct Backend {
@@ -165,8 +156,8 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   // The socket is named after the devices: a serve with other settings finds
   // the engine on them, sees another digest, and replaces it (two engines
   // never share a device).
-  const std::string digest = hex(traffic::sha256_parts({toml, "\n", devices}), 16);
-  const std::string base = dir + "/engine-" + hex(traffic::sha256(devices), 6);
+  const std::string digest = traffic::hex(traffic::sha256_parts({toml, "\n", devices}), 16);
+  const std::string base = dir + "/engine-" + traffic::hex(traffic::sha256(devices), 6);
   // The settings file is named by its digest too: a serve with other
   // settings on the same devices never rewrites the file this one's engine
   // restarts from.

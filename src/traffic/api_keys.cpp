@@ -78,11 +78,7 @@ Result<ApiKeyTable> ApiKeyTable::parse(std::string_view text, std::string_view s
     ApiKey entry;
     entry.id = key_id(key);
     const Digest digest = sha256(key);
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (std::uint8_t b : digest) {
-      entry.scope += kHex[b >> 4];
-      entry.scope += kHex[b & 15];
-    }
+    entry.scope = hex(digest);
     for (std::size_t i = 1; i < words.size(); ++i) {
       const std::string_view w = words[i];
       const std::size_t eq = w.find('=');

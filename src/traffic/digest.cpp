@@ -3,7 +3,7 @@
 
 #include <openssl/evp.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 
@@ -42,11 +42,17 @@ Digest sha256(std::string_view data) {
   return d;
 }
 
-std::string key_id(std::string_view key) {
-  const Digest d = sha256(key);
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%02x%02x%02x%02x", d[0], d[1], d[2], d[3]);
-  return buf;
+std::string hex(const Digest& d, std::size_t bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * std::min(bytes, d.size()));
+  for (std::size_t i = 0; i < bytes && i < d.size(); ++i) {
+    out += kDigits[d[i] >> 4];
+    out += kDigits[d[i] & 15];
+  }
+  return out;
 }
+
+std::string key_id(std::string_view key) { return hex(sha256(key), 4); }
 
 }  // namespace vg::traffic

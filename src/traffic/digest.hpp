@@ -19,6 +19,9 @@ Digest sha256(std::string_view data);
 /// ("ab","c") and ("a","bc") differ.
 Digest sha256_parts(std::initializer_list<std::string_view> parts);
 
+/// The first `bytes` bytes of `d` (all of them by default) as lowercase hex.
+std::string hex(const Digest& d, std::size_t bytes = 32);
+
 /// The first 8 hex characters of sha256(key): a non-reversible id for logs.
 std::string key_id(std::string_view key);
 
