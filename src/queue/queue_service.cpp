@@ -2,6 +2,7 @@
 #include "queue/queue_service.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -43,6 +44,37 @@ std::int64_t prompt_tokens_bound(const CompletionRequest& r) {
   }
   if (const auto* text = std::get_if<std::string>(&r.prompt)) return static_cast<std::int64_t>(text->size()) + 2;
   return static_cast<std::int64_t>(std::get<std::vector<std::int32_t>>(r.prompt).size());
+}
+
+/// One entry of a reply stream (fields rid, epoch, ev) or of a request's
+/// history (epoch, ev). id is null when the entry itself is malformed; ok
+/// when it has an ev and an integer epoch.
+struct EventEntry {
+  const std::string* id = nullptr;
+  const std::string* rid = nullptr;
+  const std::string* ev = nullptr;
+  std::int64_t epoch = 0;
+  bool ok = false;
+};
+
+EventEntry parse_event_entry(const RedisValue& entry) {
+  EventEntry out;
+  const auto* e = entry.as_array();
+  if (e == nullptr || e->size() != 2 || (*e)[0].as_string() == nullptr || (*e)[1].as_array() == nullptr) return out;
+  out.id = (*e)[0].as_string();
+  const auto& flat = *(*e)[1].as_array();
+  const std::string* epoch = nullptr;
+  for (std::size_t i = 0; i + 1 < flat.size(); i += 2) {
+    const std::string* name = flat[i].as_string();
+    if (name == nullptr) continue;
+    if (*name == "rid") out.rid = flat[i + 1].as_string();
+    if (*name == "epoch") epoch = flat[i + 1].as_string();
+    if (*name == "ev") out.ev = flat[i + 1].as_string();
+  }
+  if (epoch == nullptr || out.ev == nullptr) return out;
+  auto [end, ec] = std::from_chars(epoch->data(), epoch->data() + epoch->size(), out.epoch);
+  out.ok = ec == std::errc() && end == epoch->data() + epoch->size() && !epoch->empty();
+  return out;
 }
 
 Error lost_follower() {
@@ -368,19 +400,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
     spdlog::info("queue: request {} ({}) {} request {} of another gateway (same Idempotency-Key)", r->rid,
                  request.request_id, done ? "replays" : "follows", *followed);
     for (const RedisValue& entry : *history) {
-      const auto* e = entry.as_array();
-      if (e == nullptr || e->size() != 2 || (*e)[1].as_array() == nullptr) continue;
-      const auto& flat = *(*e)[1].as_array();
-      std::int64_t ep = 0;
-      const std::string* ev = nullptr;
-      for (std::size_t i = 0; i + 1 < flat.size(); i += 2) {
-        const std::string* name = flat[i].as_string();
-        const std::string* value = flat[i + 1].as_string();
-        if (name == nullptr || value == nullptr) continue;
-        if (*name == "ev") ev = value;
-        if (*name == "epoch") ep = std::strtoll(value->c_str(), nullptr, 10);
-      }
-      if (ev) deliver(r, ep, *ev);
+      if (const EventEntry e = parse_event_entry(entry); e.ok) deliver(r, e.epoch, *e.ev);
     }
   } else {
     {
@@ -417,26 +437,23 @@ bool QueueService::finish(const std::shared_ptr<Req>& r, EngineEvent last) {
   return true;
 }
 
-RedisClient::Args QueueService::cancel_keys(const Req& r) const {
-  if (r.follower) return {r.followed.begin(), r.followed.end()};
+QueueService::CancelCommand QueueService::cancel_command(const Req& r, bool only_if_not_taken) const {
   const SharedQueueKeys& k = options_.keys;
-  return {k.request(r.model, r.rid), k.ids(r.model, r.rid), k.waiting(r.model), r.stream};
-}
-
-RedisClient::Args QueueService::cancel_args(const Req& r, bool only_if_not_taken) const {
-  return {only_if_not_taken ? "1" : "0", r.follower ? r.member : std::string()};
+  std::lock_guard lk(mu_);
+  CancelCommand c;
+  c.keys = r.follower ? RedisClient::Args(r.followed.begin(), r.followed.end())
+                      : RedisClient::Args{k.request(r.model, r.rid), k.ids(r.model, r.rid), k.waiting(r.model), r.stream};
+  c.args = {only_if_not_taken ? "1" : "0", r.follower ? r.member : std::string()};
+  return c;
 }
 
 void QueueService::cancel(const std::shared_ptr<Req>& r) {
-  RedisClient::Args keys;
-  RedisClient::Args args;
   {
     std::lock_guard lk(mu_);
     if (reqs_.find(r->rid) == reqs_.end()) return;
-    keys = cancel_keys(*r);
-    args = cancel_args(*r, false);
   }
-  eval_async(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout,
+  CancelCommand c = cancel_command(*r, false);
+  eval_async(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout,
              [](Result<RedisValue>) {});
   // Its client is gone: nothing more is sent, whatever the engine does.
   finish(r, FailedEvent{Error(ErrorCode::kCancelled, "cancelled"), {}, {}});
@@ -547,28 +564,10 @@ void QueueService::reader_loop() {
     const auto* pair = (*streams)[0].as_array();
     if (pair == nullptr || pair->size() != 2 || (*pair)[1].as_array() == nullptr) continue;
     for (const RedisValue& entry : *(*pair)[1].as_array()) {
-      const auto* e = entry.as_array();
-      if (e == nullptr || e->size() != 2 || (*e)[0].as_string() == nullptr || (*e)[1].as_array() == nullptr) continue;
-      last = *(*e)[0].as_string();
-      const auto& flat = *(*e)[1].as_array();
-      const std::string* rid = nullptr;
-      const std::string* epoch = nullptr;
-      const std::string* ev = nullptr;
-      for (std::size_t i = 0; i + 1 < flat.size(); i += 2) {
-        const std::string* name = flat[i].as_string();
-        if (name == nullptr) continue;
-        if (*name == "rid") rid = flat[i + 1].as_string();
-        if (*name == "epoch") epoch = flat[i + 1].as_string();
-        if (*name == "ev") ev = flat[i + 1].as_string();
-      }
-      std::int64_t ep = 0;
-      if (rid == nullptr || epoch == nullptr || ev == nullptr) continue;
-      try {
-        ep = std::stoll(*epoch);
-      } catch (const std::exception&) {
-        continue;
-      }
-      on_reply(*rid, ep, *ev);
+      const EventEntry e = parse_event_entry(entry);
+      if (e.id == nullptr) continue;
+      last = *e.id;
+      if (e.ok && e.rid != nullptr) on_reply(*e.rid, e.epoch, *e.ev);
     }
     if (auto id = parse_stream_id(last)) {
       std::lock_guard lk(mu_);
@@ -728,7 +727,8 @@ void QueueService::verify_requests(TimePoint now) {
       }
     }
     for (auto& r : lost) {
-      eval_async(*client_, kCancelScript, cancel_keys(*r), cancel_args(*r, false), options_.command_timeout,
+      CancelCommand c = cancel_command(*r, false);
+      eval_async(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout,
                  [](Result<RedisValue>) {});
       finish(r, FailedEvent{lost_follower(), {}, {}});
     }
@@ -799,14 +799,8 @@ void QueueService::expire_waiting(TimePoint now) {
     }
   }
   for (auto& r : late) {
-    RedisClient::Args keys;
-    RedisClient::Args args;
-    {
-      std::lock_guard lk(mu_);
-      keys = cancel_keys(*r);
-      args = cancel_args(*r, true);
-    }
-    auto reply = eval_sync(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout);
+    CancelCommand c = cancel_command(*r, true);
+    auto reply = eval_sync(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout);
     if (!reply.ok()) continue;
     const std::int64_t v = reply->as_integer().value_or(1);
     if (v == 1) {
@@ -833,14 +827,8 @@ void QueueService::expire_waiting(TimePoint now) {
     }
   }
   for (auto& r : overdue) {
-    RedisClient::Args keys;
-    RedisClient::Args args;
-    {
-      std::lock_guard lk(mu_);
-      keys = cancel_keys(*r);
-      args = cancel_args(*r, false);
-    }
-    eval_async(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout,
+    CancelCommand c = cancel_command(*r, false);
+    eval_async(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout,
                [](Result<RedisValue>) {});
     finish(r, FailedEvent{Error(ErrorCode::kTimeout, "no answer from the shared queue within " +
                                                          std::to_string(static_cast<int>(options_.request_timeout_s)) +
@@ -1010,14 +998,8 @@ void QueueService::shutdown() {
   }
   for (auto& r : left) {
     if (client_) {
-      RedisClient::Args keys;
-      RedisClient::Args args;
-      {
-        std::lock_guard lk(mu_);
-        keys = cancel_keys(*r);
-        args = cancel_args(*r, false);
-      }
-      (void)eval_sync(*client_, kCancelScript, std::move(keys), std::move(args), options_.command_timeout);
+      CancelCommand c = cancel_command(*r, false);
+      (void)eval_sync(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout);
     }
     finish(r, FailedEvent{overloaded("server is shutting down", 1), {}, {}});
   }

@@ -135,9 +135,13 @@ class QueueService final : public Service {
   void deliver(const std::shared_ptr<Req>& r, std::int64_t epoch, const std::string& event_json);
   /// Ends `r`'s replay: pushes the events that arrived meanwhile, in order.
   void end_replay(const std::shared_ptr<Req>& r);
-  /// KEYS and ARGV of kCancelScript for `r` (requires mu_: a follower's keys are set in submit()).
-  RedisClient::Args cancel_keys(const Req& r) const;
-  RedisClient::Args cancel_args(const Req& r, bool only_if_not_taken) const;
+  /// KEYS and ARGV of kCancelScript for `r` (a follower's keys, set in
+  /// submit(), are read under mu_, which this takes).
+  struct CancelCommand {
+    RedisClient::Args keys;
+    RedisClient::Args args;
+  };
+  CancelCommand cancel_command(const Req& r, bool only_if_not_taken) const;
   /// Removes `r` and pushes its last event (under no lock). False: it had ended already.
   bool finish(const std::shared_ptr<Req>& r, EngineEvent last);
   Status add(Req& r, std::int64_t* waiting);

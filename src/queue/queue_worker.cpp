@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <cstdlib>
 #include <deque>
 
@@ -399,17 +400,10 @@ bool QueueWorker::pull_once_model(const std::string& model, std::int64_t free_by
   return true;
 }
 
-std::vector<std::string> QueueWorker::all_class_streams(const std::string& model) const {
-  std::vector<std::string> out;
-  for (int k = 0; k <= StreamQueue::kMaxClass; ++k) {
-    out.push_back(options_.keys.model_tag(model) + ":c" + std::to_string(k));
-  }
-  return out;
-}
-
 void QueueWorker::prune_consumers(const std::string& only) {
   for (const ModelInfo& m : service_.models()) {
-    auto r = eval_sync(*client_, kPruneConsumersScript, all_class_streams(m.id),
+    // Every class (a gone engine may have read classes above this one's budget).
+    auto r = eval_sync(*client_, kPruneConsumersScript, class_streams(m.id, std::numeric_limits<std::int64_t>::max()),
                        {options_.keys.group, only.empty() ? std::to_string(kConsumerIdleMs) : "-1", only},
                        options_.command_timeout);
     if (r.ok() && r->as_integer().value_or(0) > 0 && only.empty()) {

@@ -113,8 +113,6 @@ class QueueWorker {
   void heartbeat();
   std::int64_t free_budget(bool* may_pull) const;
   std::vector<std::string> class_streams(const std::string& model, std::int64_t free_bytes) const;
-  /// Every class stream of `model`, class 0 first.
-  std::vector<std::string> all_class_streams(const std::string& model) const;
   /// Deletes the consumers of gone engines (nothing pending, idle 10 min),
   /// or with `only` that consumer if nothing is pending for it.
   void prune_consumers(const std::string& only);
