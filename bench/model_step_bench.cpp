@@ -16,11 +16,32 @@
 // `--threads=N` the intra-op threads (default 1), `--op-names` prints the
 // ops of each BM_DecodeStep run by name (per step, most frequent first, to
 // stderr); other flags go to Google Benchmark.
+//
+// What the machine can do, in the same run and on the same threads:
+// BM_StreamRead (a sum over 512 MiB: bytes read per second) and
+// BM_StreamCopy (a 256 MiB copy, read + written bytes per second, as STREAM
+// counts them), and BM_Matmul (a 1024 x 1024 x 1024 float32 product through
+// libtorch's BLAS: FLOP/s). BM_DecodeStep reports against them `weights_Bps`
+// (the model's parameter bytes times steps per second: a step must read every
+// weight once, so weights / read bandwidth is its floor) and `flop_per_s`
+// (2 x parameters that multiply x batch, plus 4 x n_layer x n_embd x keys per
+// sequence for attention, per step).
+//
+// BM_EngineLoop runs the engine (admission, the step loop, sampling, event
+// delivery) over the same model: `batch` greedy requests of 48 new tokens
+// each, all admitted at once, and splits its wall time into the model's
+// steps and the engine's host work around them: `host_us_per_step` and
+// `host_us_per_token` (host work over steps, and over tokens generated).
+#include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+#include <variant>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -35,6 +56,7 @@
 #include <vector>
 
 #include "device/device.hpp"
+#include "engine/engine.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
 
@@ -163,6 +185,19 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   const auto steps = static_cast<double>(std::max<std::int64_t>(state.iterations(), 1));
   if (g_count_names) print_op_names(batch, state.iterations());
+  const ModelConfig& config = g_model->config();
+  const double element_bytes = config.dtype == "float64" ? 8 : config.dtype == "float32" ? 4 : 2;
+  const auto params = static_cast<double>(g_model->parameter_count());
+  // Position embeddings are looked up, not multiplied (GPT-2); the tied
+  // embedding is multiplied once, as the LM head.
+  const double multiplying = params - (config.family == "gpt2" ? double(config.n_positions) * config.n_embd : 0.0);
+  double keys = 0;
+  for (const auto& c : b->caches) keys += c->length();
+  const double flop_per_step = 2 * multiplying * batch + 4.0 * config.n_layer * config.n_embd * keys;
+  state.counters["weights_Bps"] = benchmark::Counter(static_cast<double>(state.iterations()) * params * element_bytes,
+                                                     benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+  state.counters["flop_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * flop_per_step,
+                                                    benchmark::Counter::kIsRate);
   state.counters["aten_ops"] = static_cast<double>(ops) / steps;
   state.counters["aten_top_ops"] = static_cast<double>(top) / steps;
   state.counters["kernel_ops"] = static_cast<double>(kernels) / steps;
@@ -213,13 +248,156 @@ void BM_MixedStep(benchmark::State& state) {
                                                       benchmark::Counter::kIsRate);
 }
 
+void BM_StreamRead(benchmark::State& state) {
+  const at::Tensor a = at::ones({128LL << 20}, at::kFloat);  // 512 MiB
+  for (auto _ : state) benchmark::DoNotOptimize(at::sum(a).item<float>());
+  state.counters["read_Bps"] = benchmark::Counter(static_cast<double>(state.iterations()) * a.nbytes(),
+                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+}
+
+void BM_StreamCopy(benchmark::State& state) {
+  const at::Tensor a = at::ones({64LL << 20}, at::kFloat);  // 256 MiB each
+  at::Tensor b = at::empty_like(a);
+  for (auto _ : state) {
+    b.copy_(a);
+    benchmark::DoNotOptimize(b.data_ptr());
+  }
+  state.counters["copy_Bps"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * a.nbytes(),
+                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+}
+
+void BM_Matmul(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::Tensor c = at::empty({n, n});
+  for (auto _ : state) {
+    at::mm_out(c, a, b);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  state.counters["flop_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * n * n * n,
+                                                    benchmark::Counter::kIsRate);
+}
+
+/// The benchmark's model, timing its steps (the engine thread's only model calls that compute).
+class TimedModel final : public Model {
+ public:
+  explicit TimedModel(Model& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::int64_t parameter_count() const override { return inner_.parameter_count(); }
+  const Tokenizer& tokenizer() const override { return inner_.tokenizer(); }
+  Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) override { return inner_.new_cache(capacity_tokens); }
+  Status copy_cache(const KvCache& from, KvCache& to) override { return inner_.copy_cache(from, to); }
+  Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = inner_.step(inputs);
+    step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) override {
+    return inner_.forward_full(tokens);
+  }
+  /// Seconds in step() so far (read after the engine stopped stepping).
+  double step_seconds() const { return step_seconds_; }
+
+ private:
+  Model& inner_;
+  double step_seconds_ = 0;
+};
+
+/// Counts finished requests; wakes the benchmark when all are done.
+class CountingSink final : public EventSink {
+ public:
+  void push(EngineEvent event) override {
+    if (!std::holds_alternative<FinishedEvent>(event) && !std::holds_alternative<FailedEvent>(event)) return;
+    const std::lock_guard lock(mu_);
+    if (std::holds_alternative<FailedEvent>(event)) ++failed_;
+    ++done_;
+    cv_.notify_all();
+  }
+  /// Waits for `count` ends; false if one was a failure.
+  bool wait(int count) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_ >= count; });
+    return failed_ == 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int done_ = 0;
+  int failed_ = 0;
+};
+
+void BM_EngineLoop(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  constexpr int kNew = 48;
+  TimedModel model(*g_model);
+  Engine::Options o;
+  o.max_batch = batch;
+  o.max_batch_tokens = 4096;
+  o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, batch};
+  o.admission.budget_bytes = 1LL << 40;
+  o.admission.max_queue = batch;
+  o.profile.kv_bytes_per_token = 1;
+  auto created = Engine::create(o, model, *g_device);
+  if (!created.ok()) {
+    state.SkipWithError(created.error().message.c_str());
+    return;
+  }
+  const std::unique_ptr<Engine> engine = std::move(created).value();
+  double wall = 0;
+  std::int64_t steps = 0, tokens = 0;
+  const double step_seconds_before = model.step_seconds();
+  for (auto _ : state) {
+    const EngineStats before = engine->stats();
+    auto sink = std::make_shared<CountingSink>();
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < batch; ++i) {
+      GenerationRequest r;
+      r.id = "bench-" + std::to_string(i);
+      for (int j = 0; j < 8; ++j) r.prompt.push_back((j * 31 + i * 7) % 256);
+      r.max_tokens = kNew;
+      r.sampling.temperature = 0;
+      r.ignore_eos = true;
+      auto h = engine->submit(std::move(r), sink);
+      if (!h.ok()) {
+        state.SkipWithError(h.error().message.c_str());
+        return;
+      }
+      handles.push_back(std::move(h).value());
+    }
+    if (!sink->wait(batch)) {
+      state.SkipWithError("a request failed");
+      return;
+    }
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The engine counts a step before it delivers the step's events: wait
+    // until the last one is counted.
+    while (engine->stats().completed < before.completed + batch) std::this_thread::yield();
+    const EngineStats after = engine->stats();
+    steps += after.steps - before.steps;
+    tokens += after.generated_tokens - before.generated_tokens;
+  }
+  engine->shutdown();
+  const double host = wall - (model.step_seconds() - step_seconds_before);
+  state.counters["host_us_per_step"] = 1e6 * host / static_cast<double>(std::max<std::int64_t>(steps, 1));
+  state.counters["host_us_per_token"] = 1e6 * host / static_cast<double>(std::max<std::int64_t>(tokens, 1));
+  state.counters["host_share"] = host / std::max(wall, 1e-9);
+  state.counters["tokens_per_s"] = static_cast<double>(tokens) / std::max(wall, 1e-9);
+}
+
 /// Shared machines are noisy: with --benchmark_repetitions, the fastest
 /// repetition is the one to compare.
 double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
-BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
-BENCHMARK(BM_DecodeOneByOne)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
-BENCHMARK(BM_MixedStep)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
+BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StreamCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Matmul)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
+BENCHMARK(BM_EngineLoop)->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeOneByOne)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
+BENCHMARK(BM_MixedStep)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
 
 }  // namespace
 }  // namespace vg

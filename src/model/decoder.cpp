@@ -3,17 +3,21 @@
 // model's engine thread (loading: the start-up thread).
 #include "model/decoder.hpp"
 
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
+#include <span>
 #include <unordered_set>
+#include <vector>
 
 #include "device/device.hpp"
 #include "device/torch_compat.hpp"
 #include "model/gpt2_attention.hpp"
+#include "model/host_gemm.hpp"
 
 namespace vg::detail {
 namespace {
@@ -74,7 +78,7 @@ Result<at::ScalarType> compute_dtype(const std::string& name, bool on_cpu, const
                where + ": compute dtype '" + name + "' is not supported (supported: float32, bfloat16, float64; float16 on CUDA)"};
 }
 
-at::Tensor WeightLoader::get(const std::string& name, std::vector<std::int64_t> shape) {
+at::Tensor WeightLoader::get(const std::string& name, std::vector<std::int64_t> shape, bool transposed) {
   if (!status_.ok()) return {};
   Result<Checkpoint::Tensor> found = checkpoint_.find(prefix_ + name);
   if (!found.ok()) {
@@ -92,6 +96,26 @@ at::Tensor WeightLoader::get(const std::string& name, std::vector<std::int64_t> 
   if (!stored) {
     status_ = Error{ErrorCode::kModelLoad, where + "dtype " + entry.dtype + ", expected F32, F16, BF16 or F64"};
     return {};
+  }
+  if (transposed && shape.size() == 2) {
+    // Read into a scratch buffer outside libtorch (never charged to a
+    // device), then transpose it straight into the device tensor.
+    std::vector<std::byte> scratch(static_cast<std::size_t>(entry.bytes()));
+    Status read = found->file->read(entry, std::span(scratch.data(), scratch.size()));
+    if (!read.ok()) {
+      status_ = read;
+      return {};
+    }
+    // Transposed in the stored dtype into a second scratch buffer, then
+    // converted contiguous to contiguous: neither copy makes a temporary.
+    const at::TensorOptions stored_options = at::TensorOptions().dtype(*stored);
+    std::vector<std::byte> flipped(scratch.size());
+    at::from_blob(flipped.data(), {shape[1], shape[0]}, stored_options)
+        .copy_(at::from_blob(scratch.data(), shape, stored_options).t());
+    at::Tensor t = at::empty({shape[1], shape[0]}, at::TensorOptions().dtype(dtype_).device(device_));
+    t.copy_(at::from_blob(flipped.data(), {shape[1], shape[0]}, stored_options));
+    parameters_ += t.numel();
+    return t;
   }
   // Read into host memory (for a virtual device that already is device
   // memory), then convert to the compute dtype and device; a no-op when both
@@ -268,6 +292,41 @@ Result<std::vector<float>> DecoderModel::forward_full(std::span<const std::int32
 
 bool DecoderModel::uses_host_decode() const {
   return config_.host_decode_kernel && torch_device().is_cpu() && (dtype_ == at::kFloat || dtype_ == at::kDouble);
+}
+
+bool DecoderModel::uses_host_gemm() const {
+  return uses_host_decode() && dtype_ == at::kFloat && detail::host_gemm_uses_avx2();
+}
+
+at::Tensor DecoderModel::conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const {
+  if (uses_host_gemm()) return host_linear(a, w, bias);
+  return at::addmm(bias, a, w);
+}
+
+at::Tensor DecoderModel::linear(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const {
+  if (uses_host_gemm()) return host_linear(a, w, bias);
+  return bias.defined() ? at::linear(a, w, bias) : at::linear(a, w);
+}
+
+at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w_in, const at::Tensor& bias) const {
+  const at::Tensor a = a_in.contiguous();
+  const at::Tensor w = w_in.contiguous();  // a no-op: weights are contiguous
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const std::int64_t rows = a.size(0);
+  const std::int64_t k = a.size(1);
+  const std::int64_t n = w.size(0);
+  at::Tensor out = at::empty({rows, n}, a.options());
+  if (rows == 0 || n == 0) return out;
+  const HostGemm g{a.data_ptr<float>(), rows, k, k, w.data_ptr<float>(), n,
+                   b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>(), n};
+  // Column panels of kHostGemmColumnAlign; a thread gets 64k multiply-adds at the least.
+  const std::int64_t panels = (n + kHostGemmColumnAlign - 1) / kHostGemmColumnAlign;
+  const std::int64_t per_panel = std::max<std::int64_t>(1, rows * k * kHostGemmColumnAlign);
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / per_panel);
+  at::parallel_for(0, panels, grain, [&](std::int64_t begin, std::int64_t end) {
+    gemm_nk(g, begin * kHostGemmColumnAlign, std::min(n, end * kHostGemmColumnAlign));
+  });
+  return out;
 }
 
 Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {

@@ -41,8 +41,10 @@ class WeightLoader {
   WeightLoader(const Checkpoint& checkpoint, std::string prefix, at::ScalarType dtype, at::Device device)
       : checkpoint_(checkpoint), prefix_(std::move(prefix)), dtype_(dtype), device_(device) {}
   /// Tensor `prefix + name`, which must have `shape` and a float dtype (F32,
-  /// F16, BF16, F64); converted to the compute dtype on the device.
-  at::Tensor get(const std::string& name, std::vector<std::int64_t> shape);
+  /// F16, BF16, F64); converted to the compute dtype on the device. With
+  /// `transposed` (a 2-D shape), returned as [shape[1], shape[0]],
+  /// contiguous, with no second copy on the device while it is made.
+  at::Tensor get(const std::string& name, std::vector<std::int64_t> shape, bool transposed = false);
   const Status& status() const { return status_; }
   /// Elements of the tensors loaded so far.
   std::int64_t parameters() const { return parameters_; }
@@ -164,6 +166,16 @@ class DecoderModel : public Model {
 
   at::Device torch_device() const;
 
+  /// Whether GPT-2's Conv1D weights ([k, n] in the checkpoint) are kept
+  /// transposed, [n, k], as conv1d() takes them where uses_host_gemm():
+  /// pass it to WeightLoader::get.
+  bool conv1d_transposed() const { return uses_host_gemm(); }
+  /// a [rows, k] · W + bias [n] -> [rows, n], for W read as conv1d_transposed() says.
+  at::Tensor conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const;
+  /// a [rows, k] · w [n, k]ᵀ + bias [n] (nn.Linear's layout; bias may be
+  /// undefined) -> [rows, n].
+  at::Tensor linear(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const;
+
   /// Reads the weights: `read` takes every tensor it needs from a
   /// WeightLoader over `checkpoint` (names after `prefix`), on the device, in
   /// the compute dtype, in inference mode; then parameter_count() counts them.
@@ -186,6 +198,13 @@ class DecoderModel : public Model {
   /// Whether decode segments attend through the host kernel: float32 or
   /// float64 weights in host memory, unless config().host_decode_kernel is off.
   bool uses_host_decode() const;
+  /// Whether conv1d() and linear() run host_gemm.hpp's batch-invariant
+  /// kernels: the host decode path in float32 on a CPU with AVX2 and FMA.
+  /// Elsewhere they run BLAS or the device's kernels (at::addmm,
+  /// at::linear), whose products are batch-invariant too.
+  bool uses_host_gemm() const;
+  /// gemm_nk over the compute threads, by column panel: a [rows, k], w [n, k].
+  at::Tensor host_linear(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const;
   /// The decode segments of `plan` as its DecodeBatch (tensor path) ->
   /// [n_decode, n_head * head_dim].
   at::Tensor attend_decode_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,

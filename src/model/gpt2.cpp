@@ -51,15 +51,15 @@ Status Gpt2Model::load_weights(const Checkpoint& checkpoint) {
       Layer l;
       l.ln_1_w = w.get(h + "ln_1.weight", {d});
       l.ln_1_b = w.get(h + "ln_1.bias", {d});
-      l.attn_w = w.get(h + "attn.c_attn.weight", {d, d + 2 * kv_dim});
+      l.attn_w = w.get(h + "attn.c_attn.weight", {d, d + 2 * kv_dim}, conv1d_transposed());
       l.attn_b = w.get(h + "attn.c_attn.bias", {d + 2 * kv_dim});
-      l.attn_proj_w = w.get(h + "attn.c_proj.weight", {d, d});
+      l.attn_proj_w = w.get(h + "attn.c_proj.weight", {d, d}, conv1d_transposed());
       l.attn_proj_b = w.get(h + "attn.c_proj.bias", {d});
       l.ln_2_w = w.get(h + "ln_2.weight", {d});
       l.ln_2_b = w.get(h + "ln_2.bias", {d});
-      l.fc_w = w.get(h + "mlp.c_fc.weight", {d, inner});
+      l.fc_w = w.get(h + "mlp.c_fc.weight", {d, inner}, conv1d_transposed());
       l.fc_b = w.get(h + "mlp.c_fc.bias", {inner});
-      l.mlp_proj_w = w.get(h + "mlp.c_proj.weight", {inner, d});
+      l.mlp_proj_w = w.get(h + "mlp.c_proj.weight", {inner, d}, conv1d_transposed());
       l.mlp_proj_b = w.get(h + "mlp.c_proj.bias", {d});
       layers_.push_back(std::move(l));
     }
@@ -83,21 +83,21 @@ at::Tensor Gpt2Model::block(const at::Tensor& x, int layer, const Plan& plan) co
   const double eps = config_.layer_norm_epsilon;
 
   at::Tensor h = at::layer_norm(x, {d}, w.ln_1_w, w.ln_1_b, eps);
-  const at::Tensor qkv = at::addmm(w.attn_b, h, w.attn_w);  // [rows, d + 2 * kv_dim]
+  const at::Tensor qkv = conv1d(h, w.attn_w, w.attn_b);  // [rows, d + 2 * kv_dim]
   const std::vector<at::Tensor> parts = qkv.split_with_sizes({d, kv_dim, kv_dim}, 1);
   const at::Tensor attn = attention(parts[0].view({rows, config_.n_head, head_dim}),
                                     parts[1].view({rows, config_.n_kv_head, head_dim}),
                                     parts[2].view({rows, config_.n_kv_head, head_dim}), layer, plan);  // [rows, d]
-  at::Tensor out = at::addmm(w.attn_proj_b, attn, w.attn_proj_w).add_(x);
+  at::Tensor out = conv1d(attn, w.attn_proj_w, w.attn_proj_b).add_(x);
   h = at::layer_norm(out, {d}, w.ln_2_w, w.ln_2_b, eps);
-  h = at::gelu(at::addmm(w.fc_b, h, w.fc_w), "tanh");
-  out.add_(at::addmm(w.mlp_proj_b, h, w.mlp_proj_w));
+  h = at::gelu(conv1d(h, w.fc_w, w.fc_b), "tanh");
+  out.add_(conv1d(h, w.mlp_proj_w, w.mlp_proj_b));
   return out;
 }
 
 at::Tensor Gpt2Model::head(const at::Tensor& x) const {
   const at::Tensor h = at::layer_norm(x, {config_.n_embd}, ln_f_w_, ln_f_b_, config_.layer_norm_epsilon);
-  return at::matmul(h, wte_.t()).to(at::kCPU, at::kFloat);
+  return linear(h, wte_, {}).to(at::kCPU, at::kFloat);
 }
 
 }  // namespace

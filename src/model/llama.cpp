@@ -118,21 +118,21 @@ at::Tensor LlamaModel::block(const at::Tensor& x, int layer, const Plan& plan, c
   const std::int64_t q_dim = config_.n_head * hd;
   const std::int64_t kv_dim = config_.n_kv_head * hd;
 
-  const at::Tensor qkv = at::linear(rms_norm(x, w.input_norm), w.qkv);  // [rows, q_dim + 2 * kv_dim]
+  const at::Tensor qkv = linear(rms_norm(x, w.input_norm), w.qkv, {});  // [rows, q_dim + 2 * kv_dim]
   const std::vector<at::Tensor> parts = qkv.split_with_sizes({q_dim, kv_dim, kv_dim}, 1);
   const at::Tensor q = rotate(parts[0].view({rows, config_.n_head, hd}), cos, sin);
   const at::Tensor k = rotate(parts[1].view({rows, config_.n_kv_head, hd}), cos, sin);
   const at::Tensor v = parts[2].view({rows, config_.n_kv_head, hd});
-  at::Tensor out = at::linear(attention(q, k, v, layer, plan), w.o_proj).add_(x);
-  const at::Tensor gate_up = at::linear(rms_norm(out, w.post_norm), w.gate_up);  // [rows, 2 * intermediate]
+  at::Tensor out = linear(attention(q, k, v, layer, plan), w.o_proj, {}).add_(x);
+  const at::Tensor gate_up = linear(rms_norm(out, w.post_norm), w.gate_up, {});  // [rows, 2 * intermediate]
   const std::int64_t inner = config_.intermediate_size;
   const at::Tensor act = at::silu(gate_up.narrow(1, 0, inner)).mul_(gate_up.narrow(1, inner, inner));
-  out.add_(at::linear(act, w.down));
+  out.add_(linear(act, w.down, {}));
   return out;
 }
 
 at::Tensor LlamaModel::head(const at::Tensor& x) const {
-  return at::linear(rms_norm(x, norm_), lm_head_).to(at::kCPU, at::kFloat);
+  return linear(rms_norm(x, norm_), lm_head_, {}).to(at::kCPU, at::kFloat);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "device/device.hpp"
+#include "model/host_gemm.hpp"
 #include "model/model.hpp"
 #include "model_test_util.hpp"
 
@@ -144,6 +145,11 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
       for (std::size_t c = 0; c < alone[i].size(); ++c) {
         ASSERT_EQ(batched[i][c].size(), 257u);
         EXPECT_LE(max_abs_diff(batched[i][c], alone[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
+        // On the host path in float32 (host_gemm.hpp's batch-invariant
+        // products, the host attention kernel) they are the same bits.
+        if (host_kernel && detail::host_gemm_uses_avx2()) {
+          EXPECT_EQ(batched[i][c], alone[i][c]) << "sequence " << i << ", chunk " << c;
+        }
         // The tensor path's batched logits are the host kernel's.
         if (!host_kernel) {
           EXPECT_LE(max_abs_diff(batched[i][c], host_batched[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
@@ -230,6 +236,24 @@ TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAlone) {
                                                                  "--positions 64 --vocab 257"),
             0);
   expect_greedy_batched_equals_alone(dir.path());
+}
+
+// float32 on the host path: batch-invariant by construction (host_gemm.hpp).
+TEST(Gpt2Batch, Float32GreedyBatchedIsTokenForTokenAlone) {
+  TempDir dir;
+  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
+                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
+                                                                 "--positions 64 --vocab 257"),
+            0);
+  expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/true, "float32");
+}
+
+TEST(Gpt2Batch, Float32GreedyBatchedIsTokenForTokenAloneOnTinylm) {
+  const std::filesystem::path dir = std::filesystem::path(VG_SOURCE_DIR) / "models" / "tinylm";
+  if (!std::filesystem::exists(dir / "config.json") || !std::filesystem::exists(dir / "model.safetensors")) {
+    GTEST_SKIP() << dir << " has no trained model yet";
+  }
+  expect_greedy_batched_equals_alone(dir, /*host_kernel=*/true, "float32");
 }
 
 TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {

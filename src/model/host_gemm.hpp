@@ -1,0 +1,59 @@
+// Float32 matrix products with bias for models in host memory (the host
+// decode path: float32 on a CPU device), written for the shapes a decode
+// step has: a few rows against a weight matrix that is read once.
+//
+// BLAS GEMM packs a panel of the weight matrix before every product; with one
+// to a few rows that copy costs more than the product itself (OpenBLAS 0.3.21:
+// half of a one-sequence decode step in sgemm_itcopy). This kernel reads the
+// weights in place, in nn.Linear's layout [n, k] (each output's weights
+// contiguous), with the step's rows held in registers, so a one-row product
+// runs at memory bandwidth.
+//
+// Batch invariance: every output element is summed in one order that depends
+// on k alone — never on the number of rows, on which rows or columns share a
+// call, on the column range a thread gets, or on the instruction set (the
+// AVX2 kernel and the portable one round identically: fused multiply-add,
+// lane for lane). So a sequence gets bit-identical logits whatever it is
+// batched with, and a prompt prefilled as one chunk gives the rows a
+// token-by-token decode gives. Torch-free; no allocation; safe to call from
+// several threads on disjoint column ranges.
+#pragma once
+
+#include <cstdint>
+
+namespace vg {
+
+/// Row-major operands of out = a · wᵀ + bias.
+struct HostGemm {
+  const float* a = nullptr;  ///< [rows, k], row stride lda (elements)
+  std::int64_t rows = 0;
+  std::int64_t k = 0;
+  std::int64_t lda = 0;
+  const float* w = nullptr;  ///< [n, k], contiguous (nn.Linear's layout; a tied embedding as LM head)
+  std::int64_t n = 0;
+  const float* bias = nullptr;  ///< [n], or null for none
+  float* out = nullptr;         ///< [rows, n], row stride ldo (elements); may not alias a or w
+  std::int64_t ldo = 0;
+};
+
+/// Columns whose start a column range should be a multiple of when a
+/// product is split across threads (any split gives the same values; this
+/// one keeps the widest register tiles busy).
+inline constexpr std::int64_t kHostGemmColumnAlign = 64;
+
+/// out[r][c] = bias[c] + Σ_{j<k} a[r][j] · w[c][j] for columns c in
+/// [col_begin, col_end), summed as: eight partial sums p_l (j ≡ l mod 8),
+/// each a fused multiply-add chain from zero over the whole multiples of 8,
+/// then the k mod 8 tail added to p_0.. in order, then
+/// ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)), then + bias.
+void gemm_nk(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end);
+
+namespace detail {
+/// The portable kernel (any CPU), for tests that check the AVX2 kernel
+/// against it bit for bit.
+void gemm_nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end);
+/// Whether gemm_nk runs the AVX2+FMA kernel on this CPU.
+bool host_gemm_uses_avx2();
+}  // namespace detail
+
+}  // namespace vg
