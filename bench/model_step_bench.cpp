@@ -195,7 +195,7 @@ void BM_DecodeStep(benchmark::State& state) {
   for (const auto& c : b->caches) keys += c->length();
   const double flop_per_step = 2 * multiplying * batch + 4.0 * config.n_layer * config.n_embd * keys;
   state.counters["weights_Bps"] = benchmark::Counter(static_cast<double>(state.iterations()) * params * element_bytes,
-                                                     benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+                                                     benchmark::Counter::kIsRate);
   state.counters["flop_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * flop_per_step,
                                                     benchmark::Counter::kIsRate);
   state.counters["aten_ops"] = static_cast<double>(ops) / steps;
@@ -252,7 +252,7 @@ void BM_StreamRead(benchmark::State& state) {
   const at::Tensor a = at::ones({128LL << 20}, at::kFloat);  // 512 MiB
   for (auto _ : state) benchmark::DoNotOptimize(at::sum(a).item<float>());
   state.counters["read_Bps"] = benchmark::Counter(static_cast<double>(state.iterations()) * a.nbytes(),
-                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+                                                  benchmark::Counter::kIsRate);
 }
 
 void BM_StreamCopy(benchmark::State& state) {
@@ -263,7 +263,7 @@ void BM_StreamCopy(benchmark::State& state) {
     benchmark::DoNotOptimize(b.data_ptr());
   }
   state.counters["copy_Bps"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * a.nbytes(),
-                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+                                                  benchmark::Counter::kIsRate);
 }
 
 void BM_Matmul(benchmark::State& state) {

@@ -299,18 +299,18 @@ bool DecoderModel::uses_host_gemm() const {
 }
 
 at::Tensor DecoderModel::conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const {
-  if (uses_host_gemm()) return host_linear(a, w, bias);
+  if (uses_host_gemm()) return host_linear(a, w, bias);  // w was read transposed: [n, k], contiguous
   return at::addmm(bias, a, w);
 }
 
 at::Tensor DecoderModel::linear(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const {
-  if (uses_host_gemm()) return host_linear(a, w, bias);
+  if (uses_host_gemm() && w.is_contiguous()) return host_linear(a, w, bias);
   return bias.defined() ? at::linear(a, w, bias) : at::linear(a, w);
 }
 
 at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w_in, const at::Tensor& bias) const {
   const at::Tensor a = a_in.contiguous();
-  const at::Tensor w = w_in.contiguous();  // a no-op: weights are contiguous
+  const at::Tensor& w = w_in;  // contiguous (the callers check)
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   const std::int64_t rows = a.size(0);
   const std::int64_t k = a.size(1);
