@@ -7,6 +7,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace vg {
 namespace {
 
@@ -66,12 +70,106 @@ template <typename T>
   }
 }
 
+#if defined(__x86_64__)
+/// Sums of eight vectors' lanes, as one vector: lane l = Σ lanes of v[l]
+/// (three rounds of pairwise adds).
+[[gnu::target("avx2,fma")]] inline __m256 lane_sums(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  // u0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (low and high halves of v[0..3]), u1 likewise for v[4..7].
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/// attend_sequence for float32 with AVX2+FMA, head_dim 8, 16, 32, 64 or
+/// 128: scores of eight keys at once per head (eight accumulators,
+/// one transposed reduction), softmax as attend_sequence, and each head's
+/// output held in registers over the keys. Each value is summed in a fixed
+/// order that depends on the sequence's own length only.
+template <int V>  // head_dim / 8
+[[gnu::target("avx2,fma")]] void attend_sequence_f32_avx2(const DecodeSequence<float>& s,
+                                                         const DecodeAttentionShape& shape, float* scores) {
+  const std::int64_t hd = 8 * V;
+  const std::int64_t heads = shape.n_head;
+  const std::int64_t group = shape.n_head / shape.n_kv_head;
+  const std::int64_t row = shape.n_kv_head * hd;
+  const std::int64_t keys = s.position + 1;
+  constexpr std::int64_t vectors = V;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const __m256 scale_v = _mm256_set1_ps(scale);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* q = s.q + h * hd;
+    const float* k = s.k_cache + (h / group) * hd;
+    float* p = scores + h * keys;
+    std::int64_t j = 0;
+    for (; j + 8 <= keys; j += 8) {
+      __m256 acc[8];
+      for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
+      #pragma GCC unroll 4
+      for (std::int64_t c = 0; c < vectors; ++c) {
+        const __m256 qv = _mm256_loadu_ps(q + 8 * c);
+        #pragma GCC unroll 8
+        for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (j + l) * row + 8 * c), acc[l]);
+      }
+      _mm256_storeu_ps(p + j, _mm256_mul_ps(lane_sums(acc), scale_v));
+    }
+    for (; j < keys; ++j) {
+      __m256 acc[8];
+      acc[0] = _mm256_setzero_ps();
+      for (std::int64_t c = 0; c < vectors; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + j * row + 8 * c), acc[0]);
+      for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
+      p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
+    }
+    float max = -INFINITY;
+    for (std::int64_t i = 0; i < keys; ++i) max = std::max(max, p[i]);
+    float total = 0;
+    for (std::int64_t i = 0; i < keys; ++i) {
+      p[i] = std::exp(p[i] - max);
+      total += p[i];
+    }
+    for (std::int64_t i = 0; i < keys; ++i) p[i] /= total;
+    // out[c] = Σ over keys in order of p[j] * v[j][c], in registers.
+    __m256 out[V];
+    for (int c = 0; c < V; ++c) out[c] = _mm256_setzero_ps();
+    const float* v = s.v_cache + (h / group) * hd;
+    for (std::int64_t i = 0; i < keys; ++i) {
+      const __m256 pv = _mm256_broadcast_ss(p + i);
+      const float* vi = v + i * row;
+      #pragma GCC unroll 8
+      for (int c = 0; c < V; ++c) out[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8 * c), out[c]);
+    }
+    for (std::int64_t c = 0; c < vectors; ++c) _mm256_storeu_ps(s.out + h * hd + 8 * c, out[c]);
+  }
+}
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
 // The hot loop, compiled twice: for AVX2+FMA processors and for any x86-64;
 // the loader picks one at start-up (GCC function multi-versioning).
-[[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f32(const DecodeSequence<float>& s,
-                                                                           const DecodeAttentionShape& shape,
-                                                                           float* scores) {
+[[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f32_generic(const DecodeSequence<float>& s,
+                                                                                   const DecodeAttentionShape& shape,
+                                                                                   float* scores) {
   attend_sequence<float>(s, shape, scores);
+}
+
+void attend_sequence_f32(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, float* scores) {
+#if defined(__x86_64__)
+  if (shape.head_dim % 8 == 0 && cpu_has_avx2_fma()) {
+    switch (shape.head_dim / 8) {
+      case 1: return attend_sequence_f32_avx2<1>(s, shape, scores);
+      case 2: return attend_sequence_f32_avx2<2>(s, shape, scores);
+      case 4: return attend_sequence_f32_avx2<4>(s, shape, scores);
+      case 8: return attend_sequence_f32_avx2<8>(s, shape, scores);
+      case 16: return attend_sequence_f32_avx2<16>(s, shape, scores);
+      default: break;
+    }
+  }
+#endif
+  attend_sequence_f32_generic(s, shape, scores);
 }
 
 [[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f64(const DecodeSequence<double>& s,

@@ -1,0 +1,97 @@
+#include "model/gpt2_attention.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace vg {
+namespace {
+
+/// One sequence's query and cache, and a float64 softmax(q Kᵀ / √d) V to check against.
+struct Case {
+  DecodeAttentionShape shape;
+  std::int64_t position;
+  std::vector<float> q, k_new, v_new, k_cache, v_cache, out;
+
+  Case(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim, std::int64_t position_, unsigned seed)
+      : shape{heads, kv_heads, head_dim}, position(position_) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const auto fill = [&](std::vector<float>& v, std::int64_t n) {
+      for (std::int64_t i = 0; i < n; ++i) v.push_back(normal(rng));
+    };
+    const std::int64_t row = kv_heads * head_dim;
+    fill(q, heads * head_dim);
+    fill(k_new, row);
+    fill(v_new, row);
+    fill(k_cache, (position + 1) * row);  // the last position is overwritten by k_new
+    fill(v_cache, (position + 1) * row);
+    out.assign(static_cast<std::size_t>(heads * head_dim), NAN);
+  }
+
+  DecodeSequence<float> sequence() {
+    return {q.data(), k_new.data(), v_new.data(), k_cache.data(), v_cache.data(), position + 1, position, out.data()};
+  }
+
+  double reference(std::int64_t h, std::int64_t c) const {
+    const std::int64_t hd = shape.head_dim, row = shape.n_kv_head * hd, g = h / (shape.n_head / shape.n_kv_head);
+    std::vector<double> scores;
+    double max = -INFINITY;
+    for (std::int64_t j = 0; j <= position; ++j) {
+      const float* k = j == position ? k_new.data() : k_cache.data() + j * row;
+      double dot = 0;
+      for (std::int64_t i = 0; i < hd; ++i) dot += double(q[std::size_t(h * hd + i)]) * k[g * hd + i];
+      scores.push_back(dot / std::sqrt(double(hd)));
+      max = std::max(max, scores.back());
+    }
+    double total = 0, sum = 0;
+    for (double& s : scores) total += (s = std::exp(s - max));
+    for (std::int64_t j = 0; j <= position; ++j) {
+      const float* v = j == position ? v_new.data() : v_cache.data() + j * row;
+      sum += scores[std::size_t(j)] / total * v[g * hd + c];
+    }
+    return sum;
+  }
+};
+
+// Head sizes of every kernel variant (8..128, and 12: not a multiple of 8),
+// grouped-query attention, and key counts around multiples of 8.
+TEST(DecodeAttention, MatchesAFloat64Softmax) {
+  unsigned seed = 1;
+  for (std::int64_t head_dim : {8, 12, 16, 32, 64, 128}) {
+    for (const auto& [heads, kv_heads] : {std::pair<std::int64_t, std::int64_t>{4, 4}, {4, 2}, {6, 1}}) {
+      for (std::int64_t position : {0, 6, 7, 8, 9, 100}) {
+        Case c(heads, kv_heads, head_dim, position, seed++);
+        const DecodeSequence<float> s = c.sequence();
+        decode_attention<float>(std::span(&s, 1), c.shape);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          for (std::int64_t i = 0; i < head_dim; ++i) {
+            ASSERT_NEAR(c.out[std::size_t(h * head_dim + i)], c.reference(h, i), 1e-5)
+                << "head_dim " << head_dim << ", heads " << heads << "/" << kv_heads << ", position " << position
+                << ", head " << h << ", element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A sequence's output does not depend on the others in the call.
+TEST(DecodeAttention, EachSequenceIsBitIdenticalAloneAndWithOthers) {
+  std::vector<Case> cases;
+  for (int i = 0; i < 5; ++i) cases.emplace_back(4, 2, 32, 3 + 9 * i, static_cast<unsigned>(40 + i));
+  std::vector<Case> alone = cases;
+  std::vector<DecodeSequence<float>> together;
+  for (Case& c : cases) together.push_back(c.sequence());
+  decode_attention<float>(together, cases[0].shape);
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    const DecodeSequence<float> s = alone[i].sequence();
+    decode_attention<float>(std::span(&s, 1), alone[i].shape);
+    EXPECT_EQ(alone[i].out, cases[i].out) << "sequence " << i;
+  }
+}
+
+}  // namespace
+}  // namespace vg
