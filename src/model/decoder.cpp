@@ -295,7 +295,7 @@ bool DecoderModel::uses_host_decode() const {
 }
 
 bool DecoderModel::uses_host_gemm() const {
-  return uses_host_decode() && dtype_ == at::kFloat && detail::host_gemm_uses_avx2();
+  return uses_host_decode() && dtype_ == at::kFloat && host_cpu_has_avx2_fma();
 }
 
 at::Tensor DecoderModel::conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const {

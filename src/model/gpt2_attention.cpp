@@ -11,6 +11,8 @@
 #include <immintrin.h>
 #endif
 
+#include "model/host_gemm.hpp"  // host_cpu_has_avx2_fma
+
 namespace vg {
 namespace {
 
@@ -27,6 +29,20 @@ template <typename T>
   for (; j < n; ++j) sum += a[j] * b[j];
   for (int u = 0; u < 8; ++u) sum += partial[u];
   return sum;
+}
+
+/// p[0..n) <- softmax(p): the maximum, exp(p - max) summed in order, then
+/// each divided by the sum.
+template <typename T>
+[[gnu::always_inline]] inline void softmax_in_place(T* p, std::int64_t n) {
+  T max = -INFINITY;
+  for (std::int64_t j = 0; j < n; ++j) max = std::max(max, p[j]);
+  T total = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - max);
+    total += p[j];
+  }
+  for (std::int64_t j = 0; j < n; ++j) p[j] /= total;
 }
 
 /// Every query head of one sequence; `scores` has room for n_head x
@@ -46,17 +62,7 @@ template <typename T>
     const T* kj = s.k_cache + j * row;
     for (std::int64_t h = 0; h < heads; ++h) scores[h * keys + j] = dot(s.q + h * hd, kj + (h / group) * hd, hd) * scale;
   }
-  for (std::int64_t h = 0; h < heads; ++h) {
-    T* p = scores + h * keys;
-    T max = -INFINITY;
-    for (std::int64_t j = 0; j < keys; ++j) max = std::max(max, p[j]);
-    T total = 0;
-    for (std::int64_t j = 0; j < keys; ++j) {
-      p[j] = std::exp(p[j] - max);
-      total += p[j];
-    }
-    for (std::int64_t j = 0; j < keys; ++j) p[j] /= total;
-  }
+  for (std::int64_t h = 0; h < heads; ++h) softmax_in_place(scores + h * keys, keys);
   // out[h][c] = sum over j in order of p[h][j] * v[j][h / group][c].
   std::fill(s.out, s.out + heads * hd, T(0));
   for (std::int64_t j = 0; j < keys; ++j) {
@@ -83,7 +89,7 @@ template <typename T>
 
 /// attend_sequence for float32 with AVX2+FMA, head_dim 8, 16, 32, 64 or
 /// 128: scores of eight keys at once per head (eight accumulators,
-/// one transposed reduction), softmax as attend_sequence, and each head's
+/// one transposed reduction), the same softmax, and each head's
 /// output held in registers over the keys. Each value is summed in a fixed
 /// order that depends on the sequence's own length only.
 template <int V>  // head_dim / 8
@@ -94,7 +100,6 @@ template <int V>  // head_dim / 8
   const std::int64_t group = shape.n_head / shape.n_kv_head;
   const std::int64_t row = shape.n_kv_head * hd;
   const std::int64_t keys = s.position + 1;
-  constexpr std::int64_t vectors = V;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const __m256 scale_v = _mm256_set1_ps(scale);
   for (std::int64_t h = 0; h < heads; ++h) {
@@ -106,7 +111,7 @@ template <int V>  // head_dim / 8
       __m256 acc[8];
       for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
       #pragma GCC unroll 4
-      for (std::int64_t c = 0; c < vectors; ++c) {
+      for (std::int64_t c = 0; c < V; ++c) {
         const __m256 qv = _mm256_loadu_ps(q + 8 * c);
         #pragma GCC unroll 8
         for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (j + l) * row + 8 * c), acc[l]);
@@ -116,18 +121,11 @@ template <int V>  // head_dim / 8
     for (; j < keys; ++j) {
       __m256 acc[8];
       acc[0] = _mm256_setzero_ps();
-      for (std::int64_t c = 0; c < vectors; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + j * row + 8 * c), acc[0]);
+      for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + j * row + 8 * c), acc[0]);
       for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
       p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
     }
-    float max = -INFINITY;
-    for (std::int64_t i = 0; i < keys; ++i) max = std::max(max, p[i]);
-    float total = 0;
-    for (std::int64_t i = 0; i < keys; ++i) {
-      p[i] = std::exp(p[i] - max);
-      total += p[i];
-    }
-    for (std::int64_t i = 0; i < keys; ++i) p[i] /= total;
+    softmax_in_place(p, keys);
     // out[c] = Σ over keys in order of p[j] * v[j][c], in registers.
     __m256 out[V];
     for (int c = 0; c < V; ++c) out[c] = _mm256_setzero_ps();
@@ -138,14 +136,10 @@ template <int V>  // head_dim / 8
       #pragma GCC unroll 8
       for (int c = 0; c < V; ++c) out[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8 * c), out[c]);
     }
-    for (std::int64_t c = 0; c < vectors; ++c) _mm256_storeu_ps(s.out + h * hd + 8 * c, out[c]);
+    for (std::int64_t c = 0; c < V; ++c) _mm256_storeu_ps(s.out + h * hd + 8 * c, out[c]);
   }
 }
 
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
 #endif
 
 // The hot loop, compiled twice: for AVX2+FMA processors and for any x86-64;
@@ -158,7 +152,7 @@ bool cpu_has_avx2_fma() {
 
 void attend_sequence_f32(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, float* scores) {
 #if defined(__x86_64__)
-  if (shape.head_dim % 8 == 0 && cpu_has_avx2_fma()) {
+  if (shape.head_dim % 8 == 0 && host_cpu_has_avx2_fma()) {
     switch (shape.head_dim / 8) {
       case 1: return attend_sequence_f32_avx2<1>(s, shape, scores);
       case 2: return attend_sequence_f32_avx2<2>(s, shape, scores);

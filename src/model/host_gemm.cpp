@@ -133,18 +133,22 @@ template <int C>
   for (; c < col_end; ++c) nk_column_block<1>(g, c, c + 2 <= col_end);
 }
 
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-
 #endif  // VG_HOST_GEMM_AVX2
 
 }  // namespace
 
+bool host_cpu_has_avx2_fma() {
+#if VG_HOST_GEMM_AVX2
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
 void gemm_nk(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
 #if VG_HOST_GEMM_AVX2
-  if (cpu_has_avx2_fma()) return nk_avx2(g, col_begin, col_end);
+  if (host_cpu_has_avx2_fma()) return nk_avx2(g, col_begin, col_end);
 #endif
   nk_portable_columns(g, col_begin, col_end);
 }
@@ -152,13 +156,6 @@ void gemm_nk(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
 namespace detail {
 void gemm_nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
   nk_portable_columns(g, col_begin, col_end);
-}
-bool host_gemm_uses_avx2() {
-#if VG_HOST_GEMM_AVX2
-  return cpu_has_avx2_fma();
-#else
-  return false;
-#endif
 }
 }  // namespace detail
 

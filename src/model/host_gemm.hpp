@@ -48,12 +48,14 @@ inline constexpr std::int64_t kHostGemmColumnAlign = 64;
 /// ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)), then + bias.
 void gemm_nk(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end);
 
+/// Whether this CPU has AVX2 and FMA (checked once): where it does, gemm_nk
+/// and the host decode attention (gpt2_attention.cpp) run their AVX2 kernels.
+bool host_cpu_has_avx2_fma();
+
 namespace detail {
 /// The portable kernel (any CPU), for tests that check the AVX2 kernel
 /// against it bit for bit.
 void gemm_nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end);
-/// Whether gemm_nk runs the AVX2+FMA kernel on this CPU.
-bool host_gemm_uses_avx2();
 }  // namespace detail
 
 }  // namespace vg
