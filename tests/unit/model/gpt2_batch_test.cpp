@@ -147,7 +147,7 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
         EXPECT_LE(max_abs_diff(batched[i][c], alone[i][c]), 1e-4f) << "sequence " << i << ", chunk " << c;
         // On the host path in float32 (host_gemm.hpp's batch-invariant
         // products, the host attention kernel) they are the same bits.
-        if (host_kernel && detail::host_gemm_uses_avx2()) {
+        if (host_kernel && host_cpu_has_avx2_fma()) {
           EXPECT_EQ(batched[i][c], alone[i][c]) << "sequence " << i << ", chunk " << c;
         }
         // The tensor path's batched logits are the host kernel's.
@@ -229,39 +229,36 @@ void expect_greedy_batched_equals_alone(const std::filesystem::path& dir, bool h
   }
 }
 
+/// A random 2-layer, 64-wide GPT-2 (4 heads, 64 positions) in `dir`; the
+/// tool's exit status.
+int write_two_layer_gpt2(const std::filesystem::path& dir) {
+  return testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.string() +
+                                                             "' --seed 7 --layers 2 --heads 4 --embd 64 "
+                                                             "--positions 64 --vocab 257");
+}
+
 TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAlone) {
   TempDir dir;
-  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
-                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
-                                                                 "--positions 64 --vocab 257"),
-            0);
+  ASSERT_EQ(write_two_layer_gpt2(dir.path()), 0);
   expect_greedy_batched_equals_alone(dir.path());
 }
 
 // float32 on the host path: batch-invariant by construction (host_gemm.hpp).
 TEST(Gpt2Batch, Float32GreedyBatchedIsTokenForTokenAlone) {
   TempDir dir;
-  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
-                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
-                                                                 "--positions 64 --vocab 257"),
-            0);
+  ASSERT_EQ(write_two_layer_gpt2(dir.path()), 0);
   expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/true, "float32");
 }
 
 TEST(Gpt2Batch, Float32GreedyBatchedIsTokenForTokenAloneOnTinylm) {
-  const std::filesystem::path dir = std::filesystem::path(VG_SOURCE_DIR) / "models" / "tinylm";
-  if (!std::filesystem::exists(dir / "config.json") || !std::filesystem::exists(dir / "model.safetensors")) {
-    GTEST_SKIP() << dir << " has no trained model yet";
-  }
+  const std::filesystem::path dir = testing::trained_tinylm();
+  if (dir.empty()) GTEST_SKIP() << "models/tinylm has no trained model yet";
   expect_greedy_batched_equals_alone(dir, /*host_kernel=*/true, "float32");
 }
 
 TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
   TempDir dir;
-  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
-                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
-                                                                 "--positions 64 --vocab 257"),
-            0);
+  ASSERT_EQ(write_two_layer_gpt2(dir.path()), 0);
   expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/false);
 }
 
@@ -270,18 +267,13 @@ TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
 // tokens: short and long ones for libtorch's CPU matrix-product kernels).
 TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
   TempDir dir;
-  ASSERT_EQ(testing::run_python_tool("make_random_gpt2.py", "--out '" + dir.path().string() +
-                                                                 "' --seed 7 --layers 2 --heads 4 --embd 64 "
-                                                                 "--positions 64 --vocab 257"),
-            0);
+  ASSERT_EQ(write_two_layer_gpt2(dir.path()), 0);
   expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/false, "bfloat16");
 }
 
 TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTinylm) {
-  const std::filesystem::path dir = std::filesystem::path(VG_SOURCE_DIR) / "models" / "tinylm";
-  if (!std::filesystem::exists(dir / "config.json") || !std::filesystem::exists(dir / "model.safetensors")) {
-    GTEST_SKIP() << dir << " has no trained model yet";
-  }
+  const std::filesystem::path dir = testing::trained_tinylm();
+  if (dir.empty()) GTEST_SKIP() << "models/tinylm has no trained model yet";
   expect_greedy_batched_equals_alone(dir);
 }
 

@@ -69,10 +69,8 @@ TEST(Gpt2Reference, Gpt2VocabularyShardedPrefixedMatchesPython) {
 }
 
 TEST(Gpt2Reference, TinylmMatchesPython) {
-  const std::filesystem::path dir = std::filesystem::path(VG_SOURCE_DIR) / "models" / "tinylm";
-  if (!std::filesystem::exists(dir / "config.json") || !std::filesystem::exists(dir / "model.safetensors")) {
-    GTEST_SKIP() << dir << " has no trained model yet";
-  }
+  const std::filesystem::path dir = testing::trained_tinylm();
+  if (dir.empty()) GTEST_SKIP() << "models/tinylm has no trained model yet";
   expect_matches_reference(dir, test_prompts(64));
 }
 

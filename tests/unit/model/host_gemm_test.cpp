@@ -111,7 +111,7 @@ TEST(HostGemm, WritesOnlyItsColumnRange) {
 // The AVX2 kernel rounds as the portable one does, bit for bit: the summation
 // order is the kernel's contract, not an accident of the instruction set.
 TEST(HostGemm, TheAvx2KernelEqualsThePortableOneBitForBit) {
-  if (!detail::host_gemm_uses_avx2()) GTEST_SKIP() << "this CPU has no AVX2+FMA: gemm_nk is the portable kernel";
+  if (!host_cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2+FMA: gemm_nk is the portable kernel";
   unsigned seed = 100;
   for (std::int64_t rows : {1, 2, 3, 5, 8}) {
     for (std::int64_t k : {3, 8, 13, 128, 517}) {

@@ -120,6 +120,12 @@ int run_python_tool(const std::string& script, const std::string& args) {
   return WEXITSTATUS(status);
 }
 
+std::filesystem::path trained_tinylm() {
+  const std::filesystem::path dir = std::filesystem::path(VG_SOURCE_DIR) / "models" / "tinylm";
+  const bool trained = std::filesystem::exists(dir / "config.json") && std::filesystem::exists(dir / "model.safetensors");
+  return trained ? dir : std::filesystem::path();
+}
+
 std::vector<std::vector<float>> read_reference_logits(const std::filesystem::path& path) {
   std::ifstream in(path);
   std::vector<std::vector<float>> out;

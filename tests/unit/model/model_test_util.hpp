@@ -68,6 +68,10 @@ void write_random_gpt2(const std::filesystem::path& dir, const RandomGpt2& spec)
 /// exit status (0 on success).
 int run_python_tool(const std::string& script, const std::string& args);
 
+/// <VG_SOURCE_DIR>/models/tinylm, or an empty path while it has no trained
+/// checkpoint (config.json and model.safetensors).
+std::filesystem::path trained_tinylm();
+
 /// Reads reference_forward.py --format text output: per prompt, the logits of
 /// every position, row-major [positions * vocab].
 std::vector<std::vector<float>> read_reference_logits(const std::filesystem::path& path);
