@@ -721,7 +721,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     cv_.notify_all();
     std::shared_ptr<Channel> ch = s->channel;
     lk.unlock();
-    if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}});
+    if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
     r->sink->push(FailedEvent{Error(ErrorCode::kInternal, "the engine sent an event that could not be read: " +
                                                               event.error().message),
                               {}, {}});
@@ -955,7 +955,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     rid = r->rid;
     s->inflight[rid] = r;
     awaiting_.insert(rid);
-    s->channel->send(submit_message(*r, rid));
+    s->channel->send(submit_message(*r, rid), wire::Send::kDirect);
     const bool answered = cv_.wait_until(lk, answer_deadline, [&] { return answers_.count(rid) > 0; });
     awaiting_.erase(rid);
     answer = json::object();
@@ -1002,7 +1002,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     return error;
   }
   if (type == "timeout" && r->slot && r->slot->channel) {
-    r->slot->channel->send(json::object{{"t", "cancel"}, {"rid", rid}});
+    r->slot->channel->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
   }
   if (type == "crashed") {
     return Error(ErrorCode::kEngineCrashed,
@@ -1110,7 +1110,7 @@ void RemoteService::cancel(Req& req) {
     }
     cv_.notify_all();  // a pending one ends at the monitor's next turn
   }
-  if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}});
+  if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
 }
 
 std::vector<ModelInfo> RemoteService::models() const {
@@ -1181,7 +1181,7 @@ AdmissionState RemoteService::admission_state() const {
   for (auto& s : slots_) {
     if (!s->channel) continue;
     const std::uint64_t qid = next_rid_++;
-    s->channel->send(json::object{{"t", "state"}, {"qid", qid}});
+    s->channel->send(json::object{{"t", "state"}, {"qid", qid}}, wire::Send::kDirect);
     asked.emplace_back(s.get(), qid);
   }
   const TimePoint deadline = Clock::now() + std::chrono::seconds(1);
@@ -1308,7 +1308,7 @@ void RemoteService::shutdown() {
     }
   }
   for (auto& r : pending) r->sink->push(FailedEvent{Error(ErrorCode::kOverloaded, "server is shutting down"), {}, {}});
-  for (auto& [ch, rid] : cancels) ch->send(json::object{{"t", "cancel"}, {"rid", rid}});
+  for (auto& [ch, rid] : cancels) ch->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
   (void)wait_idle(Clock::now() + std::chrono::seconds(2));
   std::vector<pid_t> children;
   {

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -482,9 +483,18 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   // memory): the device state is not trusted, and only a new process gets a
   // clean one. Exit status 3 tells the supervisor to restart
   // this engine (and resume its requests elsewhere or on the new one).
-  auto on_poisoned = [](const std::string& reason) {
+  // The engine server, once it serves: a poisoned engine first writes out
+  // the events of its earlier (trusted) steps, so its gateways resume after
+  // every token it computed rather than compute some of them again.
+  std::mutex flush_mu;
+  wire::EngineServer* flush_target = nullptr;  // guarded by flush_mu
+  auto on_poisoned = [&flush_mu, &flush_target](const std::string& reason) {
     spdlog::critical("engine is poisoned ({}); exiting to be restarted", reason);
     spdlog::default_logger()->flush();
+    std::unique_lock lk(flush_mu);  // held until the exit: the server is not stopped meanwhile
+    if (flush_target != nullptr && !flush_target->flush(2.0)) {
+      spdlog::warn("engine: events still queued for a gateway after 2 s; exiting anyway");
+    }
     std::_Exit(3);
   };
   auto service = InferenceService::create(config, &metrics, on_poisoned);
@@ -537,6 +547,18 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     (*server)->stop();
     ::unlink(secret_new.c_str());
     return 1;
+  }
+  struct FlushTarget {  // cleared before the server is destroyed, on every path out
+    std::mutex& mu;
+    wire::EngineServer*& target;
+    ~FlushTarget() {
+      std::lock_guard lk(mu);
+      target = nullptr;
+    }
+  } flush_guard{flush_mu, flush_target};
+  {
+    std::lock_guard lk(flush_mu);
+    flush_target = (*server).get();
   }
   spdlog::info("engine serving on unix:{} ({} s after its start)", socket_path, format_decimal(so.load_s));
 #if VG_HAVE_QUEUE

@@ -31,20 +31,57 @@ void Channel::start(OnMessage on_message, OnClose on_close) {
   std::thread([self] { self->write_loop(); }).detach();
 }
 
-bool Channel::send(const boost::json::object& message) {
+bool Channel::enqueue(std::string frame) {
+  if (queued_bytes_ + frame.size() > limits_.max_queued_bytes) return false;
+  queued_bytes_ += frame.size();
+  const bool was_empty = queue_.empty();
+  queue_.push_back(std::move(frame));
+  // The writer waits only on an empty queue: one wake-up per batch.
+  if (was_empty) writer_cv_.notify_one();
+  return true;
+}
+
+bool Channel::send(const boost::json::object& message, Send how) {
   std::string frame = encode_frame(message);
-  {
-    std::lock_guard lk(mu_);
-    if (closed_) return false;
-    if (queued_bytes_ + frame.size() <= limits_.max_queued_bytes) {
-      queued_bytes_ += frame.size();
-      const bool was_empty = queue_.empty();
-      queue_.push_back(std::move(frame));
-      // The writer waits only on an empty queue: one wake-up per batch.
-      if (was_empty) cv_.notify_all();
-      return true;
+  std::unique_lock lk(mu_);
+  if (closed_) return false;
+  if (how == Send::kDirect && queue_.empty() && !writing_) {
+    writing_ = true;  // the writer and other direct senders queue behind this frame
+    lk.unlock();
+    std::size_t off = 0;
+    int error = 0;
+    while (off < frame.size()) {
+      const ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        off += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;  // the socket is full: the writer sends the rest
+      } else {
+        error = n < 0 ? errno : EPIPE;
+        break;
+      }
     }
+    lk.lock();
+    writing_ = false;
+    if (error != 0) {
+      lk.unlock();
+      close(std::string("write failed: ") + std::strerror(error));
+      return false;
+    }
+    if (off < frame.size()) {
+      // The rest of this frame goes before anything queued meanwhile.
+      frame.erase(0, off);
+      queued_bytes_ += frame.size();
+      queue_.push_front(std::move(frame));
+    }
+    if (!queue_.empty()) writer_cv_.notify_one();
+    idle_cv_.notify_all();
+    return true;
   }
+  if (enqueue(std::move(frame))) return true;
+  lk.unlock();
   close("the peer is not reading: " + std::to_string(limits_.max_queued_bytes) + " bytes queued");
   return false;
 }
@@ -55,7 +92,8 @@ void Channel::close(const std::string& reason) {
     if (closed_) return;
     closed_ = true;
     close_reason_ = reason;
-    cv_.notify_all();
+    writer_cv_.notify_all();
+    idle_cv_.notify_all();
   }
   ::shutdown(fd_, SHUT_RDWR);  // wakes the reader
 }
@@ -67,7 +105,7 @@ bool Channel::closed() const {
 
 bool Channel::flush(double timeout_s) {
   std::unique_lock lk(mu_);
-  return cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
+  return idle_cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
                       [&] { return closed_ || (queue_.empty() && !writing_); }) &&
          queue_.empty();
 }
@@ -119,7 +157,7 @@ void Channel::write_loop() {
     batch.clear();
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return closed_ || !queue_.empty(); });
+      writer_cv_.wait(lk, [&] { return closed_ || (!queue_.empty() && !writing_); });
       if (closed_) return;
       while (!queue_.empty() && (batch.empty() || batch.size() + queue_.front().size() <= kBatchBytes)) {
         std::string& frame = queue_.front();
@@ -146,7 +184,7 @@ void Channel::write_loop() {
     if (batch.capacity() > 4 * kBatchBytes) batch = std::string();
     std::lock_guard lk(mu_);
     writing_ = false;
-    cv_.notify_all();
+    idle_cv_.notify_all();
   }
 }
 

@@ -2,7 +2,11 @@
 // protocol): one reader thread that splits the bytes into messages
 // (frame.hpp) and hands each to a callback, and one writer thread that
 // sends what send() queued, so a sender (an engine thread pushing events)
-// never blocks on the peer. Torch-free.
+// never blocks on the peer. A send() with Send::kDirect writes on the
+// caller's thread instead when nothing is waiting to be written: one
+// non-blocking system call and no writer wake-up, for a request's submit
+// and its answer; what the socket does not take at once goes to the writer.
+// Torch-free.
 //
 // Threads: send() and close() from any thread. The callbacks run on the
 // reader thread, one at a time; on_close runs once, after the last
@@ -34,6 +38,19 @@ struct ChannelLimits {
   std::size_t max_queued_bytes = 256u << 20;  ///< unsent bytes queued; more closes it (the peer is not reading)
 };
 
+/// How send() hands a message to the socket.
+enum class Send {
+  /// The writer thread writes it, with everything else queued when it
+  /// wakes, in one system call: the sender never makes one (an engine's
+  /// events, a step's frames sent together).
+  kQueued,
+  /// Written at once on the caller's thread (non-blocking) when nothing is
+  /// queued or being written, so the writer thread is not woken; otherwise,
+  /// and for what the socket does not take at once, as kQueued. Order is
+  /// kept either way.
+  kDirect,
+};
+
 class Channel : public std::enable_shared_from_this<Channel> {
  public:
   using OnMessage = std::function<void(boost::json::object message)>;
@@ -47,9 +64,10 @@ class Channel : public std::enable_shared_from_this<Channel> {
 
   /// Starts the reader and writer threads.
   void start(OnMessage on_message, OnClose on_close);
-  /// Queues `message`; false when the channel is closed (or just closed
-  /// because the queue would pass max_queued_bytes).
-  bool send(const boost::json::object& message);
+  /// Sends `message` as `how` says; false when the channel is closed (or
+  /// just closed: the queue would pass max_queued_bytes, or a direct write
+  /// failed).
+  bool send(const boost::json::object& message, Send how = Send::kQueued);
   /// Closes the connection (both threads stop; on_close gets `reason`). Idempotent.
   void close(const std::string& reason);
   bool closed() const;
@@ -62,15 +80,18 @@ class Channel : public std::enable_shared_from_this<Channel> {
   Channel(int fd, ChannelLimits limits) : fd_(fd), limits_(limits) {}
   void read_loop(OnMessage on_message, OnClose on_close);
   void write_loop();
+  /// Queues `frame`; false when that would pass max_queued_bytes. Requires mu_.
+  bool enqueue(std::string frame);
 
   const int fd_;
   const ChannelLimits limits_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable writer_cv_;  // with mu_: the writer waits for frames
+  std::condition_variable idle_cv_;    // with mu_: flush() waits for the queue to empty
   std::deque<std::string> queue_;  // guarded by mu_
   std::size_t queued_bytes_ = 0;   // guarded by mu_
   bool closed_ = false;            // guarded by mu_
-  bool writing_ = false;           // guarded by mu_: the writer holds a frame it has not finished
+  bool writing_ = false;           // guarded by mu_: the writer, or a direct send, is writing
   std::string close_reason_;       // guarded by mu_
 };
 

@@ -87,6 +87,21 @@ std::optional<TimePoint> EngineServer::alone_since() const {
   return alone_since_;
 }
 
+bool EngineServer::flush(double timeout_s) {
+  std::vector<std::shared_ptr<Conn>> conns;
+  {
+    std::lock_guard lk(mu_);
+    conns = conns_;
+  }
+  const TimePoint deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout_s));
+  bool all = true;
+  for (auto& c : conns) {
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    all = c->channel->flush(std::max(0.0, left)) && all;
+  }
+  return all;
+}
+
 void EngineServer::stop() {
   if (stopping_.exchange(true)) return;
   ::shutdown(listen_fd_, SHUT_RDWR);
@@ -303,12 +318,12 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
         std::lock_guard lk(conn->mu);
         conn->requests.erase(rid);
       }
-      conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}});
+      conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}}, Send::kDirect);
       return;
     }
     Accepted a{sub->model, sub->prompt_tokens, sub->queue_position, sub->cost_bytes, sub->echo_text,
                sub->retry_claimed_by};
-    conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}});
+    conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}}, Send::kDirect);
     bool cancel = false;
     {
       std::lock_guard lk(conn->mu);
@@ -349,7 +364,7 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
     reply["t"] = "state";
     reply["qid"] = m.contains("qid") ? m.at("qid") : json::value(0);
     reply["admission"] = encode(service_.admission_state());
-    conn->channel->send(reply);
+    conn->channel->send(reply, Send::kDirect);
     return;
   }
   if (type == "release") {
@@ -414,11 +429,11 @@ void EngineServer::handle_infer(const std::shared_ptr<Conn>& conn, const json::o
       std::lock_guard lk(conn->mu);
       conn->requests.erase(rid);
     }
-    conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}});
+    conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}}, Send::kDirect);
     return;
   }
   Accepted a{sub->model, 0, sub->queue_position, sub->cost_bytes, {}, {}};
-  conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}});
+  conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}}, Send::kDirect);
   bool cancel = false;
   {
     std::lock_guard lk(conn->mu);

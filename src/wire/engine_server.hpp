@@ -64,6 +64,11 @@ class EngineServer {
   /// True once a supervising gateway released this engine (on its clean
   /// shutdown): the engine should exit when no gateway is connected.
   bool released() const { return released_.load(); }
+  /// Waits until every frame queued on the connections (events already
+  /// pushed) has been written, at most `timeout_s` in all; true when all
+  /// were. For an engine about to exit, so its gateways keep every token it
+  /// computed before.
+  bool flush(double timeout_s);
   /// Stops accepting and closes every connection (their requests are cancelled).
   void stop();
 
