@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/wakeup_batch.hpp"
 #include "device/device.hpp"
 #include "engine/engine_impl.hpp"
 #include "metrics/server_metrics.hpp"
@@ -23,15 +24,20 @@ void Engine::Impl::run() {
   DeviceScope scope(&device);
   while (wait_for_work()) {
     step_started.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    oom_budget->on_tick(Clock::now());
-    admit(Clock::now());
-    if (prefill) collect_prefills(Clock::now());
-    sweep_running(Clock::now());
-    retire_done();
-    if (prefill) hand_off_prefills();
-    if (!running.empty()) run_step();
-    retire_done();
-    publish();
+    {
+      // The events of this turn (queue positions, starts, tokens, ends)
+      // wake each consumer once, as it ends (common/wakeup_batch.hpp).
+      WakeupBatch events;
+      oom_budget->on_tick(Clock::now());
+      admit(Clock::now());
+      if (prefill) collect_prefills(Clock::now());
+      sweep_running(Clock::now());
+      retire_done();
+      if (prefill) hand_off_prefills();
+      if (!running.empty()) run_step();
+      retire_done();
+      publish();
+    }
     if (options.step_delay_ms > 0 && !running.empty()) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options.step_delay_ms));
     }

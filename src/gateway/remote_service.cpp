@@ -210,6 +210,8 @@ RemoteService::~RemoteService() { shutdown(); }
 void RemoteService::set_state(Slot& slot, const char* state) {
   slot.state = state;
   if (options_.metrics) options_.metrics->set_engine_up(slot.label(), slot.ready());
+  cv_.notify_all();          // wait_ready(), and submits waiting for a ready engine
+  monitor_cv_.notify_one();  // requests waiting for an engine may go now
 }
 
 // -- the monitor thread
@@ -223,7 +225,7 @@ void RemoteService::monitor_loop() {
     lk.lock();
     for (auto& s : slots_) supervise(*s, now);
     resubmit_pending(now);
-    cv_.wait_for(lk, std::chrono::milliseconds(20));
+    monitor_cv_.wait_for(lk, std::chrono::milliseconds(20));
   }
 }
 
@@ -461,6 +463,7 @@ bool RemoteService::try_connect(Slot& s) {
   channel->start([this, sp, epoch](json::object m) { on_message(sp, epoch, std::move(m)); },
                  [this, sp, epoch](const std::string& reason) { on_close(sp, epoch, reason); });
   cv_.notify_all();
+  monitor_cv_.notify_one();
   return true;
 }
 
@@ -753,7 +756,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     if (r->ended) return;
     r->ended = true;
     --active_;
-    cv_.notify_all();
+    if (active_ == 0) cv_.notify_all();  // wait_idle(); nothing else waits for a request's end
   }
   if (r->ended && !is_terminal(e)) return;
   lk.unlock();
@@ -856,6 +859,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     }
     s->inflight.clear();
     cv_.notify_all();
+    monitor_cv_.notify_one();
   }
   if (stopping_now) {
     spdlog::info("engine on {} disconnected ({})", label, reason.empty() ? "closed" : reason);
@@ -955,7 +959,16 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     rid = r->rid;
     s->inflight[rid] = r;
     awaiting_.insert(rid);
-    s->channel->send(submit_message(*r, rid), wire::Send::kDirect);
+    {
+      // Written outside mu_: the write wakes the engine's reader, and the
+      // answer may come back (to this slot's reader, which takes mu_)
+      // before it returns. A channel closed meanwhile answers "closed".
+      std::shared_ptr<Channel> channel = s->channel;
+      json::object message = submit_message(*r, rid);
+      lk.unlock();
+      channel->send(message, wire::Send::kDirect);
+      lk.lock();
+    }
     const bool answered = cv_.wait_until(lk, answer_deadline, [&] { return answers_.count(rid) > 0; });
     awaiting_.erase(rid);
     answer = json::object();
@@ -1108,7 +1121,8 @@ void RemoteService::cancel(Req& req) {
       ch = req.slot->channel;
       rid = req.rid;
     }
-    cv_.notify_all();  // a pending one ends at the monitor's next turn
+    monitor_cv_.notify_one();  // a pending one ends at the monitor's next turn
+    cv_.notify_all();
   }
   if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
 }
@@ -1324,6 +1338,7 @@ void RemoteService::shutdown() {
       if (s->child && s->pid > 0) children.push_back(s->pid);
     }
     cv_.notify_all();
+    monitor_cv_.notify_one();
   }
   if (monitor_.joinable()) monitor_.join();
   // The releases are written before the connections close.

@@ -140,6 +140,8 @@ class RemoteService final : public Service {
   Options options_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // with mu_: waiters (submit answers, state replies, idle)
+  std::condition_variable monitor_cv_;  // with mu_: wakes the monitor early (an engine connected, gone or
+                                        // ready; a cancel; shutdown); it also runs every 20 ms
   std::vector<std::unique_ptr<Slot>> slots_;        // fixed after create()
   std::vector<std::shared_ptr<Req>> pending_;       // guarded by mu_: waiting for an engine
   mutable std::map<std::uint64_t, boost::json::object> answers_;  // guarded by mu_: rid/qid -> answer

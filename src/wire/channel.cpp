@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/wakeup_batch.hpp"
 #include "wire/frame.hpp"
 
 namespace vg::wire {
@@ -31,13 +32,23 @@ void Channel::start(OnMessage on_message, OnClose on_close) {
   std::thread([self] { self->write_loop(); }).detach();
 }
 
-bool Channel::enqueue(std::string frame) {
+bool Channel::enqueue(std::string frame, Send how) {
   if (queued_bytes_ + frame.size() > limits_.max_queued_bytes) return false;
   queued_bytes_ += frame.size();
   const bool was_empty = queue_.empty();
   queue_.push_back(std::move(frame));
-  // The writer waits only on an empty queue: one wake-up per batch.
-  if (was_empty) writer_cv_.notify_one();
+  if (how == Send::kDirect) {
+    // Wanted now: the writer goes at once, with whatever a batch deferred.
+    writer_cv_.notify_one();
+  } else if (was_empty) {
+    // The writer waits only on an empty queue: one wake-up per batch of
+    // frames, and per WakeupBatch of the sending thread (a decode step).
+    if (WakeupBatch::open()) {
+      WakeupBatch::defer(this, [self = shared_from_this()] { self->writer_cv_.notify_one(); });
+    } else {
+      writer_cv_.notify_one();
+    }
+  }
   return true;
 }
 
@@ -80,7 +91,7 @@ bool Channel::send(const boost::json::object& message, Send how) {
     idle_cv_.notify_all();
     return true;
   }
-  if (enqueue(std::move(frame))) return true;
+  if (enqueue(std::move(frame), how)) return true;
   lk.unlock();
   close("the peer is not reading: " + std::to_string(limits_.max_queued_bytes) + " bytes queued");
   return false;
@@ -105,6 +116,7 @@ bool Channel::closed() const {
 
 bool Channel::flush(double timeout_s) {
   std::unique_lock lk(mu_);
+  if (!queue_.empty()) writer_cv_.notify_one();  // frames a WakeupBatch still holds back
   return idle_cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
                       [&] { return closed_ || (queue_.empty() && !writing_); }) &&
          queue_.empty();

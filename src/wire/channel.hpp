@@ -42,12 +42,14 @@ struct ChannelLimits {
 enum class Send {
   /// The writer thread writes it, with everything else queued when it
   /// wakes, in one system call: the sender never makes one (an engine's
-  /// events, a step's frames sent together).
+  /// events). A sender inside a WakeupBatch (common/wakeup_batch.hpp) wakes
+  /// the writer once, when its batch closes: a step's frames go together.
   kQueued,
   /// Written at once on the caller's thread (non-blocking) when nothing is
   /// queued or being written, so the writer thread is not woken; otherwise,
-  /// and for what the socket does not take at once, as kQueued. Order is
-  /// kept either way.
+  /// and for what the socket does not take at once, queued and the writer
+  /// woken at once (a WakeupBatch does not hold it back). Order is kept
+  /// either way.
   kDirect,
 };
 
@@ -80,8 +82,10 @@ class Channel : public std::enable_shared_from_this<Channel> {
   Channel(int fd, ChannelLimits limits) : fd_(fd), limits_(limits) {}
   void read_loop(OnMessage on_message, OnClose on_close);
   void write_loop();
-  /// Queues `frame`; false when that would pass max_queued_bytes. Requires mu_.
-  bool enqueue(std::string frame);
+  /// Queues `frame` and wakes the writer (kQueued: when the queue was
+  /// empty, at the end of the thread's WakeupBatch if one is open; kDirect:
+  /// now); false when that would pass max_queued_bytes. Requires mu_.
+  bool enqueue(std::string frame, Send how);
 
   const int fd_;
   const ChannelLimits limits_;

@@ -343,8 +343,10 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
             assert reply is None or reply["t"] == "refused", reply
             assert c.recv(1) == b""  # closed
             c.close()
-        log = s.logs()
-        assert "wrong or missing secret" in log and "protocol version mismatch" in log
+        # The engine logs each refusal as it closes; the log reaches this
+        # process through a pipe, a moment later.
+        wait_until(lambda: "wrong or missing secret" in s.logs() and "protocol version mismatch" in s.logs(),
+                   what="the refusals in the engine's log")
         # A good gateway connection with a bad message after the hello is closed too.
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.settimeout(10)
@@ -358,7 +360,7 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
                 break
             assert m["t"] == "status", m
         c.close()
-        assert "bad submit" in s.logs()
+        wait_until(lambda: "bad submit" in s.logs(), what="the bad submit in the engine's log")
         # The engine never went down.
         assert engines(s)[0]["restarts"] == 0
         assert complete(s, "Hello", False, 4)[0] == 200

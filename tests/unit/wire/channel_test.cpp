@@ -3,6 +3,8 @@
 // flush() waits for both.
 #include "wire/channel.hpp"
 
+#include "common/wakeup_batch.hpp"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -154,6 +156,26 @@ TEST(Channel, ADirectSendTheSocketCannotTakeIsFinishedByTheWriter) {
   EXPECT_TRUE(sender->flush(10));
   sender->close("done");
   receiver->close("done");
+}
+
+TEST(Channel, QueuedSendsInsideAWakeupBatchAllArriveAndFlushDoesNotWaitForItsEnd) {
+  // An engine step's events are queued in a WakeupBatch; a poisoned engine
+  // flushes them from inside it before it exits.
+  Pair p;
+  auto sender = Channel::adopt(p.a);
+  auto receiver = Channel::adopt(p.b);
+  Collector c;
+  c.start(receiver);
+  sender->start([](json::object) {}, [](const std::string&) {});
+  {
+    WakeupBatch step;
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(sender->send(msg(i, 50)));
+    EXPECT_TRUE(sender->flush(10));
+    EXPECT_EQ(c.wait_for(100), iota(100));
+    for (int i = 100; i < 200; ++i) ASSERT_TRUE(sender->send(msg(i, 50)));
+  }
+  EXPECT_EQ(c.wait_for(200), iota(200));
+  sender->close("done");
 }
 
 TEST(Channel, ADirectSendToAClosedPeerClosesTheChannel) {
