@@ -7,7 +7,9 @@ on the same traffic, rounds interleaved:
   * 1-token completions from 16 clients (closed loop): requests/s;
   * 64-token completions from 16 clients (closed loop): generated tokens/s;
 
-and, for each of the two, the server's CPU time: utime + stime of the
+and, for each of the two, the server's voluntary context switches (every
+thread that blocks and is woken again: what a crossing of the socket adds)
+and its CPU time: utime + stime of the
 server's processes (for the default server the gateway and its engine
 processes together) from /proc/PID/stat before and after the round, so
 requests and tokens per CPU-second. On a machine where the client shares
@@ -79,6 +81,22 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15
 
 
+def context_switches(pid):
+    """Voluntary context switches of all threads of process `pid` (a thread
+    that blocks: waiting for a lock, a condition, a socket), summed over
+    /proc/PID/task/*/status. Threads that ended are not counted."""
+    n = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+        except OSError:
+            continue
+    return n
+
+
 def descendants(pid):
     """Pids of the processes below `pid` in the process tree."""
     children = {}
@@ -122,10 +140,12 @@ def measured(pids, run):
     this client (client_cpu_s) and everything else on the machine
     (other_cpu_s: other jobs competing for the cores) spent while it ran."""
     before = sum(proc_cpu_s(p) for p in pids)
+    switches_before = sum(context_switches(p) for p in pids)
     client_before = sum(os.times()[:2])
     machine_before = machine_busy_s()
     result = run()
     result["server_cpu_s"] = sum(proc_cpu_s(p) for p in pids) - before
+    result["server_context_switches"] = sum(context_switches(p) for p in pids) - switches_before
     result["client_cpu_s"] = sum(os.times()[:2]) - client_before
     result["other_cpu_s"] = max(0.0, machine_busy_s() - machine_before - result["server_cpu_s"] -
                                 result["client_cpu_s"])
@@ -260,6 +280,10 @@ def main():
                "tokens_client_cores": med(mode, "tokens", lambda r: r["client_cpu_s"] / r["wall_s"]),
                "idle_server_cores": med(mode, "idle", lambda r: r["server_cpu_s"] / r["wall_s"]),
                "other_cores": med(mode, "tokens", lambda r: r["other_cpu_s"] / r["wall_s"]),
+               "one_token_switches_per_request": med(mode, "one_token",
+                                                     lambda r: r["server_context_switches"] / max(1, r["requests"])),
+               "tokens_switches_per_token": med(mode, "tokens",
+                                                lambda r: r["server_context_switches"] / max(1, r["tokens"])),
                "errors": sum(r["errors"] for k in ("one_token", "tokens") for r in results[mode][k])}
         for mode in modes
     }
@@ -331,6 +355,8 @@ threads; multi-process: the gateway and the engine process summed), so the work 
 | client cores busy, 1-token / 64-token rounds | {mp['one_token_client_cores']:.2f} / {mp['tokens_client_cores']:.2f} | {ip['one_token_client_cores']:.2f} / {ip['tokens_client_cores']:.2f} | | |
 | other processes' cores busy (the machine's other jobs), 64-token rounds | {mp['other_cores']:.2f} | {ip['other_cores']:.2f} | | |
 | server cores busy with no traffic ({args.idle_seconds:g} s) | {mp['idle_server_cores']:.3f} | {ip['idle_server_cores']:.3f} | | |
+| server threads' voluntary context switches per 1-token request | {mp['one_token_switches_per_request']:.2f} | {ip['one_token_switches_per_request']:.2f} | | |
+| server threads' voluntary context switches per generated token (64-token) | {mp['tokens_switches_per_token']:.3f} | {ip['tokens_switches_per_token']:.3f} | | |
 
 In CPU time the boundary multiplies the server's CPU per generated token by {1 / cpu_ratio_tok:.3f}
 (in-process / multi-process of tokens per CPU-second) and per 1-token request by {1 / cpu_ratio_req:.3f}:

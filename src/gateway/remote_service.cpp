@@ -207,6 +207,15 @@ void RemoteService::start() {
 
 RemoteService::~RemoteService() { shutdown(); }
 
+void RemoteService::answer(std::uint64_t id, json::object message) {
+  answers_[id] = std::move(message);
+  if (auto it = awaiting_.find(id); it != awaiting_.end()) {
+    it->second->notify_one();
+  } else {
+    cv_.notify_all();  // a state query (qid)
+  }
+}
+
 void RemoteService::set_state(Slot& slot, const char* state) {
   slot.state = state;
   if (options_.metrics) options_.metrics->set_engine_up(slot.label(), slot.ready());
@@ -644,10 +653,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   if (it == s->inflight.end()) {
     // A short request can end before the engine's answer to its submit
     // (events pushed during submit go first): submit() still waits for it.
-    if ((type == "accepted" || type == "rejected") && awaiting_.count(rid)) {
-      answers_[rid] = std::move(m);
-      cv_.notify_all();
-    }
+    if ((type == "accepted" || type == "rejected") && awaiting_.count(rid)) answer(rid, std::move(m));
     return;  // otherwise ended here already (cancelled, failed over)
   }
   std::shared_ptr<Req> r = it->second;
@@ -663,8 +669,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         }
       }
       if (!r->resubmitted) {
-        answers_[rid] = std::move(m);
-        cv_.notify_all();
+        answer(rid, std::move(m));
       } else {
         // A resubmitted request has no submit() waiting: its client gets the refusal as its end.
         if (!r->ended) {
@@ -677,10 +682,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       }
       return;
     }
-    if (!r->resubmitted) {
-      answers_[rid] = std::move(m);
-      cv_.notify_all();
-    }
+    if (!r->resubmitted) answer(rid, std::move(m));
     return;
   }
   if (type == "infer_done") {
@@ -814,8 +816,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
         // again once an engine is ready (within its wait for an answer), or
         // fails it when this was its last crash.
         ++r->unanswered_crashes;
-        answers_[rid] =
-            json::object{{"t", r->unanswered_crashes >= options_.max_crash_retries ? "crashed" : "closed"}};
+        answer(rid, json::object{{"t", r->unanswered_crashes >= options_.max_crash_retries ? "crashed" : "closed"}});
         continue;
       }
       if (r->cancelled || stopping_) {
@@ -958,7 +959,8 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     r->rid = next_rid_++;
     rid = r->rid;
     s->inflight[rid] = r;
-    awaiting_.insert(rid);
+    std::condition_variable answered_cv;  // answer() wakes this submit alone
+    awaiting_[rid] = &answered_cv;
     {
       // Written outside mu_: the write wakes the engine's reader, and the
       // answer may come back (to this slot's reader, which takes mu_)
@@ -969,7 +971,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
       channel->send(message, wire::Send::kDirect);
       lk.lock();
     }
-    const bool answered = cv_.wait_until(lk, answer_deadline, [&] { return answers_.count(rid) > 0; });
+    const bool answered = answered_cv.wait_until(lk, answer_deadline, [&] { return answers_.count(rid) > 0; });
     awaiting_.erase(rid);
     answer = json::object();
     if (answered) {

@@ -136,6 +136,8 @@ class RemoteService final : public Service {
   std::string slot_reason(const Slot& slot) const;
   void mirror_metrics(Slot& slot, const boost::json::object& message);
   void set_state(Slot& slot, const char* state);
+  /// Stores the answer to submit or state query `id` and wakes its waiter. Requires mu_.
+  void answer(std::uint64_t id, boost::json::object message);
 
   Options options_;
   mutable std::mutex mu_;
@@ -146,7 +148,9 @@ class RemoteService final : public Service {
   std::vector<std::shared_ptr<Req>> pending_;       // guarded by mu_: waiting for an engine
   mutable std::map<std::uint64_t, boost::json::object> answers_;  // guarded by mu_: rid/qid -> answer
   mutable std::uint64_t next_rid_ = 1;              // guarded by mu_
-  std::set<std::uint64_t> awaiting_;                // guarded by mu_: fresh submits waiting for their answer
+  /// guarded by mu_: fresh submits waiting for their answer, each on its own
+  /// condition variable (with mu_), so an answer wakes its submit alone.
+  std::map<std::uint64_t, std::condition_variable*> awaiting_;
   int active_ = 0;                                  // guarded by mu_: requests without their terminal event
   bool draining_ = false;                           // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
