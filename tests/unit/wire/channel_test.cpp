@@ -80,6 +80,18 @@ json::object msg(std::int64_t n, std::size_t pad = 0) {
   return json::object{{"t", "event"}, {"n", n}, {"pad", std::string(pad, 'p')}};
 }
 
+/// A started sender and a started receiver on a socket pair.
+struct Linked {
+  Pair p;
+  std::shared_ptr<Channel> sender;
+  Collector c;  // owns the receiver; closes it and waits for its end first
+  explicit Linked(int sndbuf = 0) : p(sndbuf), sender(Channel::adopt(p.a)) {
+    c.start(Channel::adopt(p.b));
+    sender->start([](json::object) {}, [](const std::string&) {});
+  }
+  ~Linked() { sender->close("test over"); }
+};
+
 std::vector<std::int64_t> iota(std::int64_t n) {
   std::vector<std::int64_t> v;
   for (std::int64_t i = 0; i < n; ++i) v.push_back(i);
@@ -87,31 +99,21 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 }
 
 TEST(Channel, DirectAndQueuedSendsArriveInOrder) {
-  Pair p;
-  auto sender = Channel::adopt(p.a);
-  auto receiver = Channel::adopt(p.b);
-  Collector c;
-  c.start(receiver);
-  sender->start([](json::object) {}, [](const std::string&) {});
+  Linked l;
+  auto& sender = l.sender;
   constexpr int kN = 2000;
   for (int i = 0; i < kN; ++i) {
     ASSERT_TRUE(sender->send(msg(i, i % 7 == 0 ? 3000 : 10), i % 3 == 0 ? Send::kQueued : Send::kDirect));
   }
   EXPECT_TRUE(sender->flush(10));
-  EXPECT_EQ(c.wait_for(kN), iota(kN));
-  sender->close("done");
-  receiver->close("done");
+  EXPECT_EQ(l.c.wait_for(kN), iota(kN));
 }
 
 TEST(Channel, DirectSendsFromManyThreadsAllArrive) {
   // Small socket buffers and frames near their size: direct writes often go
   // in part while other threads queue theirs behind them.
-  Pair p(4096);
-  auto sender = Channel::adopt(p.a);
-  auto receiver = Channel::adopt(p.b);
-  Collector c;
-  c.start(receiver);
-  sender->start([](json::object) {}, [](const std::string&) {});
+  Linked l(4096);
+  auto& sender = l.sender;
   constexpr int kThreads = 4;
   constexpr int kEach = 500;
   std::vector<std::thread> threads;
@@ -122,8 +124,8 @@ TEST(Channel, DirectSendsFromManyThreadsAllArrive) {
   }
   for (auto& t : threads) t.join();
   EXPECT_TRUE(sender->flush(10));
-  auto got = c.wait_for(kThreads * kEach);
-  ASSERT_EQ(got.size(), static_cast<std::size_t>(kThreads * kEach)) << c.closed_reason;
+  auto got = l.c.wait_for(kThreads * kEach);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kThreads * kEach)) << l.c.closed_reason;
   // Each thread's own messages keep their order; every message arrives once.
   std::vector<std::int64_t> last(kThreads, -1);
   for (auto n : got) {
@@ -132,8 +134,6 @@ TEST(Channel, DirectSendsFromManyThreadsAllArrive) {
     last[t] = n;
   }
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(last[t], t * kEach + kEach - 1);
-  sender->close("done");
-  receiver->close("done");
 }
 
 TEST(Channel, ADirectSendTheSocketCannotTakeIsFinishedByTheWriter) {
@@ -161,21 +161,16 @@ TEST(Channel, ADirectSendTheSocketCannotTakeIsFinishedByTheWriter) {
 TEST(Channel, QueuedSendsInsideAWakeupBatchAllArriveAndFlushDoesNotWaitForItsEnd) {
   // An engine step's events are queued in a WakeupBatch; a poisoned engine
   // flushes them from inside it before it exits.
-  Pair p;
-  auto sender = Channel::adopt(p.a);
-  auto receiver = Channel::adopt(p.b);
-  Collector c;
-  c.start(receiver);
-  sender->start([](json::object) {}, [](const std::string&) {});
+  Linked l;
+  auto& sender = l.sender;
   {
     WakeupBatch step;
     for (int i = 0; i < 100; ++i) ASSERT_TRUE(sender->send(msg(i, 50)));
     EXPECT_TRUE(sender->flush(10));
-    EXPECT_EQ(c.wait_for(100), iota(100));
+    EXPECT_EQ(l.c.wait_for(100), iota(100));
     for (int i = 100; i < 200; ++i) ASSERT_TRUE(sender->send(msg(i, 50)));
   }
-  EXPECT_EQ(c.wait_for(200), iota(200));
-  sender->close("done");
+  EXPECT_EQ(l.c.wait_for(200), iota(200));
 }
 
 TEST(Channel, ADirectSendToAClosedPeerClosesTheChannel) {
