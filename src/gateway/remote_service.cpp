@@ -961,16 +961,9 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     s->inflight[rid] = r;
     std::condition_variable answered_cv;  // answer() wakes this submit alone
     awaiting_[rid] = &answered_cv;
-    {
-      // Written outside mu_: the write wakes the engine's reader, and the
-      // answer may come back (to this slot's reader, which takes mu_)
-      // before it returns. A channel closed meanwhile answers "closed".
-      std::shared_ptr<Channel> channel = s->channel;
-      json::object message = submit_message(*r, rid);
-      lk.unlock();
-      channel->send(message, wire::Send::kDirect);
-      lk.lock();
-    }
+    // Sent under mu_: a cancel of this request (cancel(), which takes mu_
+    // first) then always reaches the engine after its submit.
+    s->channel->send(submit_message(*r, rid), wire::Send::kDirect);
     const bool answered = answered_cv.wait_until(lk, answer_deadline, [&] { return answers_.count(rid) > 0; });
     awaiting_.erase(rid);
     answer = json::object();

@@ -40,14 +40,14 @@ bool Channel::enqueue(std::string frame, Send how) {
   if (how == Send::kDirect) {
     // Wanted now: the writer goes at once, with whatever a batch deferred.
     writer_cv_.notify_one();
-  } else if (was_empty) {
-    // The writer waits only on an empty queue: one wake-up per batch of
-    // frames, and per WakeupBatch of the sending thread (a decode step).
-    if (WakeupBatch::open()) {
-      WakeupBatch::defer(this, [self = shared_from_this()] { self->writer_cv_.notify_one(); });
-    } else {
-      writer_cv_.notify_one();
-    }
+  } else if (WakeupBatch::open()) {
+    // One wake-up per WakeupBatch of the sending thread (a decode step).
+    if (was_empty) WakeupBatch::defer(this, [self = shared_from_this()] { self->writer_cv_.notify_one(); });
+  } else {
+    // Outside a batch: at once, also when frames are already queued (their
+    // wake-up may be held back by another thread's batch, and a heartbeat
+    // must not wait for the end of an engine step).
+    writer_cv_.notify_one();
   }
   return true;
 }

@@ -44,6 +44,7 @@ enum class Send {
   /// wakes, in one system call: the sender never makes one (an engine's
   /// events). A sender inside a WakeupBatch (common/wakeup_batch.hpp) wakes
   /// the writer once, when its batch closes: a step's frames go together.
+  /// A sender outside one wakes it at once, with whatever a batch holds back.
   kQueued,
   /// Written at once on the caller's thread (non-blocking) when nothing is
   /// queued or being written, so the writer thread is not woken; otherwise,
@@ -82,9 +83,9 @@ class Channel : public std::enable_shared_from_this<Channel> {
   Channel(int fd, ChannelLimits limits) : fd_(fd), limits_(limits) {}
   void read_loop(OnMessage on_message, OnClose on_close);
   void write_loop();
-  /// Queues `frame` and wakes the writer (kQueued: when the queue was
-  /// empty, at the end of the thread's WakeupBatch if one is open; kDirect:
-  /// now); false when that would pass max_queued_bytes. Requires mu_.
+  /// Queues `frame` and wakes the writer: inside the calling thread's
+  /// WakeupBatch (kQueued) once, at the batch's end; otherwise now; false
+  /// when that would pass max_queued_bytes. Requires mu_.
   bool enqueue(std::string frame, Send how);
 
   const int fd_;

@@ -173,6 +173,37 @@ TEST(Channel, QueuedSendsInsideAWakeupBatchAllArriveAndFlushDoesNotWaitForItsEnd
   EXPECT_EQ(l.c.wait_for(200), iota(200));
 }
 
+TEST(Channel, AQueuedSendFromOutsideABatchIsNotHeldBackByAnotherThreadsBatch) {
+  // The engine thread's step holds its events back; the heartbeat thread's
+  // status, queued behind them, must still go out before the step ends.
+  Linked l;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool queued = false;
+  bool step_may_end = false;
+  std::thread engine([&] {
+    WakeupBatch step;
+    ASSERT_TRUE(l.sender->send(msg(0, 10)));
+    std::unique_lock lk(mu);
+    queued = true;
+    cv.notify_all();
+    cv.wait_for(lk, std::chrono::seconds(20), [&] { return step_may_end; });
+  });
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return queued; }));
+  }
+  ASSERT_TRUE(l.sender->send(msg(1, 0), Send::kQueued));
+  const auto got = l.c.wait_for(2);  // both, while the engine's batch is still open
+  {
+    std::lock_guard lk(mu);
+    step_may_end = true;
+  }
+  cv.notify_all();
+  engine.join();
+  EXPECT_EQ(got, iota(2));
+}
+
 TEST(Channel, ADirectSendToAClosedPeerClosesTheChannel) {
   Pair p;
   auto sender = Channel::adopt(p.a);
