@@ -219,8 +219,12 @@ void RemoteService::answer(std::uint64_t id, json::object message) {
 void RemoteService::set_state(Slot& slot, const char* state) {
   slot.state = state;
   if (options_.metrics) options_.metrics->set_engine_up(slot.label(), slot.ready());
-  cv_.notify_all();          // wait_ready(), and submits waiting for a ready engine
-  monitor_cv_.notify_one();  // requests waiting for an engine may go now
+  notify_changed();
+}
+
+void RemoteService::notify_changed() {
+  cv_.notify_all();          // wait_ready(), submits waiting for a ready engine, state queries
+  monitor_cv_.notify_one();  // requests waiting for an engine may go now, or end
 }
 
 // -- the monitor thread
@@ -471,8 +475,7 @@ bool RemoteService::try_connect(Slot& s) {
   lk.unlock();
   channel->start([this, sp, epoch](json::object m) { on_message(sp, epoch, std::move(m)); },
                  [this, sp, epoch](const std::string& reason) { on_close(sp, epoch, reason); });
-  cv_.notify_all();
-  monitor_cv_.notify_one();
+  notify_changed();
   return true;
 }
 
@@ -640,9 +643,11 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   if (type == "state") {
     mirror_metrics(*s, m);
     const json::value* q = m.if_contains("qid");
-    if (q && q->is_uint64()) answers_[q->as_uint64()] = std::move(m);
-    if (q && q->is_int64()) answers_[static_cast<std::uint64_t>(q->as_int64())] = std::move(m);
-    cv_.notify_all();
+    if (q && q->is_uint64()) {
+      answer(q->as_uint64(), std::move(m));
+    } else if (q && q->is_int64()) {
+      answer(static_cast<std::uint64_t>(q->as_int64()), std::move(m));
+    }
     return;
   }
   const json::value* ridv = m.if_contains("rid");
@@ -859,8 +864,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       ++moved;
     }
     s->inflight.clear();
-    cv_.notify_all();
-    monitor_cv_.notify_one();
+    notify_changed();
   }
   if (stopping_now) {
     spdlog::info("engine on {} disconnected ({})", label, reason.empty() ? "closed" : reason);
@@ -1116,8 +1120,7 @@ void RemoteService::cancel(Req& req) {
       ch = req.slot->channel;
       rid = req.rid;
     }
-    monitor_cv_.notify_one();  // a pending one ends at the monitor's next turn
-    cv_.notify_all();
+    notify_changed();  // a pending one ends at the monitor's next turn
   }
   if (ch) ch->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
 }
@@ -1332,8 +1335,7 @@ void RemoteService::shutdown() {
       }
       if (s->child && s->pid > 0) children.push_back(s->pid);
     }
-    cv_.notify_all();
-    monitor_cv_.notify_one();
+    notify_changed();
   }
   if (monitor_.joinable()) monitor_.join();
   // The releases are written before the connections close.

@@ -136,6 +136,9 @@ class RemoteService final : public Service {
   std::string slot_reason(const Slot& slot) const;
   void mirror_metrics(Slot& slot, const boost::json::object& message);
   void set_state(Slot& slot, const char* state);
+  /// Wakes cv_'s waiters and the monitor: an engine connected, went or
+  /// changed state, a request was cancelled, or shutdown began. With or without mu_.
+  void notify_changed();
   /// Stores the answer to submit or state query `id` and wakes its waiter. Requires mu_.
   void answer(std::uint64_t id, boost::json::object message);
 

@@ -548,18 +548,18 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     ::unlink(secret_new.c_str());
     return 1;
   }
-  struct FlushTarget {  // cleared before the server is destroyed, on every path out
+  struct FlushTarget {  // set while the server serves; cleared before it is destroyed, on every path out
     std::mutex& mu;
     wire::EngineServer*& target;
+    FlushTarget(std::mutex& m, wire::EngineServer*& t, wire::EngineServer* server) : mu(m), target(t) {
+      std::lock_guard lk(mu);
+      target = server;
+    }
     ~FlushTarget() {
       std::lock_guard lk(mu);
       target = nullptr;
     }
-  } flush_guard{flush_mu, flush_target};
-  {
-    std::lock_guard lk(flush_mu);
-    flush_target = (*server).get();
-  }
+  } flush_guard(flush_mu, flush_target, (*server).get());
   spdlog::info("engine serving on unix:{} ({} s after its start)", socket_path, format_decimal(so.load_s));
 #if VG_HAVE_QUEUE
   // Redis mode: this engine also pulls from the shared queue what fits.

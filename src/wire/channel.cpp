@@ -11,12 +11,37 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "common/wakeup_batch.hpp"
 #include "wire/frame.hpp"
 
 namespace vg::wire {
+namespace {
+
+/// Writes `data` to socket `fd` with send(2) and `flags` (MSG_NOSIGNAL is
+/// added), retrying on EINTR, until all is written, the socket would block
+/// (MSG_DONTWAIT), or it fails. Returns the bytes written; `error` is 0, or
+/// the errno of the failure (EPIPE when send wrote nothing).
+std::size_t write_socket(int fd, std::string_view data, int flags, int& error) {
+  error = 0;
+  std::size_t off = 0;
+  while (off < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, flags | MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) error = n < 0 ? errno : EPIPE;
+      break;
+    }
+  }
+  return off;
+}
+
+}  // namespace
 
 std::shared_ptr<Channel> Channel::adopt(int fd, ChannelLimits limits) {
   return std::shared_ptr<Channel>(new Channel(fd, limits));
@@ -37,16 +62,13 @@ bool Channel::enqueue(std::string frame, Send how) {
   queued_bytes_ += frame.size();
   const bool was_empty = queue_.empty();
   queue_.push_back(std::move(frame));
-  if (how == Send::kDirect) {
-    // Wanted now: the writer goes at once, with whatever a batch deferred.
-    writer_cv_.notify_one();
-  } else if (WakeupBatch::open()) {
+  if (how == Send::kQueued && WakeupBatch::open()) {
     // One wake-up per WakeupBatch of the sending thread (a decode step).
     if (was_empty) WakeupBatch::defer(this, [self = shared_from_this()] { self->writer_cv_.notify_one(); });
   } else {
-    // Outside a batch: at once, also when frames are already queued (their
-    // wake-up may be held back by another thread's batch, and a heartbeat
-    // must not wait for the end of an engine step).
+    // At once, also when frames are already queued: their wake-up may be
+    // held back by another thread's batch (a direct send is wanted now, and
+    // a heartbeat must not wait for the end of an engine step).
     writer_cv_.notify_one();
   }
   return true;
@@ -59,21 +81,8 @@ bool Channel::send(const boost::json::object& message, Send how) {
   if (how == Send::kDirect && queue_.empty() && !writing_) {
     writing_ = true;  // the writer and other direct senders queue behind this frame
     lk.unlock();
-    std::size_t off = 0;
     int error = 0;
-    while (off < frame.size()) {
-      const ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        off += static_cast<std::size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        break;  // the socket is full: the writer sends the rest
-      } else {
-        error = n < 0 ? errno : EPIPE;
-        break;
-      }
-    }
+    const std::size_t off = write_socket(fd_, frame, MSG_DONTWAIT, error);  // a full socket: the writer sends the rest
     lk.lock();
     writing_ = false;
     if (error != 0) {
@@ -183,15 +192,10 @@ void Channel::write_loop() {
       }
       writing_ = true;
     }
-    std::size_t off = 0;
-    while (off < batch.size()) {
-      const ssize_t n = ::send(fd_, batch.data() + off, batch.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        close(std::string("write failed: ") + std::strerror(errno));
-        return;
-      }
-      off += static_cast<std::size_t>(n);
+    int error = 0;
+    if (write_socket(fd_, batch, 0, error) < batch.size()) {
+      close(std::string("write failed: ") + std::strerror(error));
+      return;
     }
     if (batch.capacity() > 4 * kBatchBytes) batch = std::string();
     std::lock_guard lk(mu_);
@@ -284,12 +288,9 @@ Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_p
 
 Status write_one(int fd, const boost::json::object& message) {
   const std::string frame = encode_frame(message);
-  std::size_t off = 0;
-  while (off < frame.size()) {
-    const ssize_t n = ::send(fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Error(ErrorCode::kOverloaded, std::string("write failed: ") + std::strerror(errno));
-    off += static_cast<std::size_t>(n);
+  int error = 0;
+  if (write_socket(fd, frame, 0, error) < frame.size()) {
+    return Error(ErrorCode::kOverloaded, std::string("write failed: ") + std::strerror(error));
   }
   return Status::Ok();
 }
