@@ -85,14 +85,7 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(eo.model));
   if (limited && cost_bytes > *largest) {
     ++s.counters.rejected_never_fits;
-    const bool one = s.devices.size() == 1;
-    Error e(ErrorCode::kExceedsDeviceMemory,
-            "request needs " + format_bytes(cost_bytes) + " (" + std::to_string(cost_bytes) + " bytes) but the " +
-                (one ? "device budget" : "largest device budget") + " is " + format_bytes(*largest) + " (" +
-                std::to_string(*largest) + " bytes): it cannot run even on an empty device");
-    e.needed_bytes = cost_bytes;
-    e.budget_bytes = *largest;
-    return e;
+    return exceeds_device_memory(cost_bytes, *largest, s.devices.size() > 1);
   }
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
   if (eo.sequences < 1) return Error(ErrorCode::kInvalidRequest, "a request runs at least one sequence");

@@ -69,21 +69,4 @@ std::int64_t device_budget(std::int64_t capacity_bytes, double utilization, std:
   return usable > kMax ? kMax : static_cast<std::int64_t>(usable);
 }
 
-std::string format_bytes(std::int64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (std::fabs(v) >= 1024.0 && unit < 6) {
-    v /= 1024.0;
-    ++unit;
-  }
-  char buf[48];
-  if (unit == 0) {
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
-  }
-  return buf;
-}
-
 }  // namespace vg

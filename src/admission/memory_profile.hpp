@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/decimal.hpp"  // format_bytes
 #include "common/error.hpp"
 
 namespace vg {
@@ -42,7 +43,5 @@ std::int64_t request_cost(const MemoryProfile& profile, std::int64_t prompt_toke
 std::int64_t device_budget(std::int64_t capacity_bytes, double utilization, std::int64_t resident_bytes,
                            std::int64_t workspace_bytes, std::int64_t reserve_bytes);
 
-/// Human-readable bytes for messages, e.g. "512 B", "1.5 KiB", "6.0 GiB".
-std::string format_bytes(std::int64_t bytes);
 
 }  // namespace vg

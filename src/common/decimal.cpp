@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 namespace vg {
 
@@ -18,6 +19,23 @@ std::string format_decimal(double x) {
   char buf[64];
   const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x, form);
   return std::string(buf, r.ptr);
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (std::fabs(v) >= 1024.0 && unit < 6) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[48];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
+  }
+  return buf;
 }
 
 }  // namespace vg

@@ -4,6 +4,7 @@
 // --print-config and log lines. Pure functions; any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace vg {
@@ -15,5 +16,9 @@ namespace vg {
 /// fraction ("2", not "2.0"); -0 is "0". Non-finite values are written in
 /// Prometheus' spelling: "NaN", "+Inf", "-Inf" (JSON writers map them to null).
 std::string format_decimal(double x);
+
+/// A byte count for people: "512 B", "1.5 KiB", "660.0 KiB", "2.0 GiB"
+/// (binary units, one decimal).
+std::string format_bytes(std::int64_t bytes);
 
 }  // namespace vg

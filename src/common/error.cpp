@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/decimal.hpp"
+
 namespace vg {
 
 int http_status(ErrorCode code) {
@@ -88,6 +90,16 @@ bool retry_can_help(ErrorCode code) {
     default:
       return true;
   }
+}
+
+Error exceeds_device_memory(std::int64_t needed_bytes, std::int64_t budget_bytes, bool several) {
+  Error e(ErrorCode::kExceedsDeviceMemory,
+          "request needs " + format_bytes(needed_bytes) + " (" + std::to_string(needed_bytes) + " bytes) but the " +
+              (several ? "largest device budget" : "device budget") + " is " + format_bytes(budget_bytes) + " (" +
+              std::to_string(budget_bytes) + " bytes): it cannot run even on an empty device");
+  e.needed_bytes = needed_bytes;
+  e.budget_bytes = budget_bytes;
+  return e;
 }
 
 }  // namespace vg

@@ -66,6 +66,11 @@ struct Error {
   Error(ErrorCode c, std::string msg) : code(c), message(std::move(msg)) {}
 };
 
+/// kExceedsDeviceMemory (413): a request that needs `needed_bytes` cannot
+/// run even on an empty device, the largest budget being `budget_bytes`;
+/// `several`: that budget is the largest of several devices.
+Error exceeds_device_memory(std::int64_t needed_bytes, std::int64_t budget_bytes, bool several);
+
 /// A retry wait in whole milliseconds, rounded up (retry-after-ms), clamped
 /// to [1, 86400000]; NaN gives 1.
 std::int64_t retry_after_ms(double seconds);

@@ -143,8 +143,14 @@ const ConfigField kFields[] = {
      &C::in_process},
     {"engine", "processes",
      "An engine process to serve from, unix:PATH (started with vramgate engine --listen unix:PATH; its secret is "
-     "read from PATH.secret); may be given several times; none: serve starts and supervises one per device",
+     "read from PATH.secret); may be given several times; none: serve starts and supervises its engine processes",
      &C::engine},
+    {"engine_per_device", "processes",
+     "Start one engine process per --device instead of one for all of them: a crash then stops one device, each "
+     "device has its own admission queue and --max-queue, and the gateway sends each request to the engine with "
+     "the most free budget (off: one engine, one queue over the devices, a request waits for whichever frees "
+     "room first)",
+     &C::engine_per_device},
     {"runtime_dir", "processes",
      "Folder (mode 0700) for the sockets and secrets of the engines serve starts; empty: $XDG_RUNTIME_DIR/vramgate, "
      "else /tmp/vramgate-UID. A serve that finds its engines running there with the same settings re-attaches",

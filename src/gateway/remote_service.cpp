@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -112,6 +113,12 @@ struct RemoteService::Slot {
   bool connecting = false;
   bool tried_attach = false;         // the first start looked for a running engine
   std::string connect_error;         // why the last connection attempt failed; empty: none failed
+  /// Supervised, one of several: why it could not start (exit 1 or 2
+  /// before it ever served). It is left out, never restarted; empty: not failed.
+  std::string failed;
+  /// Admission cost (bytes) of the requests it accepted since its last
+  /// status: placement counts them until a status includes them.
+  std::int64_t placed_bytes = 0;
   double engine_started_at = 0;      // unix seconds, from the engine's hello
 
   std::string label() const {
@@ -121,6 +128,33 @@ struct RemoteService::Slot {
     return s.empty() ? "unix:" + ep.socket_path : s;
   }
   bool ready() const { return channel && status.ready; }
+  /// Device bytes its admission could still hand out, as its last status
+  /// said (free effective budget of its ready devices, less the cost of its
+  /// waiting requests), less placed_bytes. Unknown (no state yet, which
+  /// its hello carries): 0, less placed_bytes.
+  std::int64_t free_budget() const {
+    std::int64_t free = 0;
+    if (last_state) {
+      free = 0;
+      for (const DeviceState& d : last_state->devices) {
+        if (!d.ready) continue;
+        const std::int64_t budget = d.effective_budget_bytes > 0 ? d.effective_budget_bytes : d.budget_bytes;
+        free += std::max<std::int64_t>(0, budget - d.reserved_bytes);
+      }
+      for (const WaitingRequest& w : last_state->waiting) free -= w.cost_bytes;
+    }
+    return free - placed_bytes;
+  }
+  /// The largest budget of one of its ready devices (what fits on it at
+  /// all); before any status: unknown, counted as the largest.
+  std::int64_t largest_budget() const {
+    if (!last_state) return std::numeric_limits<std::int64_t>::max();
+    std::int64_t most = 0;
+    for (const DeviceState& d : last_state->devices) {
+      if (d.ready) most = std::max(most, d.budget_bytes);
+    }
+    return most;
+  }
   bool serves(const std::string& model) const {
     if (model.empty()) return true;
     return std::any_of(models.begin(), models.end(), [&](const ModelInfo& m) { return m.id == model; });
@@ -258,9 +292,24 @@ void RemoteService::reap_children(TimePoint now) {
       if (stopping_) break;
       const bool unusable = WIFEXITED(status) && (WEXITSTATUS(status) == 1 || WEXITSTATUS(status) == 2);
       if (unusable && s->connected == TimePoint{}) {
-        fatal_ = fmt::format("the engine on {} could not start ({}); its log lines above say why", s->label(),
-                             s->last_exit);
+        // Restarting cannot help. One engine of several is left out (its
+        // devices shown unhealthy, with the reason it wrote); when none is
+        // left, the server cannot serve.
+        std::string why;
+        const std::string why_path = wire::start_failure_path(s->ep.socket_path);
+        if (std::ifstream in(why_path); in) std::getline(in, why);
+        ::unlink(why_path.c_str());
+        s->failed = fmt::format("could not start ({}){}", s->last_exit, why.empty() ? "" : ": " + why);
         set_state(*s, "gone");
+        const bool others = std::any_of(slots_.begin(), slots_.end(), [](const auto& o) { return o->failed.empty(); });
+        if (!others) {
+          std::string all;
+          for (auto& o : slots_) all += fmt::format("{}the engine on {} {}", all.empty() ? "" : "; ", o->label(), o->failed);
+          fatal_ = all + "; its log lines above say why";
+        } else {
+          spdlog::error("engine on {} (pid {}) {}: its devices are left out; the other engines serve", s->label(),
+                        pid, s->failed);
+        }
         break;
       }
       const bool stable = s->connected != TimePoint{} && now - s->connected > dur(options_.stable_after_s);
@@ -278,6 +327,7 @@ void RemoteService::reap_children(TimePoint now) {
 }
 
 void RemoteService::supervise(Slot& s, TimePoint now) {
+  if (!s.failed.empty()) return;  // left out for good
   if (s.channel) {
     if (now - s.last_heard > dur(options_.heartbeat_timeout_s)) {
       s.last_exit = fmt::format("no heartbeat for {:.1f} s", secs(now - s.last_heard));
@@ -419,6 +469,12 @@ bool RemoteService::try_connect(Slot& s) {
   if (const json::value* v = reply->if_contains("started_at"); v && v->is_number()) {
     engine_started_at = v->to_number<double>();
   }
+  std::optional<AdmissionState> admission;
+  if (const json::value* a = reply->if_contains("admission")) {
+    auto state = wire::decode_admission_state(*a);
+    if (!state.ok()) return fail("bad hello: " + state.error().message);
+    admission = std::move(state).value();
+  }
 
   std::unique_lock lk(mu_);
   if (stopping_) {
@@ -461,6 +517,8 @@ bool RemoteService::try_connect(Slot& s) {
   s.models = std::move(models);
   s.tensor_models = std::move(tensor_models);
   s.devices = std::move(devices);
+  s.last_state = std::move(admission);
+  s.placed_bytes = 0;
   s.last_heard = now;
   s.connected = now;
   s.status.ready = true;  // until its first heartbeat says otherwise
@@ -635,7 +693,10 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     }
     if (const json::value* a = m.if_contains("admission")) {
       auto state = wire::decode_admission_state(*a);
-      if (state.ok()) s->last_state = std::move(state).value();
+      if (state.ok()) {
+        s->last_state = std::move(state).value();
+        s->placed_bytes = 0;
+      }
     }
     mirror_metrics(*s, m);
     return;
@@ -877,11 +938,17 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
 
 // -- Service
 
-RemoteService::Slot* RemoteService::pick(const std::string& model) const {
+RemoteService::Slot* RemoteService::pick(const std::string& model, const std::set<const Slot*>& skip,
+                                          std::int64_t min_budget) const {
   Slot* best = nullptr;
+  std::int64_t best_free = 0;
   for (auto& s : slots_) {
-    if (!s->ready() || !s->serves(model)) continue;
-    if (!best || s->inflight.size() < best->inflight.size()) best = s.get();
+    if (!s->ready() || !s->serves(model) || skip.count(s.get()) > 0 || s->largest_budget() < min_budget) continue;
+    const std::int64_t free = s->free_budget();
+    if (!best || free > best_free || (free == best_free && s->inflight.size() < best->inflight.size())) {
+      best = s.get();
+      best_free = free;
+    }
   }
   return best;
 }
@@ -902,6 +969,7 @@ double RemoteService::retry_after_s() const {
 }
 
 std::string RemoteService::slot_reason(const Slot& s) const {
+  if (!s.failed.empty()) return "engine on " + s.label() + " " + s.failed;
   if (s.channel && !s.status.ready) return "engine on " + s.label() + " is not ready: " + s.status.not_ready_reason;
   std::string why = fmt::format("engine on {} (unix:{}) is {}", s.label(), s.ep.socket_path, s.state);
   if (!s.last_exit.empty()) why += fmt::format(" (last exit: {}, {} restarts)", s.last_exit, s.restarts);
@@ -958,6 +1026,8 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   std::uint64_t rid = 0;
   json::object answer;
   std::string_view type;
+  std::set<const Slot*> refused;  // engines whose devices are all too small for it
+  std::int64_t largest_refusing_budget = 0;
   while (true) {
     r->slot = s;
     r->rid = next_rid_++;
@@ -976,6 +1046,24 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
       answers_.erase(rid);
     }
     type = answered ? wire::message_type(answer) : std::string_view("timeout");
+    if (type == "rejected" && !r->cancelled) {
+      // Too large for this engine's devices: an engine with a larger device
+      // budget may take it (engine per device, devices of other sizes).
+      Error refusal;
+      const json::value* e = answer.if_contains("error");
+      if (e && wire::decode_error(*e, &refusal).ok() && refusal.code == ErrorCode::kExceedsDeviceMemory &&
+          refusal.budget_bytes) {
+        refused.insert(s);
+        largest_refusing_budget = std::max(largest_refusing_budget, *refusal.budget_bytes);
+        if (Slot* larger = pick(r->request.model, refused, *refusal.budget_bytes + 1)) {
+          s->inflight.erase(rid);
+          spdlog::debug("request {} needs more than the budget of {} ({} bytes): sent to {}", r->id_, s->label(),
+                        *refusal.budget_bytes, larger->label());
+          s = larger;
+          continue;
+        }
+      }
+    }
     if (type != "closed" || r->cancelled) break;
     if (r->request.n > 1 && r->any_text) break;  // choices cannot resume after their output began
     // The engine went away before it answered: the same request goes to
@@ -993,7 +1081,10 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   if (type == "accepted") {
     const json::value* sv = answer.if_contains("submission");
     auto a = sv ? wire::decode_accepted(*sv) : Result<wire::Accepted>(Error(ErrorCode::kInternal, "no submission"));
-    if (a.ok()) return a;
+    if (a.ok()) {
+      if (r->slot) r->slot->placed_bytes += a->cost_bytes;
+      return a;
+    }
   }
   // Refused, or no answer: nothing of it goes on.
   if (!r->ended) {
@@ -1010,6 +1101,14 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
       if (Status st = wire::decode_error(*e, &error); !st.ok()) {
         return Error(ErrorCode::kInternal, "engine sent a bad error: " + st.error().message);
       }
+    }
+    // Too large for every engine of the model: said with the largest budget
+    // of them all, as one engine over several devices says it.
+    const auto serving = std::count_if(slots_.begin(), slots_.end(),
+                                       [&](const auto& o) { return o->ready() && o->serves(r->request.model); });
+    if (error.code == ErrorCode::kExceedsDeviceMemory && error.needed_bytes && serving > 1) {
+      error = exceeds_device_memory(*error.needed_bytes, std::max(largest_refusing_budget, error.budget_bytes.value_or(0)),
+                                    true);
     }
     return error;
   }
@@ -1207,7 +1306,10 @@ AdmissionState RemoteService::admission_state() const {
     answers_.erase(it);
     if (const json::value* a = answer.if_contains("admission")) {
       auto st = wire::decode_admission_state(*a);
-      if (st.ok()) s->last_state = std::move(st).value();
+      if (st.ok()) {
+        s->last_state = std::move(st).value();
+        s->placed_bytes = 0;
+      }
     }
   }
   AdmissionState out;
@@ -1217,20 +1319,32 @@ AdmissionState RemoteService::admission_state() const {
     if (!s->channel) {
       st.queue_depth = st.queued = st.running = 0;
       st.waiting.clear();
+      // A failed engine's devices are unhealthy (left out, as a device that
+      // fails at start-up in one engine is); a starting or restarting
+      // one's are not ready.
+      const char* state = s->failed.empty() ? "not_ready" : "unhealthy";
       for (DeviceState& d : st.devices) {
         d.ready = false;
-        d.state = "not_ready";
+        d.state = state;
         d.reason = slot_reason(*s);
         d.running = 0;
         d.reserved_bytes = 0;
       }
       if (st.devices.empty()) {
-        DeviceState d;
-        d.name = s->label();
-        d.ready = false;
-        d.state = "not_ready";
-        d.reason = slot_reason(*s);
-        st.devices.push_back(d);
+        // Never connected: its devices by name (the part of each --device before '=').
+        std::string specs = s->ep.device.empty() ? s->label() : s->ep.device;
+        std::size_t at = 0;
+        while (at <= specs.size()) {
+          const std::size_t comma = std::min(specs.find(',', at), specs.size());
+          const std::string spec = specs.substr(at, comma - at);
+          DeviceState d;
+          d.name = spec.substr(0, spec.find('='));
+          d.ready = false;
+          d.state = state;
+          d.reason = slot_reason(*s);
+          st.devices.push_back(d);
+          at = comma + 1;
+        }
       }
     }
     if (first) {
@@ -1284,7 +1398,7 @@ std::optional<std::string> RemoteService::fatal_start_failure() const {
 bool RemoteService::wait_ready(TimePoint deadline) const {
   std::unique_lock lk(mu_);
   return cv_.wait_until(lk, deadline, [&] {
-    return std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->ready(); });
+    return std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->ready() || !s->failed.empty(); });
   });
 }
 

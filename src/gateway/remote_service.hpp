@@ -100,7 +100,7 @@ class RemoteService final : public Service {
   /// settings are unusable) before it ever served: restarting cannot help,
   /// and the server should exit. Any thread.
   std::optional<std::string> fatal_start_failure() const;
-  /// Blocks until every engine is connected and ready, or `deadline`.
+  /// Blocks until every engine is connected and ready (or left out: it could not start), or `deadline`.
   bool wait_ready(TimePoint deadline) const;
   /// New requests get 503 from now on; running ones go on.
   void begin_drain();
@@ -130,8 +130,11 @@ class RemoteService final : public Service {
   /// the engine's answer. Errors: the engine's refusal, or kOverloaded with
   /// a Retry-After (no engine ready, no answer in time, shutting down).
   Result<wire::Accepted> place(std::shared_ptr<Req> r);
-  /// The ready slot for `model` with the fewest requests in flight; null when none.
-  Slot* pick(const std::string& model) const;
+  /// Placement: the ready slot for `model` with the most free budget (its
+  /// last status, less what it accepted since); ties go to fewer requests in
+  /// flight, then to the earlier --device. Leaves out `skip` and slots whose
+  /// largest device budget is under `min_budget` (bytes). Null when none. Requires mu_.
+  Slot* pick(const std::string& model, const std::set<const Slot*>& skip = {}, std::int64_t min_budget = 0) const;
   double retry_after_s() const;
   std::string slot_reason(const Slot& slot) const;
   void mirror_metrics(Slot& slot, const boost::json::object& message);

@@ -35,6 +35,7 @@
 #include "server/shutdown_signal.hpp"
 #include "traffic/digest.hpp"
 #include "wire/engine_server.hpp"
+#include "wire/protocol.hpp"
 #if VG_HAVE_QUEUE
 #include "queue/queue_service.hpp"
 #include "queue/queue_worker.hpp"
@@ -131,7 +132,7 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
     o.release_engines = false;  // someone else runs them
     return gateway::RemoteService::create(std::move(o));
   }
-  // Supervised: one engine process per device, with these settings.
+  // Supervised: the engine processes this serve starts, with these settings.
   const std::string dir = config.runtime_dir.empty() ? default_runtime_dir() : config.runtime_dir;
   if (Status st = private_folder(dir); !st.ok()) return st.error();
   ServeConfig engine_config = config;
@@ -146,35 +147,45 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   std::error_code ec;
   engine_config.model_dir = std::filesystem::absolute(config.model_dir, ec).string();
   engine_config.port = 0;
-  const std::string toml = format_config_toml(engine_config);
+  engine_config.engine_per_device = false;  // a gateway setting: not part of an engine's digest
   const std::string exe = self_exe();
-  // One engine process for the configured devices: one admission queue over
+  // One engine process for the configured devices (one admission queue over
   // them, placing each request on the device where it fits with the most
-  // free budget (as in one process). For a process per device, run
-  // `vramgate engine --device D` for each and give them with --engine.
-  std::string devices;
-  for (const std::string& d : config.device) devices += (devices.empty() ? "" : ",") + d;
-  // The socket is named after the devices: a serve with other settings finds
-  // the engine on them, sees another digest, and replaces it (two engines
-  // never share a device).
-  const std::string digest = traffic::hex(traffic::sha256_parts({toml, "\n", devices}), 16);
-  const std::string base = dir + "/engine-" + traffic::hex(traffic::sha256(devices), 6);
-  // The settings file is named by its digest too: a serve with other
-  // settings on the same devices never rewrites the file this one's engine
-  // restarts from.
-  const std::string config_path = base + "-" + digest.substr(0, 12) + ".toml";
-  {
-    std::ofstream out(config_path, std::ios::trunc);
-    out << toml;
-    if (!out) return Error(ErrorCode::kConfig, "cannot write " + config_path);
+  // free budget, as in one process), or with --engine-per-device one
+  // process per device (the gateway places by each engine's free budget).
+  std::vector<std::vector<std::string>> groups;
+  if (config.engine_per_device) {
+    for (const std::string& d : config.device) groups.push_back({d});
+  } else {
+    groups.push_back(config.device);
   }
-  gateway::EngineEndpoint ep;
-  ep.socket_path = base + ".sock";
-  ep.device = devices;
-  ep.config_digest = digest;
-  ep.command = {exe, "engine", "--config", config_path, "--listen", "unix:" + ep.socket_path, "--config-digest", digest};
-  o.engines.push_back(std::move(ep));
-  spdlog::info("engine process for {}: socket and settings under {} (--runtime-dir)", devices, dir);
+  for (const std::vector<std::string>& group : groups) {
+    engine_config.device = group;
+    const std::string toml = format_config_toml(engine_config);
+    std::string devices;
+    for (const std::string& d : group) devices += (devices.empty() ? "" : ",") + d;
+    // The socket is named after the devices: a serve with other settings finds
+    // the engine on them, sees another digest, and replaces it (two engines
+    // never share a device).
+    const std::string digest = traffic::hex(traffic::sha256_parts({toml, "\n", devices}), 16);
+    const std::string base = dir + "/engine-" + traffic::hex(traffic::sha256(devices), 6);
+    // The settings file is named by its digest too: a serve with other
+    // settings on the same devices never rewrites the file this one's engine
+    // restarts from.
+    const std::string config_path = base + "-" + digest.substr(0, 12) + ".toml";
+    {
+      std::ofstream out(config_path, std::ios::trunc);
+      out << toml;
+      if (!out) return Error(ErrorCode::kConfig, "cannot write " + config_path);
+    }
+    gateway::EngineEndpoint ep;
+    ep.socket_path = base + ".sock";
+    ep.device = devices;
+    ep.config_digest = digest;
+    ep.command = {exe, "engine", "--config", config_path, "--listen", "unix:" + ep.socket_path, "--config-digest", digest};
+    o.engines.push_back(std::move(ep));
+    spdlog::info("engine process for {}: socket and settings under {} (--runtime-dir)", devices, dir);
+  }
   return gateway::RemoteService::create(std::move(o));
 }
 
@@ -455,6 +466,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     spdlog::error("start-up failed: {}", st.error().message);
     return 2;
   }
+  ::unlink(wire::start_failure_path(socket_path).c_str());  // an earlier start's
 #if VG_HAVE_QUEUE
   // Redis mode: credentials Redis refuses end start-up before the weights load.
   if (!config.queue.empty()) {
@@ -500,6 +512,8 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   auto service = InferenceService::create(config, &metrics, on_poisoned);
   if (!service.ok()) {
     spdlog::error("start-up failed: {}", service.error().message);
+    // Its supervisor shows this as the reason its devices are left out.
+    std::ofstream(wire::start_failure_path(socket_path), std::ios::trunc) << service.error().message << "\n";
     return 1;
   }
 

@@ -213,7 +213,9 @@ void EngineServer::accept_loop() {
                          {"config_digest", options_.config_digest},
                          {"gateways", static_cast<std::int64_t>(connections())},
                          {"load_s", options_.load_s},
-                         {"started_at", options_.started_at}};
+                         {"started_at", options_.started_at},
+                         // Its budgets and load from the start: a gateway places by them.
+                         {"admission", encode(service_.admission_state())}};
       if (!write_one(fd, reply).ok()) {
         ::close(fd);
         return;

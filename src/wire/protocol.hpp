@@ -4,7 +4,8 @@
 //
 //   gateway -> engine                        engine -> gateway
 //   hello  {v, secret}                       hello    {v, pid, models, tensor_models, devices,
-//                                                      model_dir, config_digest, started_at, load_s}
+//                                                      model_dir, config_digest, started_at, load_s,
+//                                                      admission}
 //   submit {rid, request, resume?}           accepted {rid, submission} | rejected {rid, error}
 //                                            event    {rid, event}     (until a terminal event)
 //   infer  {rid, request}                    accepted {rid, submission} | rejected {rid, error}
@@ -22,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace vg::wire {
 
@@ -33,5 +35,10 @@ inline constexpr std::int64_t kProtocolVersion = 1;
 /// with 413 before it is sent (the gateway) or ends with that error (the
 /// engine's outputs), and never breaks the connection.
 inline constexpr std::size_t kMaxFrameBytes = 64u << 20;
+
+/// The file beside its socket where an engine that cannot start (exit 1)
+/// writes why, one line: its supervisor shows it as the reason the engine's
+/// devices are left out. An engine removes it when it starts.
+inline std::string start_failure_path(const std::string& socket_path) { return socket_path + ".failed"; }
 
 }  // namespace vg::wire

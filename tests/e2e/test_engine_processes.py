@@ -1,5 +1,5 @@
-"""Engine processes: the default `serve` is a gateway that supervises one
-engine process per device. These tests kill, stop and share engines and
+"""Engine processes: the default `serve` is a gateway that supervises an
+engine process for its devices (one per device: test_engine_per_device.py). These tests kill, stop and share engines and
 gateways with real processes on loopback, and check what clients see: every
 request ends with its complete answer or one clear error, streams resume
 without a repeated or lost token, and the device limit holds however many

@@ -48,6 +48,11 @@ class FakeService final : public Service {
   };
 
   std::optional<Error> refuse;  // set before submissions arrive
+  /// Its one device's budget, and what is reserved besides its submissions
+  /// (each reserves cost_bytes); 0 budget: no device in its state.
+  std::int64_t budget_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  static constexpr std::int64_t kCost = 1000;
   bool finish_in_submit = false;  // the whole request ends before submit returns (a 1-token request)
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override {
@@ -57,7 +62,7 @@ class FakeService final : public Service {
     out.handle = std::make_shared<Handle>(request.request_id, s.cancelled, this);
     out.model = "fake";
     out.prompt_tokens = 3;
-    out.cost_bytes = 1000;
+    out.cost_bytes = kCost;
     if (finish_in_submit) {
       sink->push(StartedEvent{});
       sink->push(TextEvent{"x", 1, 0, {}, {120}});
@@ -83,9 +88,20 @@ class FakeService final : public Service {
     s.policy = "memory";
     std::lock_guard lk(mu_);
     s.completed = static_cast<std::int64_t>(subs_.size());
+    if (budget_bytes > 0) {
+      DeviceState d;
+      d.name = "virt:0";
+      d.budget_bytes = d.effective_budget_bytes = budget_bytes;
+      d.reserved_bytes = reserved_bytes + kCost * static_cast<std::int64_t>(subs_.size());
+      s.devices.push_back(d);
+    }
     return s;
   }
 
+  std::size_t submissions() const {
+    std::lock_guard lk(mu_);
+    return subs_.size();
+  }
   /// Waits for the n-th submission (1-based) and returns it.
   Sub wait_sub(std::size_t n) {
     std::unique_lock lk(mu_);
@@ -158,6 +174,7 @@ class RemoteServiceTest : public ::testing::Test {
   void TearDown() override {
     gateway_.reset();
     engine_.reset();
+    more_engines_.clear();
     std::filesystem::remove_all(dir_);
   }
   void start_engine(FakeService& service, const std::string& secret = "s3cret") {
@@ -192,6 +209,36 @@ class RemoteServiceTest : public ::testing::Test {
     return r;
   }
 
+  /// Engines on sockets 0..n-1 behind `services`, and a gateway on all of
+  /// them in that order (the order of --device).
+  void start_engines_and_gateway(const std::vector<FakeService*>& services) {
+    RemoteService::Options g;
+    g.heartbeat_timeout_s = 30;
+    for (std::size_t i = 0; i < services.size(); ++i) {
+      const std::string path = (dir_ / ("e" + std::to_string(i) + ".sock")).string();
+      std::ofstream(path + ".secret") << "s3cret";
+      wire::EngineServer::Options o;
+      o.socket_path = path;
+      o.secret = "s3cret";
+      o.devices = {"virt:" + std::to_string(i)};
+      // No heartbeats: the tests say when the gateway learns an engine's
+      // state (admission_state()), so a status never lands between their steps.
+      o.heartbeat = std::chrono::hours(1);
+      auto s = wire::EngineServer::start(o, *services[i]);
+      ASSERT_TRUE(s.ok()) << s.error().message;
+      more_engines_.push_back(std::move(s).value());
+      EngineEndpoint ep;
+      ep.socket_path = path;
+      g.engines.push_back(ep);
+    }
+    auto gw = RemoteService::create(g);
+    ASSERT_TRUE(gw.ok());
+    gateway_ = std::move(gw).value();
+    gateway_->start();
+    ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+    (void)gateway_->admission_state();  // every engine's state known, as after its first heartbeat
+  }
+
   /// A fake engine's service; it outlives the EngineServer serving it.
   FakeService& new_fake() { return *fakes_.emplace_back(std::make_unique<FakeService>()); }
 
@@ -199,6 +246,7 @@ class RemoteServiceTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::string socket_;
   std::unique_ptr<wire::EngineServer> engine_;
+  std::vector<std::unique_ptr<wire::EngineServer>> more_engines_;
   std::unique_ptr<RemoteService> gateway_;
 };
 
@@ -350,6 +398,67 @@ TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {
   q.sink->push(FinishedEvent{"stop", {3, 0}, {}, 0});
   ASSERT_TRUE(queued->wait_terminal());
   EXPECT_TRUE(std::holds_alternative<FinishedEvent>(queued->events.back()));
+}
+
+TEST_F(RemoteServiceTest, PlacesEachRequestOnTheEngineWithTheMostFreeBudget) {
+  FakeService& a = new_fake();
+  FakeService& b = new_fake();
+  a.budget_bytes = b.budget_bytes = 10'000;
+  a.reserved_bytes = 6'000;  // 4,000 free
+  b.reserved_bytes = 3'000;  // 7,000 free
+  start_engines_and_gateway({&a, &b});
+  std::vector<std::shared_ptr<RequestHandle>> held;
+  // b has the more free budget until what the gateway placed there (1,000
+  // each) leaves it with less than a: 7,000, 6,000, 5,000, then 4,000 = a's
+  // 4,000 (a tie: fewer requests in flight wins).
+  for (int i = 0; i < 4; ++i) {
+    auto sub = gateway_->submit(request("b" + std::to_string(i)), std::make_shared<Recorder>());
+    ASSERT_TRUE(sub.ok()) << sub.error().message;
+    held.push_back(sub->handle);
+  }
+  EXPECT_EQ(b.submissions(), 3u);
+  EXPECT_EQ(a.submissions(), 1u);
+  // The engines' own state, once known, decides again: a frees its other bytes.
+  a.reserved_bytes = 0;
+  (void)gateway_->admission_state();
+  auto sub = gateway_->submit(request("a"), std::make_shared<Recorder>());
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ(a.submissions(), 2u);
+  for (auto& h : held) h->cancel();
+  sub->handle->cancel();
+}
+
+TEST_F(RemoteServiceTest, ARequestTooLargeForOneEngineGoesToAnEngineWithALargerBudget) {
+  FakeService& small = new_fake();
+  FakeService& large = new_fake();
+  small.budget_bytes = 1'000;   // all free: placement tries it first
+  large.budget_bytes = 8'000;
+  large.reserved_bytes = 7'500;  // 500 free
+  small.refuse = exceeds_device_memory(5'000, 1'000, false);
+  start_engines_and_gateway({&small, &large});
+  auto sub = gateway_->submit(request("big"), std::make_shared<Recorder>());
+  ASSERT_TRUE(sub.ok()) << sub.error().message;
+  EXPECT_EQ(large.wait_sub(1).request.request_id, "big");
+  EXPECT_EQ(small.submissions(), 0u);  // it refused
+  sub->handle->cancel();
+}
+
+TEST_F(RemoteServiceTest, ARequestTooLargeForEveryEngineIsRefusedWithTheLargestBudget) {
+  FakeService& small = new_fake();
+  FakeService& large = new_fake();
+  small.budget_bytes = 1'000;
+  large.budget_bytes = 2'000;
+  large.reserved_bytes = 1'500;
+  small.refuse = exceeds_device_memory(5'000, 1'000, false);
+  large.refuse = exceeds_device_memory(5'000, 2'000, false);
+  start_engines_and_gateway({&small, &large});
+  auto sub = gateway_->submit(request("huge"), std::make_shared<Recorder>());
+  ASSERT_FALSE(sub.ok());
+  EXPECT_EQ(sub.error().code, ErrorCode::kExceedsDeviceMemory);
+  EXPECT_EQ(sub.error().needed_bytes, std::optional<std::int64_t>(5'000));
+  EXPECT_EQ(sub.error().budget_bytes, std::optional<std::int64_t>(2'000));
+  EXPECT_NE(sub.error().message.find("largest device budget"), std::string::npos) << sub.error().message;
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
 }
 
 }  // namespace
