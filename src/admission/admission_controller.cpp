@@ -175,6 +175,16 @@ bool AdmissionController::cancel(RequestId id) {
   return true;
 }
 
+bool AdmissionController::withdraw(RequestId id) {
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  const std::optional<std::size_t> i = s.find(id);
+  if (!i) return false;
+  s.queue.erase(s.queue.begin() + static_cast<std::ptrdiff_t>(*i));
+  ++s.counters.withdrawn;
+  return true;
+}
+
 std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
   State& s = *state_;
   std::vector<AdmissionExpiry> out;

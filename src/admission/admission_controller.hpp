@@ -151,6 +151,7 @@ struct AdmissionCounters {
   std::int64_t queue_timeout = 0;        ///< expired by the queue wait limit
   std::int64_t deadline_expired = 0;     ///< expired by the request's own deadline while queued
   std::int64_t cancelled = 0;            ///< removed from the queue by cancel()
+  std::int64_t withdrawn = 0;            ///< removed from the queue by withdraw()
   std::int64_t dropped = 0;              ///< removed from the queue by drop_all()
   std::int64_t requeued = 0;             ///< preempted requests put back by requeue_front()
 };
@@ -251,6 +252,9 @@ class AdmissionController {
   /// granted. False: not queued (already granted — then whoever holds its
   /// lease releases it — or expired, rejected or unknown).
   bool cancel(RequestId id);
+  /// cancel() for a request that goes on elsewhere (RequestHandle::withdraw):
+  /// counted as withdrawn, not cancelled.
+  bool withdraw(RequestId id);
 
   /// Removes and returns queued requests whose queue wait limit or deadline
   /// has passed at `now`. Call before grant() so expired work never starts.

@@ -23,6 +23,18 @@ void engine_detail::Request::cancel() {
   if (auto f = front.lock()) f->notify_all();
 }
 
+bool engine_detail::Request::withdraw() {
+  if (cancelled.load()) return false;
+  auto f = front.lock();
+  if (!f) return false;
+  // Admission first: once out of its queue it can never be granted, so no
+  // engine takes it from the front's map after this.
+  if (!f->admission->withdraw(admission_id)) return false;
+  (void)f->take(admission_id);
+  f->notify_all();  // the queue changed: the others' positions, what fits next
+  return true;
+}
+
 Result<std::shared_ptr<EngineFront>> make_engine_front(const AdmissionOptions& options, AdmissionTopology topology) {
   auto front = std::make_shared<EngineFront>();
   front->topology = topology;

@@ -116,6 +116,8 @@ struct Request final : RequestHandle {
 
   const std::string& id() const override { return gen.id; }
   void cancel() override;
+  /// Out of admission's queue and the front's, if still there.
+  bool withdraw() override;
   int prompt_tokens() const { return static_cast<int>(gen.prompt.size()); }
   /// Cancelled by its client (or, for a choice, its request's client), or
   /// a sibling choice failed.

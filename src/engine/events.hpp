@@ -114,6 +114,12 @@ class RequestHandle {
   virtual ~RequestHandle() = default;
   virtual void cancel() = 0;
   virtual const std::string& id() const = 0;
+  /// Takes the request back while it waits for admission, so that it can be
+  /// placed elsewhere (a gateway moving it to an engine where room freed):
+  /// true, it left the queue, is not counted as cancelled and gets no
+  /// further event; false (it was admitted, ended, or this kind of request
+  /// cannot be taken back), it goes on as before. Thread-safe.
+  virtual bool withdraw() { return false; }
 };
 
 }  // namespace vg

@@ -180,6 +180,13 @@ struct RemoteService::Req final : RequestHandle {
   bool cancelled = false;
   bool answered = false;      // its submit got accepted/rejected (fresh submits wait for this)
   bool resubmitted = false;   // moved from a dead engine: no submit() waits for its answer
+  std::int64_t cost_bytes = 0;  // its admission cost, from its engine's answer
+  /// Waiting in its engine's queue while another engine has room: asked
+  /// back (withdraw) to be placed there; `move_to` is where.
+  bool withdrawing = false;
+  Slot* move_to = nullptr;
+  bool moved = false;         // taken back from its engine's queue: placed again as a move, not a crash
+  bool stays = false;         // its engine admitted it before it could be taken back
   int crashes = 0;
   /// Crashes while its submit waited for the engine's answer: counted apart,
   /// so an innocent request sent again beside a suspect is not failed by
@@ -272,6 +279,7 @@ void RemoteService::monitor_loop() {
     lk.lock();
     for (auto& s : slots_) supervise(*s, now);
     resubmit_pending(now);
+    rebalance();
     monitor_cv_.wait_for(lk, std::chrono::milliseconds(20));
   }
 }
@@ -573,13 +581,22 @@ void RemoteService::resubmit_pending(TimePoint now) {
     r->started_here = false;
     r->resubmitted = true;
     r->answered = false;
+    r->withdrawing = false;
+    r->move_to = nullptr;
+    r->stays = false;
     s->inflight[r->rid] = r;
     json::object msg = submit_message(*r, r->rid);
     const bool resumed = !r->delivered.empty();
-    if (options_.metrics) options_.metrics->count_resumed(resumed ? "resumed" : "resubmitted");
-    spdlog::info("request {} {} on engine {} ({} tokens already sent, {} crashes{})", r->id_,
-                 resumed ? "resumed" : "resubmitted", s->label(), r->delivered.size(), r->crashes,
-                 r->suspect ? ", running alone until its first token" : "");
+    if (r->moved) {
+      r->moved = false;
+      if (options_.metrics) options_.metrics->count_resumed("moved");
+      spdlog::info("request {} moved to engine {}: room freed there while it waited", r->id_, s->label());
+    } else {
+      if (options_.metrics) options_.metrics->count_resumed(resumed ? "resumed" : "resubmitted");
+      spdlog::info("request {} {} on engine {} ({} tokens already sent, {} crashes{})", r->id_,
+                   resumed ? "resumed" : "resubmitted", s->label(), r->delivered.size(), r->crashes,
+                   r->suspect ? ", running alone until its first token" : "");
+    }
     s->channel->send(msg);
   }
   pending_ = std::move(keep);
@@ -589,6 +606,41 @@ void RemoteService::resubmit_pending(TimePoint now) {
     mu_.unlock();
     for (auto& [r, ev] : fail) r->sink->push(std::move(ev));
     mu_.lock();
+  }
+}
+
+void RemoteService::rebalance() {
+  // mu_ held. Several engines of a model (one per device): a request of
+  // this gateway waiting in one engine's queue is taken back and placed on
+  // another engine that has room for it now and nothing waiting, so it runs
+  // where room frees first, as it would in one queue over the devices.
+  if (slots_.size() < 2) return;
+  for (auto& from : slots_) {
+    if (!from->ready() || !from->last_state || from->last_state->queue_depth == 0) continue;
+    for (auto& [rid, r] : from->inflight) {  // in the order placed (rid)
+      if (!r->answered || r->started_here || r->withdrawing || r->stays || r->ended || r->cancelled || r->tensor ||
+          r->suspect || r->cost_bytes <= 0) {
+        continue;
+      }
+      Slot* to = nullptr;
+      std::int64_t most = 0;
+      for (auto& s : slots_) {
+        if (s == from || !s->ready() || !s->serves(r->request.model) || !s->last_state ||
+            s->last_state->queue_depth > 0) {
+          continue;
+        }
+        const std::int64_t free = s->free_budget();
+        if (free >= r->cost_bytes && (!to || free > most)) {
+          to = s.get();
+          most = free;
+        }
+      }
+      if (!to) continue;
+      r->withdrawing = true;
+      r->move_to = to;
+      to->placed_bytes += r->cost_bytes;  // held for it while the move is under way
+      from->channel->send(json::object{{"t", "withdraw"}, {"rid", rid}}, wire::Send::kDirect);
+    }
   }
 }
 
@@ -748,7 +800,34 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       }
       return;
     }
+    // Placement counts its cost against the engine until a status shows it.
+    if (const json::value* sv = m.if_contains("submission"); sv && sv->is_object()) {
+      if (const json::value* c = sv->as_object().if_contains("cost_bytes"); c && c->is_int64()) {
+        r->cost_bytes = c->as_int64();
+        s->placed_bytes += r->cost_bytes;
+      }
+    }
     if (!r->resubmitted) answer(rid, std::move(m));
+    return;
+  }
+  if (type == "withdrawn") {
+    r->withdrawing = false;
+    Slot* to = r->move_to;
+    r->move_to = nullptr;
+    const json::value* ok = m.if_contains("ok");
+    if (!ok || !ok->is_bool() || !ok->as_bool()) {
+      r->stays = true;  // admitted meanwhile: it runs here
+      if (to) to->placed_bytes = std::max<std::int64_t>(0, to->placed_bytes - r->cost_bytes);
+      return;
+    }
+    s->inflight.erase(it);
+    // Its submit there counts it again.
+    if (to) to->placed_bytes = std::max<std::int64_t>(0, to->placed_bytes - r->cost_bytes);
+    if (r->ended) return;
+    r->slot = nullptr;
+    r->moved = true;
+    pending_.push_back(r);
+    monitor_cv_.notify_one();  // placed again at the monitor's next turn
     return;
   }
   if (type == "infer_done") {
@@ -1081,10 +1160,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   if (type == "accepted") {
     const json::value* sv = answer.if_contains("submission");
     auto a = sv ? wire::decode_accepted(*sv) : Result<wire::Accepted>(Error(ErrorCode::kInternal, "no submission"));
-    if (a.ok()) {
-      if (r->slot) r->slot->placed_bytes += a->cost_bytes;
-      return a;
-    }
+    if (a.ok()) return a;
   }
   // Refused, or no answer: nothing of it goes on.
   if (!r->ended) {

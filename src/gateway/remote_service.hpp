@@ -9,7 +9,11 @@
 // resubmitted; streams are resumed after the tokens already sent (the new
 // engine prefills prompt + those tokens and replays the sampler), so no token
 // is repeated or lost; a request running at each of --max-crash-retries
-// crashes fails with 500 engine_crashed. Torch-free.
+// crashes fails with 500 engine_crashed. With several engines of a model
+// (one per device), each request goes to the one with the most free budget,
+// one too large for an engine's devices to an engine with a larger budget,
+// and one waiting in an engine's queue is taken back (withdraw) and placed
+// on an engine where room freed, so it runs where room frees first. Torch-free.
 //
 // Threads: the Service methods from any thread; one monitor thread
 // (supervision, reconnects, heartbeats, resubmission) and the channels'
@@ -123,6 +127,10 @@ class RemoteService final : public Service {
   bool connect_off_lock(Slot& slot);
   void reap_children(TimePoint now);
   void resubmit_pending(TimePoint now);
+  /// Moves requests waiting in one engine's queue to another engine of
+  /// their model with room for them and nothing waiting (withdraw, then
+  /// placed again). Requires mu_.
+  void rebalance();
   void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
   void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason);
   void cancel(Req& req);

@@ -113,7 +113,9 @@ ServerMetrics::ServerMetrics(Registry& r)
                                        {"device"})),
       requests_resumed_total_(r.counter("vramgate_requests_resumed_total",
                                         "Requests moved to a restarted or another engine after theirs died: "
-                                        "resubmitted (nothing sent yet) or resumed (after the tokens sent).",
+                                        "resubmitted (nothing sent yet) or resumed (after the tokens sent); "
+                                        "moved: taken back from one engine's queue and placed on an engine "
+                                        "where room freed first (an engine per device).",
                                         {"reason"})),
       queue_events_total_(r.counter("vramgate_queue_events_total",
                                     "Shared queue (Redis mode): requests added, readded (Redis no longer had them), "
@@ -129,6 +131,7 @@ ServerMetrics::ServerMetrics(Registry& r)
                              "Shared queue (Redis mode): requests added and not yet taken by an engine.", {"model"})) {
   requests_resumed_total_.with({"resubmitted"});
   requests_resumed_total_.with({"resumed"});
+  requests_resumed_total_.with({"moved"});
   idempotent_replays_total_.with({"attached"});
   idempotent_replays_total_.with({"replayed"});
 }

@@ -361,6 +361,24 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
     if (t) t->cancel();
     return;
   }
+  if (type == "withdraw") {
+    // Back to the gateway if still queued (it places it elsewhere); the
+    // answer says which. A request being submitted or ended is not taken back.
+    const std::uint64_t rid = rid_of(m);
+    std::shared_ptr<RequestHandle> h;
+    {
+      std::lock_guard lk(conn->mu);
+      auto it = conn->requests.find(rid);
+      if (it != conn->requests.end() && !it->second.cancel_pending) h = it->second.handle;
+    }
+    const bool withdrawn = h && h->withdraw();
+    if (withdrawn) {
+      std::lock_guard lk(conn->mu);
+      conn->requests.erase(rid);
+    }
+    conn->channel->send(json::object{{"t", "withdrawn"}, {"rid", rid}, {"ok", withdrawn}}, Send::kDirect);
+    return;
+  }
   if (type == "state") {
     json::object reply = metrics_fields();
     reply["t"] = "state";

@@ -12,6 +12,9 @@
 //          (a TorchScript tensor request)     infer_done {rid, result | error}   (once)
 //   cancel {rid}                             (a FailedEvent cancelled, or an infer_done
 //                                             with error cancelled, follows)
+//   withdraw {rid}                           withdrawn {rid, ok}  (ok: it left the queue,
+//          (a queued request, to place           no event follows; else it goes on)
+//           it on another engine)
 //   state  {qid}                             state    {qid, admission, histograms, generated_tokens}
 //                                            status   {status, admission, histograms,
 //                                                      generated_tokens, counters} (every heartbeat)

@@ -113,6 +113,34 @@ TEST_F(EngineTest, CancelWhileQueuedDropsTheRequestBeforeItRuns) {
   EXPECT_EQ(engine->stats().cancelled, 1);
 }
 
+TEST_F(EngineTest, AQueuedRequestCanBeWithdrawnWithoutAnEventAndARunningOneCannot) {
+  model_.block();
+  auto engine = make(options(1));
+  auto a = std::make_shared<Collector>();
+  auto b = std::make_shared<Collector>();
+  auto ha = engine->submit(req(3), a);
+  ASSERT_TRUE(ha.ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  auto hb = engine->submit(req(3), b);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_FALSE((*ha)->withdraw());  // running
+  EXPECT_TRUE((*hb)->withdraw());   // queued: taken back
+  EXPECT_FALSE((*hb)->withdraw());  // not queued any more
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
+  // b never ran, never ended here, and is not counted as cancelled.
+  EXPECT_EQ(model_.step_tokens(), 3);
+  EXPECT_EQ(b->terminals(), 0);
+  for (auto& e : b->events()) EXPECT_FALSE(std::holds_alternative<StartedEvent>(e));
+  EXPECT_EQ(engine->stats().cancelled, 0);
+  EXPECT_EQ(engine->admission().queued, 0);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+  EXPECT_EQ(engine->admission().counters.withdrawn, 1);
+  EXPECT_EQ(engine->admission().counters.cancelled, 0);
+}
+
 TEST_F(EngineTest, CancelWhileRunningStopsAtTheNextStep) {
   auto engine = make();
   auto a = std::make_shared<Collector>();

@@ -30,20 +30,31 @@ class FakeService final : public Service {
     CompletionRequest request;
     std::shared_ptr<EventSink> sink;
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<std::atomic<bool>> withdrawn = std::make_shared<std::atomic<bool>>(false);
   };
   class Handle final : public RequestHandle {
    public:
-    Handle(std::string id, std::shared_ptr<std::atomic<bool>> c, FakeService* owner)
-        : id_(std::move(id)), c_(std::move(c)), owner_(owner) {}
+    Handle(std::string id, std::shared_ptr<std::atomic<bool>> c, std::shared_ptr<std::atomic<bool>> w,
+           FakeService* owner)
+        : id_(std::move(id)), c_(std::move(c)), w_(std::move(w)), owner_(owner) {}
     void cancel() override {
       c_->store(true);
       owner_->notify();
+    }
+    bool withdraw() override {
+      ++owner_->withdraw_asked;
+      owner_->notify();
+      if (owner_->admitted.load() || c_->load()) return false;
+      w_->store(true);
+      owner_->notify();
+      return true;
     }
     const std::string& id() const override { return id_; }
 
    private:
     std::string id_;
     std::shared_ptr<std::atomic<bool>> c_;
+    std::shared_ptr<std::atomic<bool>> w_;
     FakeService* owner_;
   };
 
@@ -52,6 +63,9 @@ class FakeService final : public Service {
   /// (each reserves cost_bytes); 0 budget: no device in its state.
   std::int64_t budget_bytes = 0;
   std::int64_t reserved_bytes = 0;
+  std::atomic<int> queue_depth{0};      // reported as waiting for admission
+  std::atomic<bool> admitted{false};    // its requests are past admission: withdraw() refuses
+  std::atomic<int> withdraw_asked{0};
   static constexpr std::int64_t kCost = 1000;
   bool finish_in_submit = false;  // the whole request ends before submit returns (a 1-token request)
 
@@ -59,7 +73,7 @@ class FakeService final : public Service {
     if (refuse) return *refuse;
     Sub s{request, sink};
     Submission out;
-    out.handle = std::make_shared<Handle>(request.request_id, s.cancelled, this);
+    out.handle = std::make_shared<Handle>(request.request_id, s.cancelled, s.withdrawn, this);
     out.model = "fake";
     out.prompt_tokens = 3;
     out.cost_bytes = kCost;
@@ -88,6 +102,7 @@ class FakeService final : public Service {
     s.policy = "memory";
     std::lock_guard lk(mu_);
     s.completed = static_cast<std::int64_t>(subs_.size());
+    s.queue_depth = s.queued = queue_depth.load();
     if (budget_bytes > 0) {
       DeviceState d;
       d.name = "virt:0";
@@ -107,6 +122,14 @@ class FakeService final : public Service {
     std::unique_lock lk(mu_);
     EXPECT_TRUE(cv_.wait_for(lk, 10s, [&] { return subs_.size() >= n; })) << "no submission " << n;
     return subs_.size() >= n ? subs_[n - 1] : Sub{};
+  }
+  bool wait_withdraw_asked() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 10s, [&] { return withdraw_asked.load() > 0; });
+  }
+  bool wait_withdrawn(const Sub& s) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 10s, [&] { return s.withdrawn->load(); });
   }
   bool wait_cancelled(const Sub& s) {
     std::unique_lock lk(mu_);
@@ -458,6 +481,60 @@ TEST_F(RemoteServiceTest, ARequestTooLargeForEveryEngineIsRefusedWithTheLargestB
   EXPECT_EQ(sub.error().needed_bytes, std::optional<std::int64_t>(5'000));
   EXPECT_EQ(sub.error().budget_bytes, std::optional<std::int64_t>(2'000));
   EXPECT_NE(sub.error().message.find("largest device budget"), std::string::npos) << sub.error().message;
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
+}
+
+TEST_F(RemoteServiceTest, ARequestWaitingInOneEnginesQueueMovesToAnEngineWhereRoomFreed) {
+  FakeService& a = new_fake();
+  FakeService& b = new_fake();
+  a.budget_bytes = b.budget_bytes = 1'000;
+  a.reserved_bytes = b.reserved_bytes = 1'000;  // both full
+  start_engines_and_gateway({&a, &b});
+  auto rec = std::make_shared<Recorder>();
+  auto sub = gateway_->submit(request("r1"), rec);  // a tie: the first engine
+  ASSERT_TRUE(sub.ok());
+  auto on_a = a.wait_sub(1);
+  a.queue_depth = 1;  // it waits there
+  b.reserved_bytes = 0;  // b's other request ended: room for one
+  (void)gateway_->admission_state();
+  ASSERT_TRUE(a.wait_withdrawn(on_a));
+  auto on_b = b.wait_sub(1);
+  EXPECT_EQ(on_b.request.request_id, "r1");
+  EXPECT_TRUE(on_b.request.resume_tokens.empty());
+  EXPECT_FALSE(on_a.cancelled->load());  // taken back, not cancelled
+  on_b.sink->push(StartedEvent{});
+  on_b.sink->push(TextEvent{"ok", 1, 0, {}, {9}});
+  on_b.sink->push(FinishedEvent{"length", {3, 1}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->text(), "ok");
+  EXPECT_EQ(rec->count_started(), 1);
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
+}
+
+TEST_F(RemoteServiceTest, ARequestAdmittedBeforeItCouldBeMovedStaysWhereItIs) {
+  FakeService& a = new_fake();
+  FakeService& b = new_fake();
+  a.budget_bytes = b.budget_bytes = 1'000;
+  a.reserved_bytes = b.reserved_bytes = 1'000;
+  a.admitted = true;  // withdraw comes too late
+  start_engines_and_gateway({&a, &b});
+  auto rec = std::make_shared<Recorder>();
+  auto sub = gateway_->submit(request("r1"), rec);
+  ASSERT_TRUE(sub.ok());
+  auto on_a = a.wait_sub(1);
+  a.queue_depth = 1;
+  b.reserved_bytes = 0;
+  (void)gateway_->admission_state();
+  // The gateway asks (the monitor runs every 20 ms) and is refused: the
+  // request runs on a, and b never sees it.
+  ASSERT_TRUE(a.wait_withdraw_asked());
+  on_a.sink->push(StartedEvent{});
+  on_a.sink->push(TextEvent{"x", 1, 0, {}, {4}});
+  on_a.sink->push(FinishedEvent{"length", {3, 1}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->text(), "x");
+  EXPECT_EQ(b.submissions(), 0u);
+  EXPECT_FALSE(on_a.withdrawn->load());
   EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
 }
 
