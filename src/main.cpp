@@ -39,7 +39,7 @@ constexpr const char* kGatewayOnlyKeys[] = {
     "host",         "port",        "io_threads", "max_body_bytes",  "read_timeout",    "idle_timeout",
     "max_connections", "cors_allow_origin", "api_keys", "metrics_auth", "rate_limit", "rate_burst",
     "idempotency_ttl", "log_request_text", "in_process", "engine", "runtime_dir", "engine_heartbeat_timeout",
-    "keep_engines", "gateway_only", "engine_per_device"};
+    "keep_engines", "gateway_only", "one_engine"};
 
 std::vector<const char*> engine_keys() {
   std::vector<const char*> out;

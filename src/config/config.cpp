@@ -143,11 +143,11 @@ std::optional<ConfigProblem> ServeConfig::check() const {
     if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");
   }
   if (in_process && !engine.empty()) return bad("engine", "cannot be combined with --in-process");
-  if (engine_per_device && in_process) return bad("engine_per_device", "cannot be combined with --in-process");
-  if (engine_per_device && !engine.empty()) {
-    return bad("engine_per_device", "cannot be combined with --engine (it chooses how serve starts engines)");
+  if (one_engine && in_process) return bad("one_engine", "cannot be combined with --in-process");
+  if (one_engine && !engine.empty()) {
+    return bad("one_engine", "cannot be combined with --engine (it chooses how serve starts engines)");
   }
-  if (engine_per_device && gateway_only) return bad("engine_per_device", "cannot be combined with --gateway-only");
+  if (one_engine && gateway_only) return bad("one_engine", "cannot be combined with --gateway-only");
   if (gateway_only && queue.empty()) return bad("gateway_only", "needs --queue (the shared queue it places work in)");
   if (gateway_only && in_process) return bad("gateway_only", "cannot be combined with --in-process");
   if (gateway_only && !engine.empty()) return bad("gateway_only", "cannot be combined with --engine");

@@ -99,13 +99,14 @@ struct ServeConfig {
   /// One process: HTTP and the engines together (no supervisor, no socket).
   bool in_process = false;
   /// Engines to use instead of starting them: unix:PATH each (their secret
-  /// in PATH.secret); empty: start engine processes (see engine_per_device).
+  /// in PATH.secret); empty: start engine processes (see one_engine).
   std::vector<std::string> engine;
-  /// Started engines: one process per --device (a crash stops one device;
-  /// each device has its own admission queue, and the gateway places each
-  /// request on the engine with the most free budget); off: one engine
-  /// process for all devices (one admission queue over them).
-  bool engine_per_device = false;
+  /// Started engines: one process for all --devices (one admission queue
+  /// over them; a crash stops every device); off: one process per device (a
+  /// crash stops one device; each device has its own admission queue, and
+  /// the gateway places each request on the engine with the most free
+  /// budget and moves a waiting one to where room frees first).
+  bool one_engine = false;
   std::string runtime_dir;              ///< sockets and secrets of started engines; empty: $XDG_RUNTIME_DIR/vramgate or /tmp/vramgate-UID
   double engine_heartbeat_timeout_s = 5;  ///< a connected engine silent this long is hung: killed and restarted (s)
   int max_crash_retries = 2;            ///< engine crashes with a request running that end it with engine_crashed, >= 1

@@ -20,7 +20,10 @@ const ConfigField kFields[] = {
      "given several times (or comma-separated; in the file an array of strings): one engine and model replica "
      "per device",
      &C::device},
-    {"threads", "model", "Compute threads for tensor ops (0 = all cores)", &C::threads},
+    {"threads", "model",
+     "Compute threads for tensor ops, per engine process (0 = all cores; with an engine process per device, the "
+     "cores divided among them)",
+     &C::threads},
     {"dtype", "model",
      "Compute and KV cache dtype: float32, bfloat16, float16 (CUDA only) or float64 (a test mode); weights "
      "stored as F32, F16 or BF16 are converted on load",
@@ -145,12 +148,12 @@ const ConfigField kFields[] = {
      "An engine process to serve from, unix:PATH (started with vramgate engine --listen unix:PATH; its secret is "
      "read from PATH.secret); may be given several times; none: serve starts and supervises its engine processes",
      &C::engine},
-    {"engine_per_device", "processes",
-     "Start one engine process per --device instead of one for all of them: a crash then stops one device, each "
-     "device has its own admission queue and --max-queue, and the gateway sends each request to the engine with "
-     "the most free budget (off: one engine, one queue over the devices, a request waits for whichever frees "
-     "room first)",
-     &C::engine_per_device},
+    {"one_engine", "processes",
+     "Start one engine process for all --devices instead of one per device: one admission queue over them, but a "
+     "crash then stops every device (off: a process per device, each with its own queue and --max-queue; the "
+     "gateway sends each request to the engine with the most free budget and moves a waiting one to the engine "
+     "where room frees first)",
+     &C::one_engine},
     {"runtime_dir", "processes",
      "Folder (mode 0700) for the sockets and secrets of the engines serve starts; empty: $XDG_RUNTIME_DIR/vramgate, "
      "else /tmp/vramgate-UID. A serve that finds its engines running there with the same settings re-attaches",

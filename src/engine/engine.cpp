@@ -229,6 +229,7 @@ EngineStats Engine::stats() const {
   std::lock_guard lk(impl_->shared->mu);
   EngineStats st = impl_->shared->stats;
   st.queue_depth = impl_->front->queued_count.load();
+  st.max_running = impl_->max_running();
   return st;
 }
 

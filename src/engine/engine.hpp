@@ -101,6 +101,7 @@ struct GenerationRequest {
 struct EngineStats {
   int queue_depth = 0;
   int running = 0;
+  int max_running = 0;            ///< sequences its steps may run at once (max_batch; no limit: 2^20)
   std::int64_t completed = 0;     ///< finished normally
   std::int64_t failed = 0;        ///< ended with an error (incl. timeouts, OOM)
   std::int64_t cancelled = 0;     ///< client went away

@@ -116,9 +116,10 @@ struct RemoteService::Slot {
   /// Supervised, one of several: why it could not start (exit 1 or 2
   /// before it ever served). It is left out, never restarted; empty: not failed.
   std::string failed;
-  /// Admission cost (bytes) of the requests it accepted since its last
-  /// status: placement counts them until a status includes them.
+  /// Admission cost (bytes) and number of the requests it accepted since
+  /// its last status: placement counts them until a status includes them.
   std::int64_t placed_bytes = 0;
+  int placed_requests = 0;
   double engine_started_at = 0;      // unix seconds, from the engine's hello
 
   std::string label() const {
@@ -145,6 +146,21 @@ struct RemoteService::Slot {
     }
     return free - placed_bytes;
   }
+  /// Sequences it could start now, as its last status said (free slots of
+  /// its ready devices, less its queued requests), less placed_requests.
+  /// Devices that report no limit: plenty; no state yet: none.
+  int free_slots() const {
+    if (!last_state) return -placed_requests;
+    std::int64_t free = 0;
+    bool limited = false;
+    for (const DeviceState& d : last_state->devices) {
+      if (!d.ready || d.max_running <= 0) continue;
+      limited = true;
+      free += std::max(0, d.max_running - d.running);
+    }
+    if (!limited) return 1 << 20;
+    return static_cast<int>(free - last_state->queued - placed_requests);
+  }
   /// The largest budget of one of its ready devices (what fits on it at
   /// all); before any status: unknown, counted as the largest.
   std::int64_t largest_budget() const {
@@ -160,6 +176,16 @@ struct RemoteService::Slot {
     return std::any_of(models.begin(), models.end(), [&](const ModelInfo& m) { return m.id == model; });
   }
 };
+
+namespace {
+
+/// Takes back what placement counted for a request that will not run on `s`.
+void unplace(RemoteService::Slot& s, std::int64_t cost_bytes) {
+  s.placed_bytes = std::max<std::int64_t>(0, s.placed_bytes - cost_bytes);
+  s.placed_requests = std::max(0, s.placed_requests - 1);
+}
+
+}  // namespace
 
 /// A request the HTTP layer holds. Guarded by RemoteService::mu_.
 struct RemoteService::Req final : RequestHandle {
@@ -527,6 +553,7 @@ bool RemoteService::try_connect(Slot& s) {
   s.devices = std::move(devices);
   s.last_state = std::move(admission);
   s.placed_bytes = 0;
+  s.placed_requests = 0;
   s.last_heard = now;
   s.connected = now;
   s.status.ready = true;  // until its first heartbeat says otherwise
@@ -626,7 +653,7 @@ void RemoteService::rebalance() {
       std::int64_t most = 0;
       for (auto& s : slots_) {
         if (s == from || !s->ready() || !s->serves(r->request.model) || !s->last_state ||
-            s->last_state->queue_depth > 0) {
+            s->last_state->queue_depth > 0 || s->free_slots() <= 0) {
           continue;
         }
         const std::int64_t free = s->free_budget();
@@ -639,6 +666,7 @@ void RemoteService::rebalance() {
       r->withdrawing = true;
       r->move_to = to;
       to->placed_bytes += r->cost_bytes;  // held for it while the move is under way
+      ++to->placed_requests;
       from->channel->send(json::object{{"t", "withdraw"}, {"rid", rid}}, wire::Send::kDirect);
     }
   }
@@ -748,6 +776,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       if (state.ok()) {
         s->last_state = std::move(state).value();
         s->placed_bytes = 0;
+        s->placed_requests = 0;
       }
     }
     mirror_metrics(*s, m);
@@ -805,6 +834,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       if (const json::value* c = sv->as_object().if_contains("cost_bytes"); c && c->is_int64()) {
         r->cost_bytes = c->as_int64();
         s->placed_bytes += r->cost_bytes;
+        ++s->placed_requests;
       }
     }
     if (!r->resubmitted) answer(rid, std::move(m));
@@ -817,12 +847,11 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     const json::value* ok = m.if_contains("ok");
     if (!ok || !ok->is_bool() || !ok->as_bool()) {
       r->stays = true;  // admitted meanwhile: it runs here
-      if (to) to->placed_bytes = std::max<std::int64_t>(0, to->placed_bytes - r->cost_bytes);
+      if (to) unplace(*to, r->cost_bytes);
       return;
     }
     s->inflight.erase(it);
-    // Its submit there counts it again.
-    if (to) to->placed_bytes = std::max<std::int64_t>(0, to->placed_bytes - r->cost_bytes);
+    if (to) unplace(*to, r->cost_bytes);  // its submit there counts it again
     if (r->ended) return;
     r->slot = nullptr;
     r->moved = true;
@@ -1021,12 +1050,16 @@ RemoteService::Slot* RemoteService::pick(const std::string& model, const std::se
                                           std::int64_t min_budget) const {
   Slot* best = nullptr;
   std::int64_t best_free = 0;
+  bool best_slot = false;
   for (auto& s : slots_) {
     if (!s->ready() || !s->serves(model) || skip.count(s.get()) > 0 || s->largest_budget() < min_budget) continue;
+    const bool slot = s->free_slots() > 0;
     const std::int64_t free = s->free_budget();
-    if (!best || free > best_free || (free == best_free && s->inflight.size() < best->inflight.size())) {
+    if (!best || (slot && !best_slot) ||
+        (slot == best_slot && (free > best_free || (free == best_free && s->inflight.size() < best->inflight.size())))) {
       best = s.get();
       best_free = free;
+      best_slot = slot;
     }
   }
   return best;
@@ -1385,6 +1418,7 @@ AdmissionState RemoteService::admission_state() const {
       if (st.ok()) {
         s->last_state = std::move(st).value();
         s->placed_bytes = 0;
+        s->placed_requests = 0;
       }
     }
   }

@@ -138,9 +138,10 @@ class RemoteService final : public Service {
   /// the engine's answer. Errors: the engine's refusal, or kOverloaded with
   /// a Retry-After (no engine ready, no answer in time, shutting down).
   Result<wire::Accepted> place(std::shared_ptr<Req> r);
-  /// Placement: the ready slot for `model` with the most free budget (its
-  /// last status, less what it accepted since); ties go to fewer requests in
-  /// flight, then to the earlier --device. Leaves out `skip` and slots whose
+  /// Placement: the ready slot for `model` with a free sequence slot (a
+  /// batch place), then the most free budget (its last status, less what it
+  /// accepted since); ties go to fewer requests in flight, then to the
+  /// earlier --device. Leaves out `skip` and slots whose
   /// largest device budget is under `min_budget` (bytes). Null when none. Requires mu_.
   Slot* pick(const std::string& model, const std::set<const Slot*>& skip = {}, std::int64_t min_budget = 0) const;
   double retry_after_s() const;

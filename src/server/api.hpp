@@ -136,6 +136,9 @@ struct DeviceState {
   std::string reason;  ///< why it is not ready or unhealthy; empty when ready
   std::vector<std::string> models;  ///< the models served on it
   int running = 0;                  ///< sequences running on it now
+  /// Sequences its language engines may run at once (max_batch per model);
+  /// 0: unknown. Carried to gateways, which place by free sequence slots.
+  int max_running = 0;
   // Counters since start, of this device's engines.
   std::int64_t completed = 0;
   std::int64_t out_of_memory = 0;

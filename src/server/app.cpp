@@ -147,17 +147,24 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   std::error_code ec;
   engine_config.model_dir = std::filesystem::absolute(config.model_dir, ec).string();
   engine_config.port = 0;
-  engine_config.engine_per_device = false;  // a gateway setting: not part of an engine's digest
+  engine_config.one_engine = false;  // a gateway setting: not part of an engine's digest
   const std::string exe = self_exe();
-  // One engine process for the configured devices (one admission queue over
-  // them, placing each request on the device where it fits with the most
-  // free budget, as in one process), or with --engine-per-device one
-  // process per device (the gateway places by each engine's free budget).
+  // One engine process per device (the gateway places by each engine's
+  // free budget and moves waiting requests to where room frees first), or
+  // with --one-engine one for all devices (one admission queue over them,
+  // placing each request on the device where it fits with the most free
+  // budget, as in one process).
   std::vector<std::vector<std::string>> groups;
-  if (config.engine_per_device) {
-    for (const std::string& d : config.device) groups.push_back({d});
-  } else {
+  if (config.one_engine) {
     groups.push_back(config.device);
+  } else {
+    for (const std::string& d : config.device) groups.push_back({d});
+  }
+  // The cores are shared out: engines that each took every core would
+  // spin their compute threads against each other.
+  if (config.threads == 0 && groups.size() > 1) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    engine_config.threads = std::max(1, cores / static_cast<int>(groups.size()));
   }
   for (const std::vector<std::string>& group : groups) {
     engine_config.device = group;

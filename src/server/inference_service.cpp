@@ -522,6 +522,7 @@ AdmissionState InferenceService::admission_state() const {
     for (auto& e : d->engines) {
       const EngineStats es = e->stats();
       ds.running += es.running;
+      ds.max_running += es.max_running;
       ds.completed += es.completed;
       ds.out_of_memory += es.out_of_memory;
       ds.preemptions += es.preemptions;

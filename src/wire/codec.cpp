@@ -596,7 +596,7 @@ json::object encode(const AdmissionState& s) {
   json::array devices;
   for (const DeviceState& d : s.devices) {
     json::object dv{{"name", d.name}, {"ready", d.ready}, {"state", d.state}, {"reason", d.reason},
-                    {"models", string_array(d.models)}, {"running", d.running}};
+                    {"models", string_array(d.models)}, {"running", d.running}, {"max_running", d.max_running}};
     for (const auto& [k, m] : kDeviceInts) dv[k] = d.*m;
     devices.push_back(std::move(dv));
   }
@@ -628,6 +628,7 @@ Result<AdmissionState> decode_admission_state(const json::value& v) {
         d.reason = str(dv, "reason");
         d.models = strings(dv, "models", kMaxSmallList);
         d.running = static_cast<int>(integer(dv, "running", 0, kMax32, 0));
+        d.max_running = static_cast<int>(integer(dv, "max_running", 0, kMax32, 0));
         for (const auto& [k, m] : kDeviceInts) d.*m = integer(dv, k, 0, kMax64, 0);
         s.devices.push_back(std::move(d));
       }

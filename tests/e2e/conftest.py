@@ -23,6 +23,28 @@ class Server(ServerProcess):
     def __init__(self, *extra_args, model_dir=None):
         super().__init__([BIN, "serve", "--model-dir", model_dir or MODEL_DIR, "--port", "0", "--threads", "1",
                           *MODE_ARGS, *extra_args])
+        # /ready turns 200 once an engine serves each model; with a process
+        # per device the others may still be loading. Tests start with every
+        # engine up (or left out: it could not start). With --api-keys
+        # (tests that count unauthorized requests; one device) /v1/engines
+        # is not asked.
+        if "--api-keys" in extra_args:
+            return
+        try:
+            wait_until(self.engines_settled, what="every engine ready or left out")
+        except AssertionError:
+            self.stop()
+            raise
+
+    def engines(self):
+        return self.get("/v1/engines").json()["data"]
+
+    def engines_settled(self):
+        r = self.get("/v1/engines")
+        if r.status_code == 401:  # API keys from a config file: one device in those tests
+            return True
+        assert r.status_code == 200, r.text
+        return all(e["state"] in ("ready", "gone") for e in r.json()["data"])
 
     def get(self, path, **kw):
         return requests.get(self.url + path, timeout=kw.pop("timeout", 60), **kw)

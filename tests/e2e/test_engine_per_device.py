@@ -1,11 +1,14 @@
-"""--engine-per-device: `serve` starts one engine process per --device. Each
-device then has its own admission queue, and the gateway places each request
-on the engine with the most free budget (its last status, less what it took
-since); one too large for an engine's devices goes to an engine with a
-larger budget. What does not depend on the one shared queue behaves as with
-one engine over both devices, so those tests of test_multi_device run here
-again with the flag; then what a process per device adds: a crash stops one
-device, and the other serves on. Waits are on conditions the server reports."""
+"""Engine processes per device: with several --devices, `serve` starts one
+engine process per device (the default). Each device has its own admission
+queue; the gateway places each request on the engine with the most free
+budget (its last status, less what it placed there since), passes one too
+large for an engine's devices to an engine with a larger budget, and moves
+a request waiting in one engine's queue to an engine where room freed first,
+so clients see what one queue over the devices gives them: test_multi_device
+checks that in this mode, and test_one_engine.py with --one-engine (one
+engine process for all devices). Then what a process per device adds: a crash stops
+one device, and the other serves on; the server exits only when no engine
+can start. Waits are on conditions the server reports."""
 import concurrent.futures as cf
 import json
 import os
@@ -21,40 +24,39 @@ from conftest import BIN, IN_PROCESS, MODEL_DIR, Server, wait_until
 
 pytestmark = pytest.mark.skipif(IN_PROCESS, reason="engine processes: the default mode only")
 
-FLAG = "--engine-per-device"
-
 
 def engines(server):
-    return server.get("/v1/engines").json()["data"]
+    return server.engines()
 
 
 def settled(server):
-    """Every engine serves, or was left out (it could not start)."""
-    return all(e["state"] in ("ready", "gone") for e in engines(server))
+    return server.engines_settled()
 
 
 @pytest.fixture
-def make_server():
-    """conftest's make_server with the flag, and started once every engine is
-    up (its /ready turns 200 as soon as one engine serves the model)."""
+def tracked(make_server):
+    """make_server that keeps the servers it started (make.started)."""
     started = []
 
     def make(*args, **kw):
-        s = Server(FLAG, *args, **kw)
+        s = make_server(*args, **kw)
         started.append(s)
-        wait_until(lambda: settled(s), what="every engine ready or left out")
         return s
 
-    yield make
-    for s in started:
-        s.stop()
+    make.started = started
+    return make
 
 
-# The same behaviour as one engine over both devices (test_multi_device.py).
-test_concurrent_requests_spread_over_both_devices = multi.test_concurrent_requests_spread_over_both_devices
-test_a_device_that_fails_at_start_up_is_left_out_and_shown_unhealthy = \
-    multi.test_a_device_that_fails_at_start_up_is_left_out_and_shown_unhealthy
-test_a_request_that_fits_on_no_device_is_413 = multi.test_a_request_that_fits_on_no_device_is_413
+def test_a_busy_device_sends_the_next_request_to_the_free_one(tracked):
+    """test_multi_device's test, and how the default got there: the third
+    request waited in virt:0's queue (both devices full, a tie: the earlier
+    device); when virt:1 freed room first, the gateway took it back from
+    virt:0's queue and it ran on virt:1."""
+    multi.test_a_busy_device_sends_the_next_request_to_the_free_one(tracked)
+    server = tracked.started[-1]
+    assert len({e["pid"] for e in engines(server)}) == 2
+    assert 'vramgate_requests_resumed_total{reason="moved"} 1' in multi.metric_lines(server)
+    assert "moved to engine virt:1" in server.logs()
 
 
 def stream_text(server, prompt, max_tokens, seen=None):
@@ -128,7 +130,7 @@ def test_each_device_has_its_own_engine_and_a_crash_stops_only_that_one(make_ser
 
 
 def test_the_server_exits_when_no_engine_can_start():
-    p = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", FLAG, "--device", "virt:0=1MiB",
+    p = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--device", "virt:0=1MiB",
                         "--device", "virt:1=1MiB"], capture_output=True, text=True, timeout=120)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
@@ -138,9 +140,9 @@ def test_the_server_exits_when_no_engine_can_start():
 
 
 @pytest.mark.parametrize("other", [["--in-process"], ["--engine", "unix:/tmp/x.sock"]])
-def test_the_flag_is_refused_where_serve_starts_no_engines(other):
-    p = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", FLAG, *other],
+def test_one_engine_is_refused_where_serve_starts_no_engines(other):
+    p = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--one-engine", *other],
                        capture_output=True, text=True, timeout=60)
     out = p.stdout + p.stderr
     assert p.returncode == 2, out
-    assert "engine_per_device" in out or "engine-per-device" in out, out
+    assert "one_engine" in out or "one-engine" in out, out

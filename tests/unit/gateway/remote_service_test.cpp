@@ -64,6 +64,8 @@ class FakeService final : public Service {
   std::int64_t budget_bytes = 0;
   std::int64_t reserved_bytes = 0;
   std::atomic<int> queue_depth{0};      // reported as waiting for admission
+  int max_running = 0;                  // its device's sequence slots (0: no limit reported)
+  int running = 0;                      // of which taken
   std::atomic<bool> admitted{false};    // its requests are past admission: withdraw() refuses
   std::atomic<int> withdraw_asked{0};
   static constexpr std::int64_t kCost = 1000;
@@ -108,6 +110,8 @@ class FakeService final : public Service {
       d.name = "virt:0";
       d.budget_bytes = d.effective_budget_bytes = budget_bytes;
       d.reserved_bytes = reserved_bytes + kCost * static_cast<std::int64_t>(subs_.size());
+      d.max_running = max_running;
+      d.running = running;
       s.devices.push_back(d);
     }
     return s;
@@ -448,6 +452,21 @@ TEST_F(RemoteServiceTest, PlacesEachRequestOnTheEngineWithTheMostFreeBudget) {
   ASSERT_TRUE(sub.ok());
   EXPECT_EQ(a.submissions(), 2u);
   for (auto& h : held) h->cancel();
+  sub->handle->cancel();
+}
+
+TEST_F(RemoteServiceTest, PlacementPrefersAnEngineWithAFreeSequenceSlot) {
+  FakeService& a = new_fake();
+  FakeService& b = new_fake();
+  a.budget_bytes = b.budget_bytes = 100'000;
+  b.reserved_bytes = 50'000;            // less free budget than a ...
+  a.max_running = b.max_running = 2;
+  a.running = 2;                        // ... but a's batch is full
+  start_engines_and_gateway({&a, &b});
+  auto sub = gateway_->submit(request("r"), std::make_shared<Recorder>());
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ(b.wait_sub(1).request.request_id, "r");
+  EXPECT_EQ(a.submissions(), 0u);
   sub->handle->cancel();
 }
 
