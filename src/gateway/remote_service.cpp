@@ -162,9 +162,9 @@ struct RemoteService::Slot {
     return static_cast<int>(free - last_state->queued - placed_requests);
   }
   /// The largest budget of one of its ready devices (what fits on it at
-  /// all); before any status: unknown, counted as the largest.
+  /// all); no state or no devices in it: unknown, counted as the largest.
   std::int64_t largest_budget() const {
-    if (!last_state) return std::numeric_limits<std::int64_t>::max();
+    if (!last_state || last_state->devices.empty()) return std::numeric_limits<std::int64_t>::max();
     std::int64_t most = 0;
     for (const DeviceState& d : last_state->devices) {
       if (d.ready) most = std::max(most, d.budget_bytes);
@@ -179,7 +179,14 @@ struct RemoteService::Slot {
 
 namespace {
 
-/// Takes back what placement counted for a request that will not run on `s`.
+/// Placement's count of requests sent to `s` since its last status: one
+/// more, of `cost_bytes` (0 while unknown: added when it is accepted), and
+/// back out for one that will not run there.
+void count_placed(RemoteService::Slot& s, std::int64_t cost_bytes) {
+  s.placed_bytes += cost_bytes;
+  ++s.placed_requests;
+}
+
 void unplace(RemoteService::Slot& s, std::int64_t cost_bytes) {
   s.placed_bytes = std::max<std::int64_t>(0, s.placed_bytes - cost_bytes);
   s.placed_requests = std::max(0, s.placed_requests - 1);
@@ -589,7 +596,8 @@ void RemoteService::resubmit_pending(TimePoint now) {
       fail.emplace_back(r, FailedEvent{Error(ErrorCode::kCancelled, "client closed the connection"), {}, {}});
       continue;
     }
-    if (now >= r->deadline || draining_) {
+    // A moved request was accepted before the drain began: it runs.
+    if (now >= r->deadline || (draining_ && !r->moved)) {
       Error e(ErrorCode::kOverloaded, draining_ ? "server is shutting down"
                                                : "no engine took the request again before its deadline");
       e.retry_after_s = retry_after_s();
@@ -597,11 +605,15 @@ void RemoteService::resubmit_pending(TimePoint now) {
       fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
       continue;
     }
-    Slot* s = pick(r->request.model);
+    // A moved request goes where room was found for it, while that engine
+    // is ready; any other to an engine whose devices can hold it.
+    Slot* s = r->move_to && r->move_to->ready() ? r->move_to : pick(r->request.model, {}, r->cost_bytes);
     if (!s || (r->suspect && suspect_busy.count(s))) {
       keep.push_back(r);
       continue;
     }
+    if (r->move_to && r->move_to != s) unplace(*r->move_to, r->cost_bytes);
+    if (r->move_to != s) count_placed(*s, r->cost_bytes);  // a move's hold already counts it there
     if (r->suspect) suspect_busy.insert(s);
     r->slot = s;
     r->rid = next_rid_++;
@@ -641,7 +653,7 @@ void RemoteService::rebalance() {
   // this gateway waiting in one engine's queue is taken back and placed on
   // another engine that has room for it now and nothing waiting, so it runs
   // where room frees first, as it would in one queue over the devices.
-  if (slots_.size() < 2) return;
+  if (slots_.size() < 2 || draining_ || stopping_) return;
   for (auto& from : slots_) {
     if (!from->ready() || !from->last_state || from->last_state->queue_depth == 0) continue;
     for (auto& [rid, r] : from->inflight) {  // in the order placed (rid)
@@ -665,8 +677,7 @@ void RemoteService::rebalance() {
       if (!to) continue;
       r->withdrawing = true;
       r->move_to = to;
-      to->placed_bytes += r->cost_bytes;  // held for it while the move is under way
-      ++to->placed_requests;
+      count_placed(*to, r->cost_bytes);  // held for it until the move ends
       from->channel->send(json::object{{"t", "withdraw"}, {"rid", rid}}, wire::Send::kDirect);
     }
   }
@@ -832,9 +843,10 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     // Placement counts its cost against the engine until a status shows it.
     if (const json::value* sv = m.if_contains("submission"); sv && sv->is_object()) {
       if (const json::value* c = sv->as_object().if_contains("cost_bytes"); c && c->is_int64()) {
+        // Counted when sent (a resubmission at its known cost, a new one at 0):
+        // the rest now.
+        if (c->as_int64() > r->cost_bytes) s->placed_bytes += c->as_int64() - r->cost_bytes;
         r->cost_bytes = c->as_int64();
-        s->placed_bytes += r->cost_bytes;
-        ++s->placed_requests;
       }
     }
     if (!r->resubmitted) answer(rid, std::move(m));
@@ -851,10 +863,13 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       return;
     }
     s->inflight.erase(it);
-    if (to) unplace(*to, r->cost_bytes);  // its submit there counts it again
-    if (r->ended) return;
+    if (r->ended) {
+      if (to) unplace(*to, r->cost_bytes);
+      return;
+    }
     r->slot = nullptr;
     r->moved = true;
+    r->move_to = to;  // its hold there stays until it is sent
     pending_.push_back(r);
     monitor_cv_.notify_one();  // placed again at the monitor's next turn
     return;
@@ -1143,8 +1158,10 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   while (true) {
     r->slot = s;
     r->rid = next_rid_++;
+    r->answered = false;  // a refusal by an earlier engine does not answer this send
     rid = r->rid;
     s->inflight[rid] = r;
+    count_placed(*s, 0);  // its cost is added when the engine accepts it
     std::condition_variable answered_cv;  // answer() wakes this submit alone
     awaiting_[rid] = &answered_cv;
     // Sent under mu_: a cancel of this request (cancel(), which takes mu_

@@ -326,7 +326,7 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
         assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(sock_path + ".secret").st_mode) == 0o600
-        cases = [frame({"t": "hello", "v": 1, "secret": "wrong"}),
+        cases = [frame({"t": "hello", "v": 2, "secret": "wrong"}),
                  frame({"t": "hello", "v": 99, "secret": open(sock_path + ".secret").read()}),
                  frame({"t": "submit", "rid": 1}),
                  struct.pack(">I", 1 << 30),     # oversized
@@ -351,7 +351,7 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.settimeout(10)
         c.connect(sock_path)
-        c.sendall(frame({"t": "hello", "v": 1, "secret": open(sock_path + ".secret").read()}))
+        c.sendall(frame({"t": "hello", "v": 2, "secret": open(sock_path + ".secret").read()}))
         assert read_frame(c)["t"] == "hello"
         c.sendall(frame({"t": "submit", "rid": 7, "request": {"prompt": "x", "max_tokens": -5}}))
         while True:
@@ -408,9 +408,15 @@ def test_tensor_requests_survive_an_engine_crash(tmp_path):
 
         reference = {i: infer(i)[1]["outputs"] for i in range(6)}
         old_pid = engine_pid(s)
+        before = s.admission()["admitted"]
+
+        def all_in_the_engine():  # granted or queued: each of the 6 (one sent after the kill would get 503)
+            a = s.admission()
+            return a["admitted"] - before + a["queued"] >= 6 and a["queued"] >= 1
+
         with cf.ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(infer, i) for i in range(6)]
-            wait_until(lambda: s.admission()["queued"] >= 2, what="tensor requests queued")
+            wait_until(all_in_the_engine, what="the tensor requests in the engine, some queued")
             os.kill(old_pid, signal.SIGKILL)
             results = [f.result() for f in futures]
         for i, (status, body, headers) in enumerate(results):
