@@ -168,21 +168,13 @@ Status AdmissionController::requeue_front(RequestId id, std::int64_t cost_bytes,
 bool AdmissionController::cancel(RequestId id) {
   State& s = *state_;
   MutexLock lock(s.mu);
-  const std::optional<std::size_t> i = s.find(id);
-  if (!i) return false;
-  s.queue.erase(s.queue.begin() + static_cast<std::ptrdiff_t>(*i));
-  ++s.counters.cancelled;
-  return true;
+  return s.remove(id, &AdmissionCounters::cancelled);
 }
 
 bool AdmissionController::withdraw(RequestId id) {
   State& s = *state_;
   MutexLock lock(s.mu);
-  const std::optional<std::size_t> i = s.find(id);
-  if (!i) return false;
-  s.queue.erase(s.queue.begin() + static_cast<std::ptrdiff_t>(*i));
-  ++s.counters.withdrawn;
-  return true;
+  return s.remove(id, &AdmissionCounters::withdrawn);
 }
 
 std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {

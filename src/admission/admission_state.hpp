@@ -205,6 +205,16 @@ struct AdmissionController::State final : LeaseLedger {
     return std::nullopt;
   }
 
+  /// Takes `id` out of the queue and counts it in `counter`; false when it
+  /// is not queued (cancel() and withdraw()).
+  bool remove(RequestId id, std::int64_t AdmissionCounters::*counter) VG_REQUIRES(mu) {
+    const std::optional<std::size_t> i = find(id);
+    if (!i) return false;
+    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(*i));
+    ++(counters.*counter);
+    return true;
+  }
+
   bool booking_on() const { return options.retry_booking.enabled && options.policy.kind != AdmissionPolicy::Kind::kNone; }
 
   /// Sequences all engines decode per step (the unmeasured estimate's batch).

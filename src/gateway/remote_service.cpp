@@ -129,6 +129,13 @@ struct RemoteService::Slot {
     return s.empty() ? "unix:" + ep.socket_path : s;
   }
   bool ready() const { return channel && status.ready; }
+  /// Its state as the engine just reported it (hello, heartbeat or state
+  /// reply): what placement counted since the last one is in it now.
+  void learn(std::optional<AdmissionState> reported) {
+    last_state = std::move(reported);
+    placed_bytes = 0;
+    placed_requests = 0;
+  }
   /// Device bytes its admission could still hand out, as its last status
   /// said (free effective budget of its ready devices, less the cost of its
   /// waiting requests), less placed_bytes. Unknown (no state yet, which
@@ -136,7 +143,6 @@ struct RemoteService::Slot {
   std::int64_t free_budget() const {
     std::int64_t free = 0;
     if (last_state) {
-      free = 0;
       for (const DeviceState& d : last_state->devices) {
         if (!d.ready) continue;
         const std::int64_t budget = d.effective_budget_bytes > 0 ? d.effective_budget_bytes : d.budget_bytes;
@@ -558,9 +564,7 @@ bool RemoteService::try_connect(Slot& s) {
   s.models = std::move(models);
   s.tensor_models = std::move(tensor_models);
   s.devices = std::move(devices);
-  s.last_state = std::move(admission);
-  s.placed_bytes = 0;
-  s.placed_requests = 0;
+  s.learn(std::move(admission));
   s.last_heard = now;
   s.connected = now;
   s.status.ready = true;  // until its first heartbeat says otherwise
@@ -784,11 +788,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     }
     if (const json::value* a = m.if_contains("admission")) {
       auto state = wire::decode_admission_state(*a);
-      if (state.ok()) {
-        s->last_state = std::move(state).value();
-        s->placed_bytes = 0;
-        s->placed_requests = 0;
-      }
+      if (state.ok()) s->learn(std::move(state).value());
     }
     mirror_metrics(*s, m);
     return;
@@ -1432,11 +1432,7 @@ AdmissionState RemoteService::admission_state() const {
     answers_.erase(it);
     if (const json::value* a = answer.if_contains("admission")) {
       auto st = wire::decode_admission_state(*a);
-      if (st.ok()) {
-        s->last_state = std::move(st).value();
-        s->placed_bytes = 0;
-        s->placed_requests = 0;
-      }
+      if (st.ok()) s->learn(std::move(st).value());
     }
   }
   AdmissionState out;
