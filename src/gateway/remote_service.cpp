@@ -495,6 +495,7 @@ bool RemoteService::try_connect(Slot& s) {
       models.push_back(std::move(info).value());
     }
   }
+  learn_prompts(models);
   std::vector<TensorModelInfo> tensor_models;
   if (const json::value* m = reply->if_contains("tensor_models"); m && m->is_array()) {
     for (const json::value& v : m->as_array()) {
@@ -1253,9 +1254,60 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   return e;
 }
 
+void RemoteService::learn_prompts(const std::vector<ModelInfo>& models) {
+  for (const ModelInfo& m : models) {
+    if (m.family == "torchscript" || m.dir.empty() || m.vocab_size <= 0) continue;
+    {
+      std::lock_guard lk(mu_);
+      if (default_model_.empty()) default_model_ = m.id;
+      if (encoders_.contains(m.id)) continue;
+    }
+    // Read off the lock: a large tokenizer.json takes a while to parse.
+    Result<PromptEncoder> loaded =
+        PromptEncoder::load(m.dir, VocabularyFacts{m.family, m.vocab_size, m.eos_token_id}, options_.chat_template, m.id);
+    std::shared_ptr<const PromptEncoder> encoder;
+    if (loaded.ok()) {
+      encoder = std::make_shared<const PromptEncoder>(std::move(loaded).value());
+      const std::optional<ChatFormat> format = encoder->chat_format();
+      spdlog::info("gateway: encodes the prompts of model '{}' (tokenizer of {}, chat format {})", m.id, m.dir,
+                   format ? std::string(chat_format_name(*format)) : std::string("none"));
+    } else {
+      spdlog::warn("gateway: cannot read the tokenizer of model '{}' ({}); its engines encode its prompts", m.id,
+                   loaded.error().message);
+    }
+    std::lock_guard lk(mu_);
+    encoders_.emplace(m.id, std::move(encoder));
+  }
+}
+
+Status RemoteService::encode_prompt(CompletionRequest& request) const {
+  const std::string* text = std::get_if<std::string>(&request.prompt);
+  if (!request.chat && !text) return Status::Ok();  // token ids: the engine checks them
+  std::shared_ptr<const PromptEncoder> encoder;
+  {
+    std::lock_guard lk(mu_);
+    const std::string& name = request.model.empty() ? default_model_ : request.model;
+    if (auto it = encoders_.find(name); it != encoders_.end()) encoder = it->second;
+  }
+  if (!encoder) return Status::Ok();
+  Result<EncodedPrompt> encoded = request.chat ? encoder->encode_chat(request.chat->messages, request.chat->chat_template)
+                                               : encoder->encode_text(*text);
+  if (!encoded.ok()) return std::move(encoded).error();
+  request.prompt = std::move(encoded->ids);
+  request.chat.reset();
+  if (!encoded->stop.empty() &&
+      std::find(request.stop.begin(), request.stop.end(), encoded->stop) == request.stop.end()) {
+    request.stop.push_back(std::move(encoded->stop));
+  }
+  // The engine runs the model whose tokenizer encoded the prompt.
+  if (request.model.empty()) request.model = encoder->model();
+  return Status::Ok();
+}
+
 Result<Submission> RemoteService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
   auto r = std::make_shared<Req>();
   r->request = request;
+  if (Status encoded = encode_prompt(r->request); !encoded.ok()) return encoded.error();
   r->sink = std::move(sink);
   r->id_ = request.request_id;
   auto a = place(r);
@@ -1266,7 +1318,9 @@ Result<Submission> RemoteService::submit(const CompletionRequest& request, std::
   sub.prompt_tokens = a->prompt_tokens;
   sub.queue_position = a->queue_position;
   sub.cost_bytes = a->cost_bytes;
-  sub.echo_text = a->echo_text;
+  // A text prompt echoes as the client sent it (the engine saw token ids).
+  const std::string* text = std::get_if<std::string>(&request.prompt);
+  sub.echo_text = request.echo && text ? *text : a->echo_text;
   sub.retry_claimed_by = a->retry_claimed_by;
   return sub;
 }

@@ -39,6 +39,7 @@
 
 #include "common/clock.hpp"
 #include "server/service.hpp"
+#include "tokenizer/prompt_encoder.hpp"
 #include "wire/codec.hpp"
 
 namespace vg {
@@ -74,6 +75,10 @@ class RemoteService final : public Service {
     double backoff_max_s = 30;
     double stable_after_s = 60;       ///< an engine that ran this long restarts with the initial delay again
     double default_startup_s = 5;     ///< Retry-After while no start-up has been measured
+    /// The server's --chat-template (empty: each model's own): the gateway
+    /// renders chat requests and tokenizes prompts itself, with each model's
+    /// tokenizer read from the folder its engine's hello names.
+    std::string chat_template;
     /// On shutdown(): ask the engines to exit once no other gateway uses
     /// them (false: leave them running for the next gateway, --keep-engines).
     bool release_engines = true;
@@ -131,6 +136,15 @@ class RemoteService final : public Service {
   /// their model with room for them and nothing waiting (withdraw, then
   /// placed again). Requires mu_.
   void rebalance();
+  /// Loads the prompt encoder of each language model in `models` not yet
+  /// known (an engine's hello), from the folder the engine loaded it from.
+  /// A folder the gateway cannot read leaves that model's prompts to its
+  /// engines (they encode a text prompt themselves). Without mu_.
+  void learn_prompts(const std::vector<ModelInfo>& models);
+  /// Encodes the text or chat prompt of `request` into token ids, with its
+  /// chat stop text, when its model's encoder is known; leaves it as it is
+  /// otherwise (the engine encodes it). Errors: the encoder's (400).
+  Status encode_prompt(CompletionRequest& request) const;
   void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
   void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason);
   void cancel(Req& req);
@@ -171,6 +185,11 @@ class RemoteService final : public Service {
   bool stopping_ = false;                           // guarded by mu_
   std::optional<std::string> fatal_;                // guarded by mu_
   int open_channels_ = 0;                           // guarded by mu_: connections whose on_close has not run
+  /// guarded by mu_: model id -> its prompt encoder (null: the gateway could
+  /// not read its folder; its engines encode); the first language model an
+  /// engine named is the default (a request naming no model).
+  std::map<std::string, std::shared_ptr<const PromptEncoder>> encoders_;
+  std::string default_model_;
   std::thread monitor_;
 };
 

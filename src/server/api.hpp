@@ -113,6 +113,12 @@ struct ModelInfo {
   std::int64_t kv_bytes_per_token = 0;
   std::int64_t sequence_overhead_bytes = 0;
   double safety_factor = 1.0;
+  // How its prompts are encoded (language models; not shown by /v1/models):
+  // a gateway reads the tokenizer and chat template from `dir` and encodes
+  // prompts itself (tokenizer/prompt_encoder.hpp).
+  std::string dir;            ///< the folder it was loaded from, absolute
+  int vocab_size = 0;         ///< config.json vocab_size
+  int eos_token_id = -1;      ///< config.json eos_token_id; -1: none
 };
 
 /// One device's memory and admission numbers, in bytes.

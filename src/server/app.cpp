@@ -123,6 +123,7 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   o.release_engines = !config.keep_engines;
   o.shutdown_grace_s = config.shutdown_grace_s + 5;
   o.metrics = metrics;
+  o.chat_template = config.chat_template;
   if (!config.engine.empty()) {
     for (const std::string& e : config.engine) {
       gateway::EngineEndpoint ep;

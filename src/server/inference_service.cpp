@@ -138,11 +138,14 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
     entry->model = first.models[m].get();
     Result<ChatTemplateFile> chat_file = read_chat_template(source.dir.string());
     if (!chat_file.ok()) return std::move(chat_file).error();
-    entry->chat_tokens = chat_file->tokens;
-    entry->chat_format = config.chat_template.empty() ? detect_chat_format(chat_file->jinja)
+    const std::optional<ChatFormat> chat_format = config.chat_template.empty()
+                                                      ? detect_chat_format(chat_file->jinja)
                                                       : parse_chat_format(config.chat_template);
-    if (entry->chat_format) {
-      spdlog::info("chat format of '{}': {}", source.id, chat_format_name(*entry->chat_format));
+    // The model owns its tokenizer and outlives the entry: the encoder shares it without owning it.
+    entry->prompts.emplace(std::shared_ptr<const Tokenizer>(std::shared_ptr<void>(), &entry->model->tokenizer()),
+                           chat_format, chat_file->tokens, source.id);
+    if (chat_format) {
+      spdlog::info("chat format of '{}': {}", source.id, chat_format_name(*chat_format));
     } else {
       spdlog::info("chat format of '{}': none known (/v1/chat/completions needs a request chat_template){}", source.id,
                    chat_file->jinja.empty() ? "" : "; the model's chat_template is not one of chatml, llama-2, llama-3, zephyr");
@@ -162,6 +165,11 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
     info.kv_bytes_per_token = profile.kv_bytes_per_token;
     info.sequence_overhead_bytes = profile.sequence_overhead_bytes;
     info.safety_factor = profile.safety_factor;
+    std::error_code absolute_error;
+    const std::filesystem::path absolute = std::filesystem::absolute(source.dir, absolute_error);
+    info.dir = (absolute_error ? source.dir : absolute).lexically_normal().string();
+    info.vocab_size = mc.vocab_size;
+    info.eos_token_id = mc.eos_token_id;
     info.created = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
@@ -307,27 +315,19 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
 
   GenerationRequest gen;
   std::vector<std::string> stop = request.stop;
-  std::string chat_prompt;
-  if (request.chat) {
-    Result<RenderedChat> chat = render_chat_request(request.chat->messages, request.chat->chat_template,
-                                                    entry->chat_format, entry->chat_tokens, entry->info.id);
-    if (!chat.ok()) return std::move(chat).error();
-    chat_prompt = std::move(chat->prompt);
+  const std::string* text = std::get_if<std::string>(&request.prompt);
+  if (request.chat || text) {
+    Result<EncodedPrompt> encoded = request.chat
+                                        ? entry->prompts->encode_chat(request.chat->messages, request.chat->chat_template)
+                                        : entry->prompts->encode_text(*text);
+    if (!encoded.ok()) return std::move(encoded).error();
+    gen.prompt = std::move(encoded->ids);
     // The end-of-turn text stops generation where the vocabulary has no such
     // special token (then the template is plain text); a special token ends it
     // through the tokenizer's end ids.
-    if (std::find(stop.begin(), stop.end(), chat->stop) == stop.end()) stop.push_back(chat->stop);
-  }
-  if (const auto* text = request.chat ? &chat_prompt : std::get_if<std::string>(&request.prompt)) {
-    if (!tok.encodes_text()) {
-      return Error(ErrorCode::kInvalidRequest, "model '" + entry->info.id +
-                                                   "' has no tokenizer vramgate can read: send prompt as a list of "
-                                                   "token ids");
+    if (!encoded->stop.empty() && std::find(stop.begin(), stop.end(), encoded->stop) == stop.end()) {
+      stop.push_back(std::move(encoded->stop));
     }
-    gen.prompt = tok.encode(*text);
-    // A chat template writes its own BOS text; a plain text prompt gets the BOS
-    // the tokenizer asks for (LLaMA), as Hugging Face's encode does.
-    if (!request.chat && tok.adds_bos() && tok.bos_id()) gen.prompt.insert(gen.prompt.begin(), *tok.bos_id());
   } else {
     gen.prompt = std::get<std::vector<std::int32_t>>(request.prompt);
     for (std::int32_t id : gen.prompt) {
@@ -428,10 +428,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
     }
   }
   sub.cost_bytes = engine->cost(gen);
-  if (request.echo) {
-    const auto* text = std::get_if<std::string>(&request.prompt);
-    sub.echo_text = text ? *text : tok.decode(gen.prompt);
-  }
+  if (request.echo) sub.echo_text = text ? *text : tok.decode(gen.prompt);
   auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position, &sub.retry_claimed_by);
   if (!handle.ok()) return std::move(handle).error();
   sub.handle = std::move(handle).value();

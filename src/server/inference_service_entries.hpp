@@ -13,7 +13,7 @@
 #include "engine/tensor_engine.hpp"
 #include "server/inference_service.hpp"
 #include "server/model_setup.hpp"
-#include "tokenizer/chat_template.hpp"
+#include "tokenizer/prompt_encoder.hpp"
 
 namespace vg {
 
@@ -35,10 +35,11 @@ struct InferenceService::ModelEntry {
   const TorchScriptModel* tensor_model = nullptr;
   TensorModelInfo tensor_info;
   std::vector<TensorEngine*> tensor_engines;
-  /// Chat format of /v1/chat/completions (--chat-template, else the model's
-  /// tokenizer_config.json) and the BOS/EOS texts its templates write.
-  std::optional<ChatFormat> chat_format;
-  ChatTokens chat_tokens;
+  /// Its prompts' encoding: the tokenizer of `model`, and the chat format of
+  /// /v1/chat/completions (--chat-template, else the model's
+  /// tokenizer_config.json) with the BOS/EOS texts its templates write.
+  /// Set for language models.
+  std::optional<PromptEncoder> prompts;
 };
 
 }  // namespace vg

@@ -120,3 +120,24 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::filesystem::path& d
 }
 
 }  // namespace vg
+
+namespace vg {
+
+Result<std::unique_ptr<Tokenizer>> choose_tokenizer(const std::filesystem::path& dir, const VocabularyFacts& facts) {
+  Result<std::unique_ptr<Tokenizer>> files = load_tokenizer(dir);
+  if (!files.ok()) return std::move(files).error();
+  if (*files) {
+    if ((*files)->vocab_size() > facts.vocab_size) {
+      return Error(ErrorCode::kModelLoad, dir.string() + ": the tokenizer has " + std::to_string((*files)->vocab_size()) +
+                                              " tokens, more than the model's vocab_size " +
+                                              std::to_string(facts.vocab_size));
+    }
+    return std::move(files).value();
+  }
+  if (facts.family == "gpt2" && facts.vocab_size == ByteTokenizer{}.vocab_size()) {
+    return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
+  }
+  return std::unique_ptr<Tokenizer>(std::make_unique<IdTokenizer>(facts.vocab_size, facts.eos_token_id));
+}
+
+}  // namespace vg

@@ -513,7 +513,10 @@ json::object encode(const ModelInfo& m) {
                       {"workspace_bytes", m.workspace_bytes},
                       {"kv_bytes_per_token", m.kv_bytes_per_token},
                       {"sequence_overhead_bytes", m.sequence_overhead_bytes},
-                      {"safety_factor", m.safety_factor}};
+                      {"safety_factor", m.safety_factor},
+                      {"dir", m.dir},
+                      {"vocab_size", m.vocab_size},
+                      {"eos_token_id", m.eos_token_id}};
 }
 
 Result<ModelInfo> decode_model_info(const json::value& v) {
@@ -534,6 +537,10 @@ Result<ModelInfo> decode_model_info(const json::value& v) {
     m.kv_bytes_per_token = integer(o, "kv_bytes_per_token", 0, kMax, 0);
     m.sequence_overhead_bytes = integer(o, "sequence_overhead_bytes", 0, kMax, 0);
     m.safety_factor = number(o, "safety_factor", 0, 1e6, 1.0);
+    m.dir = str(o, "dir");
+    if (m.dir.size() > 4096) fail("\"dir\" is longer than 4096 bytes");
+    m.vocab_size = static_cast<int>(integer(o, "vocab_size", 0, std::numeric_limits<std::int32_t>::max(), 0));
+    m.eos_token_id = static_cast<int>(integer(o, "eos_token_id", -1, std::numeric_limits<std::int32_t>::max(), -1));
     return m;
   });
 }

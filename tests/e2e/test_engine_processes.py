@@ -215,6 +215,43 @@ def test_two_gateways_share_one_engine_and_its_limit(tmp_path):
         assert proc.wait(60) == 0
 
 
+
+def test_the_gateway_renders_chats_and_tokenizes_prompts(tmp_path):
+    # The engine's --chat-template says zephyr, the gateway's chatml: the
+    # gateway renders and tokenizes, so the engine runs the ChatML prompt
+    # (tinylm's byte tokenizer: one token per byte of the rendered text).
+    sock = str(tmp_path / "e.sock")
+    os.chmod(tmp_path, 0o700)
+    with open(tmp_path / "engine.log", "w") as log:
+        proc = subprocess.Popen([BIN, "engine", "--model-dir", MODEL_DIR, "--device", "virt:0=64MiB", "--threads", "1",
+                                 "--chat-template", "zephyr", "--listen", "unix:" + sock],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: os.path.exists(sock) and os.path.exists(sock + ".secret"), what="engine socket and secret")
+        g = Server("--engine", "unix:" + sock, "--chat-template", "chatml")
+        try:
+            assert "encodes the prompts of model 'tinylm'" in g.logs()
+            r = g.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            chatml = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+            zephyr = "<|user|>\nhi</s>\n<|assistant|>\n"
+            assert len(chatml) != len(zephyr)
+            assert r.json()["usage"]["prompt_tokens"] == len(chatml.encode())
+            # A text prompt echoes exactly as sent (the engine saw its token ids).
+            r = g.post("/v1/completions", {"prompt": "h\u00e9llo", "echo": True, "max_tokens": 1})
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["text"].startswith("h\u00e9llo")
+            assert r.json()["usage"]["prompt_tokens"] == len("h\u00e9llo".encode())
+            # A chat in a format no one knows is the gateway's 400.
+            r = g.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                "chat_template": "no-such-format", "max_tokens": 2})
+            assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request", r.text
+        finally:
+            assert g.stop() == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
 def test_poison_request_ends_engine_crashed_and_others_complete():
     s = Server("--test-crash-on-prompt", "POISON", "--max-crash-retries", "2", "--test-step-delay-ms", "10")
     try:

@@ -95,8 +95,15 @@ class FakeService final : public Service {
     ModelInfo m;
     m.id = "fake";
     m.devices = {"virt:0"};
+    if (!model_dir.empty()) {  // a byte-vocabulary GPT-2 (as tinylm): the byte tokenizer
+      m.family = "gpt2";
+      m.dir = model_dir;
+      m.vocab_size = 257;
+      m.eos_token_id = 256;
+    }
     return {m};
   }
+  std::string model_dir;  // set: its hello names a language model folder (the gateway encodes its prompts)
   bool healthy(std::string*) const override { return true; }
   bool ready() const override { return true; }
   AdmissionState admission_state() const override {
@@ -557,5 +564,59 @@ TEST_F(RemoteServiceTest, ARequestAdmittedBeforeItCouldBeMovedStaysWhereItIs) {
   EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
 }
 
+TEST_F(RemoteServiceTest, TheGatewayEncodesTextAndChatPromptsWithTheModelsTokenizer) {
+  FakeService& fake = new_fake();
+  fake.model_dir = (dir_ / "model").string();
+  std::filesystem::create_directories(fake.model_dir);
+  std::ofstream(fake.model_dir + "/tokenizer_config.json")
+      << R"({"chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + )"
+         R"(message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"})";
+  start_engine(fake);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+
+  // A text prompt reaches the engine as the byte tokenizer's ids, and echoes as sent.
+  CompletionRequest text = request("r1");
+  text.prompt = std::string("hi!");
+  text.echo = true;
+  auto sub = gateway_->submit(text, std::make_shared<Recorder>());
+  ASSERT_TRUE(sub.ok()) << sub.error().message;
+  EXPECT_EQ(sub->echo_text, "hi!");
+  auto s1 = fake.wait_sub(1);
+  ASSERT_TRUE(std::holds_alternative<std::vector<std::int32_t>>(s1.request.prompt));
+  EXPECT_EQ(std::get<std::vector<std::int32_t>>(s1.request.prompt), (std::vector<std::int32_t>{'h', 'i', '!'}));
+  EXPECT_EQ(s1.request.model, "fake");  // named for the engine: the model whose tokenizer encoded it
+
+  // A chat is rendered in the model's format (ChatML, from its
+  // tokenizer_config.json) and encoded; its end-of-turn text joins the stops.
+  CompletionRequest chat = request("r2");
+  chat.chat = ChatPrompt{{ChatMessage{"user", "yo"}}, ""};
+  chat.stop = {"\n\n"};
+  ASSERT_TRUE(gateway_->submit(chat, std::make_shared<Recorder>()).ok());
+  auto s2 = fake.wait_sub(2);
+  EXPECT_FALSE(s2.request.chat.has_value());
+  const std::string rendered = "<|im_start|>user\nyo<|im_end|>\n<|im_start|>assistant\n";
+  ASSERT_TRUE(std::holds_alternative<std::vector<std::int32_t>>(s2.request.prompt));
+  EXPECT_EQ(std::get<std::vector<std::int32_t>>(s2.request.prompt),
+            std::vector<std::int32_t>(rendered.begin(), rendered.end()));
+  EXPECT_EQ(s2.request.stop, (std::vector<std::string>{"\n\n", "<|im_end|>"}));
+
+  // Token ids pass as they are; a chat naming an unknown format is refused
+  // by the gateway (400), before any engine sees it.
+  CompletionRequest ids = request("r3");
+  ids.prompt = std::vector<std::int32_t>{7, 8};
+  ASSERT_TRUE(gateway_->submit(ids, std::make_shared<Recorder>()).ok());
+  EXPECT_EQ(std::get<std::vector<std::int32_t>>(fake.wait_sub(3).request.prompt), (std::vector<std::int32_t>{7, 8}));
+  CompletionRequest bad = request("r4");
+  bad.chat = ChatPrompt{{ChatMessage{"user", "yo"}}, "no-such-format"};
+  auto refused = gateway_->submit(bad, std::make_shared<Recorder>());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(fake.submissions(), 3u);
+  for (std::size_t i = 1; i <= 3; ++i) fake.wait_sub(i).sink->push(FinishedEvent{"stop", {1, 0}, {}, 0});
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
+}
+
 }  // namespace
 }  // namespace vg::gateway
+

@@ -9,6 +9,7 @@
 
 #include "common/utf8.hpp"
 #include "tokenizer/load_tokenizer.hpp"
+#include "tokenizer/prompt_encoder.hpp"
 
 namespace vg {
 namespace {
@@ -150,6 +151,59 @@ TEST_F(Folder, MalformedFilesAreErrors) {
   tok = load_tokenizer(dir_);
   ASSERT_FALSE(tok.ok());
   EXPECT_NE(tok.error().message.find("tokenizer.model"), std::string::npos);
+}
+
+TEST_F(Folder, ChooseTokenizerFallsBackToBytesForTheByteVocabularyElseToIds) {
+  auto bytes = choose_tokenizer(dir_, VocabularyFacts{"gpt2", 257, 256});
+  ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+  EXPECT_EQ((*bytes)->encode("ab"), (std::vector<std::int32_t>{'a', 'b'}));
+  auto ids = choose_tokenizer(dir_, VocabularyFacts{"llama", 300, 2});
+  ASSERT_TRUE(ids.ok());
+  EXPECT_FALSE((*ids)->encodes_text());
+  write("tokenizer.json", metaspace_json());
+  auto small = choose_tokenizer(dir_, VocabularyFacts{"llama", 100, 2});  // 264 tokens do not fit 100
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.error().message.find("more than the model's vocab_size 100"), std::string::npos);
+}
+
+TEST_F(Folder, PromptEncoderPutsTheTokenizersBosBeforeTextButNotBeforeAChat) {
+  write("tokenizer.json", metaspace_json());
+  write("tokenizer_config.json", R"({"chat_template": "{{ '<|user|>' }}{{ '<|assistant|>' }}{{ eos_token }}", "eos_token": "</s>"})");
+  auto enc = PromptEncoder::load(dir_, VocabularyFacts{"llama", 300, 2}, "", "m");
+  ASSERT_TRUE(enc.ok()) << enc.error().message;
+  EXPECT_EQ(enc->chat_format(), ChatFormat::kZephyr);  // recognised from tokenizer_config.json
+  auto text = enc->encode_text("hi hi");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->ids, (std::vector<std::int32_t>{1, 263, 263}));  // <s> first, as the tokenizer asks
+  EXPECT_TRUE(text->stop.empty());
+  const ChatMessage hi{"user", "hi"};
+  auto chat = enc->encode_chat(std::span(&hi, 1), "");
+  ASSERT_TRUE(chat.ok()) << chat.error().message;
+  Result<std::string> rendered = render_chat(ChatFormat::kZephyr, std::span(&hi, 1), ChatTokens{"", "</s>"});
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(chat->ids, enc->tokenizer().encode(*rendered));  // the template's own text, no BOS added
+  EXPECT_EQ(chat->stop, "</s>");
+  // A request's chat_template wins; --chat-template (the load argument) wins over the model's.
+  auto chatml = enc->encode_chat(std::span(&hi, 1), "chatml");
+  ASSERT_TRUE(chatml.ok());
+  EXPECT_EQ(chatml->stop, "<|im_end|>");
+  auto configured = PromptEncoder::load(dir_, VocabularyFacts{"llama", 300, 2}, "llama-3", "m");
+  ASSERT_TRUE(configured.ok());
+  EXPECT_EQ(configured->chat_format(), ChatFormat::kLlama3);
+}
+
+TEST_F(Folder, PromptEncoderErrorsNameTheModel) {
+  auto ids_only = PromptEncoder::load(dir_, VocabularyFacts{"llama", 300, 2}, "", "ids-model");
+  ASSERT_TRUE(ids_only.ok());
+  auto text = ids_only->encode_text("hi");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(text.error().message.find("model 'ids-model' has no tokenizer"), std::string::npos);
+  const ChatMessage hi{"user", "hi"};
+  auto chat = ids_only->encode_chat(std::span(&hi, 1), "");  // no chat format known, none requested
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(chat.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(chat.error().message.find("ids-model"), std::string::npos);
 }
 
 }  // namespace
