@@ -17,9 +17,9 @@
 #include "admission/admission_controller.hpp"
 #include "admission/memory_profile.hpp"
 #include "admission/oom_governor.hpp"
+#include "api/events.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
-#include "engine/events.hpp"
 #include "model/sampler.hpp"
 
 namespace vg {

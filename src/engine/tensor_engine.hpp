@@ -30,6 +30,7 @@
 #include "admission/admission_controller.hpp"
 #include "admission/oom_governor.hpp"
 #include "admission/tensor_cost.hpp"
+#include "api/types.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/priority.hpp"
@@ -52,31 +53,6 @@ struct TensorRequest {
   std::vector<HostTensor> inputs;
   std::optional<TimePoint> deadline;  ///< total limit (-> kTimeout), queued or granted
   Priority priority = Priority::kNormal;
-};
-
-/// A request's outputs, in the declared order, and where its time went.
-struct TensorResult {
-  std::vector<HostTensor> outputs;  ///< cropped back to the request's own sizes when padded
-  int batch_requests = 1;   ///< requests in the forward pass that computed it
-  /// That pass's first input shape (rows summed, paddable dimensions padded).
-  std::vector<std::int64_t> batch_shape;
-  /// That pass's cost: tensor_cost over its (padded) input elements, bytes.
-  std::int64_t batch_cost_bytes = 0;
-  double queue_ms = 0;      ///< enqueue -> grant
-  double compute_ms = 0;    ///< grant -> outputs (batching delay included)
-};
-
-/// Called exactly once per accepted request with its result or error
-/// (kTimeout, kOverloaded + retry_after_s, kOutOfMemory under policy none,
-/// kCancelled); on the engine thread or the cancelling thread. Must not block.
-using TensorDone = std::function<void(Result<TensorResult>)>;
-
-/// The submitter's handle: cancel() is thread-safe and idempotent (a queued
-/// request is dropped at once, a granted one before its forward pass).
-class TensorHandle {
- public:
-  virtual ~TensorHandle() = default;
-  virtual void cancel() = 0;
 };
 
 struct TensorEngineStats {

@@ -37,8 +37,8 @@
 
 #include <boost/json.hpp>
 
+#include "api/service.hpp"
 #include "common/clock.hpp"
-#include "server/service.hpp"
 #include "tokenizer/prompt_encoder.hpp"
 #include "wire/codec.hpp"
 

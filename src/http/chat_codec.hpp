@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
+#include "api/events.hpp"
+#include "api/types.hpp"
 #include "common/error.hpp"
-#include "engine/events.hpp"
-#include "server/api.hpp"
 
 namespace vg {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/events.hpp"
+#include "api/events.hpp"
 
 namespace vg::httpd {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "api/service.hpp"
 #include "common/error.hpp"
-#include "server/service.hpp"
 #include "traffic/traffic_options.hpp"
 
 namespace vg {

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "api/events.hpp"
+#include "api/types.hpp"
 #include "common/error.hpp"
-#include "engine/events.hpp"
-#include "server/api.hpp"
 
 namespace vg {
 

@@ -10,8 +10,8 @@
 
 #include <boost/json.hpp>
 
+#include "api/events.hpp"
 #include "common/error.hpp"
-#include "engine/events.hpp"
 
 namespace vg::json_fields {
 

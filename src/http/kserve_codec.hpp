@@ -12,9 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "api/types.hpp"
 #include "common/error.hpp"
-#include "engine/tensor_engine.hpp"
-#include "server/api.hpp"
 
 namespace vg::httpd {
 

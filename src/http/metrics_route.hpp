@@ -5,8 +5,8 @@
 
 #include <string>
 
+#include "api/service.hpp"
 #include "metrics/server_metrics.hpp"
-#include "server/service.hpp"
 
 namespace vg::httpd {
 

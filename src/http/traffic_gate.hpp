@@ -17,10 +17,10 @@
 #include <string>
 #include <string_view>
 
+#include "api/service.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/priority.hpp"
-#include "server/service.hpp"
 #include "traffic/idempotency.hpp"
 #include "traffic/rate_limiter.hpp"
 #include "traffic/traffic_options.hpp"

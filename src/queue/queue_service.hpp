@@ -47,11 +47,11 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "api/service.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "queue/redis_client.hpp"
 #include "queue/shared_queue.hpp"
-#include "server/service.hpp"
 
 namespace vg {
 namespace metrics {

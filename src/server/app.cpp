@@ -555,6 +555,10 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   so.load_s = std::chrono::duration<double>(Clock::now() - began).count();
   so.started_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - so.load_s;
   so.crash_on_prompt = config.test_crash_on_prompt;
+  if (!so.crash_on_prompt.empty()) {
+    InferenceService* svc = service->get();
+    so.prompt_text = [svc](const CompletionRequest& r) { return svc->prompt_text(r); };
+  }
   so.metrics = &metrics;
   auto server = wire::EngineServer::start(so, **service);
   if (!server.ok()) {

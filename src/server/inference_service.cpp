@@ -297,6 +297,13 @@ Result<InferenceService::ModelEntry*> InferenceService::find_model(const std::st
   return Error(ErrorCode::kModelNotFound, "model '" + name + "' not found; available: " + names);
 }
 
+std::string InferenceService::prompt_text(const CompletionRequest& request) const {
+  if (const auto* text = std::get_if<std::string>(&request.prompt)) return *text;
+  auto found = find_model(request.model);
+  if (!found.ok() || !(*found)->model) return {};
+  return (*found)->model->tokenizer().decode(std::get<std::vector<std::int32_t>>(request.prompt));
+}
+
 Result<Submission> InferenceService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
   auto found = find_model(request.model);
   if (!found.ok()) return std::move(found).error();

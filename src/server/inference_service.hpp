@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "api/service.hpp"
 #include "common/clock.hpp"
 #include "config/config.hpp"
-#include "server/service.hpp"
 
 namespace vg {
 
@@ -42,6 +42,10 @@ class InferenceService final : public Service {
   ~InferenceService() override;
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;
+  /// The text of a prompt sent as token ids (a gateway encodes prompts),
+  /// decoded with its model's tokenizer; a text prompt as it is; empty for
+  /// an unknown model or a chat. For the --test-crash-on-prompt hook. Any thread.
+  std::string prompt_text(const CompletionRequest& request) const;
   std::vector<ModelInfo> models() const override;
   bool healthy(std::string* reason) const override;
   bool ready() const override;

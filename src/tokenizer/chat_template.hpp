@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/chat.hpp"
 #include "common/error.hpp"
 
 namespace vg {
@@ -20,12 +21,6 @@ enum class ChatFormat {
   kLlama2,  ///< "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>" (Llama-2-chat)
   kLlama3,  ///< "<|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>"
   kZephyr,  ///< "<|system|>\ncontent</s>\n<|user|>\n...</s>\n<|assistant|>\n" (Zephyr, TinyLlama-Chat)
-};
-
-/// One message: role is "system", "user" or "assistant".
-struct ChatMessage {
-  std::string role;
-  std::string content;
 };
 
 /// The BOS/EOS texts a template writes (tokenizer_config.json bos_token,

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/events.hpp"
+#include "api/events.hpp"
 
 namespace vg::traffic {
 

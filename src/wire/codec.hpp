@@ -1,5 +1,5 @@
 // JSON codecs of the engine wire protocol for the service types of
-// server/api.hpp and engine/events.hpp (a gateway and an engine process
+// api/types.hpp and api/events.hpp (a gateway and an engine process
 // exchange these). Decoding is as strict as the HTTP decoder: every field
 // type-checked and range-checked, sizes bounded, so a broken or hostile peer
 // gets an error value and can neither crash the receiver nor make it
@@ -12,10 +12,10 @@
 
 #include <boost/json.hpp>
 
+#include "api/events.hpp"
+#include "api/service.hpp"
+#include "api/types.hpp"
 #include "common/error.hpp"
-#include "engine/events.hpp"
-#include "server/api.hpp"
-#include "server/service.hpp"
 
 namespace vg::wire {
 

@@ -302,7 +302,10 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
       req->resume_tokens = std::move(resume->tokens);
       req->resume_prompt_sent = resume->prompt_sent;
     }
-    const bool poison = contains_text(*req, options_.crash_on_prompt);
+    const bool poison = !options_.crash_on_prompt.empty() &&
+                        (contains_text(*req, options_.crash_on_prompt) ||
+                         (options_.prompt_text && options_.prompt_text(*req).find(options_.crash_on_prompt) !=
+                                                      std::string::npos));
     {
       std::lock_guard lk(conn->mu);
       if (conn->closed) return;

@@ -10,19 +10,20 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <optional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <boost/json.hpp>
 
+#include "api/service.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
-#include "server/service.hpp"
 
 namespace vg {
 namespace metrics {
@@ -48,6 +49,9 @@ class EngineServer {
     /// Test hook: abort the process when a request whose prompt (or a chat
     /// message) contains this text starts running. Empty: off.
     std::string crash_on_prompt;
+    /// With crash_on_prompt: the text of a request's prompt (a gateway sends
+    /// token ids); unset: only a prompt sent as text is matched.
+    std::function<std::string(const CompletionRequest&)> prompt_text;
     /// Engine-recorded metrics sent to gateways (histograms, generated tokens); null: none.
     metrics::ServerMetrics* metrics = nullptr;
   };

@@ -22,7 +22,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "server/service.hpp"
+#include "api/service.hpp"
 
 namespace vg::test {
 

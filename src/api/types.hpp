@@ -1,20 +1,22 @@
-// Plain request/response structs between the HTTP layer and the service.
-// src/http decodes JSON into these and encodes these into JSON; nothing here
-// knows about JSON or Beast.
+// The API boundary's plain request/response structs, between the HTTP layer
+// and a Service (api/service.hpp). src/http decodes JSON into these and
+// encodes these into JSON, src/wire carries them between a gateway and an
+// engine process; nothing here knows about JSON, Beast or libtorch.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include "admission/retry_booking.hpp"
 #include "admission/tensor_cost.hpp"
+#include "api/chat.hpp"
+#include "api/retry.hpp"
+#include "api/sampling.hpp"
 #include "common/priority.hpp"
 #include "model/tensor_spec.hpp"
-#include "model/sampler.hpp"
-#include "tokenizer/chat_template.hpp"
 
 namespace vg {
 
@@ -85,6 +87,31 @@ struct TensorInferRequest {
   bool all_outputs_binary = false;
   std::optional<double> timeout_s;  ///< vramgate parameter "timeout" (seconds)
   std::optional<Priority> priority;
+};
+
+/// A request's outputs, in the declared order, and where its time went.
+struct TensorResult {
+  std::vector<HostTensor> outputs;  ///< cropped back to the request's own sizes when padded
+  int batch_requests = 1;   ///< requests in the forward pass that computed it
+  /// That pass's first input shape (rows summed, paddable dimensions padded).
+  std::vector<std::int64_t> batch_shape;
+  /// That pass's cost: tensor_cost over its (padded) input elements, bytes.
+  std::int64_t batch_cost_bytes = 0;
+  double queue_ms = 0;      ///< enqueue -> grant
+  double compute_ms = 0;    ///< grant -> outputs (batching delay included)
+};
+
+/// Called exactly once per accepted request with its result or error
+/// (kTimeout, kOverloaded + retry_after_s, kOutOfMemory under policy none,
+/// kCancelled); on the engine thread or the cancelling thread. Must not block.
+using TensorDone = std::function<void(Result<TensorResult>)>;
+
+/// The submitter's handle: cancel() is thread-safe and idempotent (a queued
+/// request is dropped at once, a granted one before its forward pass).
+class TensorHandle {
+ public:
+  virtual ~TensorHandle() = default;
+  virtual void cancel() = 0;
 };
 
 /// What GET /v2/models/{name} shows for a TorchScript model.

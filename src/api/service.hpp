@@ -1,6 +1,9 @@
 // The interface the HTTP layer calls: submit a completion, list models,
-// report health/readiness. Implemented by server/inference_service; faked in
-// HTTP unit tests. All methods are thread-safe and never block on compute.
+// report health/readiness. Implemented in one process by
+// server/inference_service (the engines), across processes by
+// gateway/remote_service (engine processes over their sockets) and by
+// queue/queue_service (Redis); faked in HTTP unit tests. All methods are
+// thread-safe and never block on compute.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "api/events.hpp"
+#include "api/types.hpp"
 #include "common/error.hpp"
-#include "engine/events.hpp"
-#include "engine/tensor_engine.hpp"
-#include "server/api.hpp"
 
 namespace vg {
 
