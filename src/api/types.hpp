@@ -15,6 +15,7 @@
 #include "api/chat.hpp"
 #include "api/retry.hpp"
 #include "api/sampling.hpp"
+#include "common/error.hpp"
 #include "common/priority.hpp"
 #include "model/tensor_spec.hpp"
 

@@ -102,4 +102,12 @@ Error exceeds_device_memory(std::int64_t needed_bytes, std::int64_t budget_bytes
   return e;
 }
 
+Error exceeds_context_length(std::int64_t prompt_tokens, std::int64_t max_tokens, const std::string& model,
+                             std::int64_t context_length) {
+  return Error(ErrorCode::kInvalidRequest,
+               "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_tokens (" + std::to_string(max_tokens) +
+                   ") = " + std::to_string(prompt_tokens + max_tokens) + " exceeds the context length of model '" +
+                   model + "' (" + std::to_string(context_length) + " tokens)");
+}
+
 }  // namespace vg

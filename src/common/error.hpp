@@ -71,6 +71,11 @@ struct Error {
 /// `several`: that budget is the largest of several devices.
 Error exceeds_device_memory(std::int64_t needed_bytes, std::int64_t budget_bytes, bool several);
 
+/// kInvalidRequest (400): a prompt of `prompt_tokens` tokens plus
+/// `max_tokens` does not fit the context length of `model` (tokens).
+Error exceeds_context_length(std::int64_t prompt_tokens, std::int64_t max_tokens, const std::string& model,
+                             std::int64_t context_length);
+
 /// A retry wait in whole milliseconds, rounded up (retry-after-ms), clamped
 /// to [1, 86400000]; NaN gives 1.
 std::int64_t retry_after_ms(double seconds);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -495,7 +496,6 @@ bool RemoteService::try_connect(Slot& s) {
       models.push_back(std::move(info).value());
     }
   }
-  learn_prompts(models);
   std::vector<TensorModelInfo> tensor_models;
   if (const json::value* m = reply->if_contains("tensor_models"); m && m->is_array()) {
     for (const json::value& v : m->as_array()) {
@@ -548,6 +548,15 @@ bool RemoteService::try_connect(Slot& s) {
     if (pid > 0 && pid != ::getpid()) ::kill(static_cast<pid_t>(pid), SIGTERM);
     return fail(fmt::format("runs other settings (pid {}); stopping it and starting one with these", pid));
   }
+  // Its models' prompt encoders, before it serves here: its first requests
+  // are encoded by this gateway too. Off the lock (`connecting` keeps the slot).
+  lk.unlock();
+  learn_prompts(models);
+  lk.lock();
+  if (stopping_) {
+    ::close(*fd);
+    return true;
+  }
   auto channel = Channel::adopt(*fd);
   const std::uint64_t epoch = ++s.epoch;
   const TimePoint now = Clock::now();
@@ -562,7 +571,7 @@ bool RemoteService::try_connect(Slot& s) {
   ++open_channels_;
   s.connect_error.clear();
   if (engine_started_at > 0) s.started_at = engine_started_at;
-  s.models = std::move(models);
+  s.models = models;
   s.tensor_models = std::move(tensor_models);
   s.devices = std::move(devices);
   s.learn(std::move(admission));
@@ -1259,48 +1268,76 @@ void RemoteService::learn_prompts(const std::vector<ModelInfo>& models) {
     if (m.family == "torchscript" || m.dir.empty() || m.vocab_size <= 0) continue;
     {
       std::lock_guard lk(mu_);
-      if (default_model_.empty()) default_model_ = m.id;
-      if (encoders_.contains(m.id)) continue;
+      auto it = encoders_.find(m.id);
+      if (it != encoders_.end() && it->second.dir == m.dir && it->second.vocab_size == m.vocab_size &&
+          it->second.eos_token_id == m.eos_token_id) {
+        it->second.context_length = m.context_length;
+        continue;
+      }
     }
-    // Read off the lock: a large tokenizer.json takes a while to parse.
-    Result<PromptEncoder> loaded =
-        PromptEncoder::load(m.dir, VocabularyFacts{m.family, m.vocab_size, m.eos_token_id}, options_.chat_template, m.id);
-    std::shared_ptr<const PromptEncoder> encoder;
-    if (loaded.ok()) {
-      encoder = std::make_shared<const PromptEncoder>(std::move(loaded).value());
-      const std::optional<ChatFormat> format = encoder->chat_format();
-      spdlog::info("gateway: encodes the prompts of model '{}' (tokenizer of {}, chat format {})", m.id, m.dir,
-                   format ? std::string(chat_format_name(*format)) : std::string("none"));
-    } else {
-      spdlog::warn("gateway: cannot read the tokenizer of model '{}' ({}); its engines encode its prompts", m.id,
-                   loaded.error().message);
+    // A folder this process cannot see (another mount namespace, no access)
+    // would look like one without tokenizer files: require its config.json.
+    Result<PromptEncoder> loaded = Error(ErrorCode::kModelLoad, "cannot open " + m.dir + "/config.json");
+    if (std::ifstream(std::filesystem::path(m.dir) / "config.json").good()) {
+      loaded = PromptEncoder::load(m.dir, VocabularyFacts{m.family, m.vocab_size, m.eos_token_id},
+                                   options_.chat_template, m.id);
     }
     std::lock_guard lk(mu_);
-    encoders_.emplace(m.id, std::move(encoder));
+    if (!loaded.ok()) {
+      spdlog::warn("gateway: cannot read the tokenizer of model '{}' ({}); its engines encode its prompts", m.id,
+                   loaded.error().message);
+      encoders_.erase(m.id);
+      continue;
+    }
+    const std::optional<ChatFormat> format = loaded->chat_format();
+    spdlog::info("gateway: encodes the prompts of model '{}' (tokenizer of {}, chat format {})", m.id, m.dir,
+                 format ? std::string(chat_format_name(*format)) : std::string("none"));
+    encoders_[m.id] = PromptEncoding{std::make_shared<const PromptEncoder>(std::move(loaded).value()), m.dir,
+                                     m.vocab_size, m.eos_token_id, m.context_length};
   }
 }
 
 Status RemoteService::encode_prompt(CompletionRequest& request) const {
   const std::string* text = std::get_if<std::string>(&request.prompt);
   if (!request.chat && !text) return Status::Ok();  // token ids: the engine checks them
-  std::shared_ptr<const PromptEncoder> encoder;
+  PromptEncoding encoding;
   {
     std::lock_guard lk(mu_);
-    const std::string& name = request.model.empty() ? default_model_ : request.model;
-    if (auto it = encoders_.find(name); it != encoders_.end()) encoder = it->second;
+    std::string name = request.model;
+    if (name.empty()) {
+      // The engines' default model: the first language model each names.
+      bool agree = true;
+      for (const auto& s : slots_) {
+        auto first = std::find_if(s->models.begin(), s->models.end(),
+                                  [](const ModelInfo& m) { return m.family != "torchscript"; });
+        if (first == s->models.end()) continue;
+        if (name.empty()) {
+          name = first->id;
+        } else if (name != first->id) {
+          agree = false;
+        }
+      }
+      if (!agree) return Status::Ok();
+    }
+    auto it = encoders_.find(name);
+    if (it == encoders_.end()) return Status::Ok();
+    encoding = it->second;
   }
-  if (!encoder) return Status::Ok();
-  Result<EncodedPrompt> encoded = request.chat ? encoder->encode_chat(request.chat->messages, request.chat->chat_template)
-                                               : encoder->encode_text(*text);
+  const PromptEncoder& encoder = *encoding.encoder;
+  Result<EncodedPrompt> encoded = request.chat ? encoder.encode_chat(request.chat->messages, request.chat->chat_template)
+                                               : encoder.encode_text(*text);
   if (!encoded.ok()) return std::move(encoded).error();
+  // Checked here too: the ids of a prompt that cannot run never cross the wire.
+  const auto tokens = static_cast<std::int64_t>(encoded->ids.size());
+  if (encoding.context_length > 0 && tokens + request.max_tokens > encoding.context_length) {
+    return exceeds_context_length(tokens, request.max_tokens, encoder.model(), encoding.context_length);
+  }
   request.prompt = std::move(encoded->ids);
   request.chat.reset();
   if (!encoded->stop.empty() &&
       std::find(request.stop.begin(), request.stop.end(), encoded->stop) == request.stop.end()) {
     request.stop.push_back(std::move(encoded->stop));
   }
-  // The engine runs the model whose tokenizer encoded the prompt.
-  if (request.model.empty()) request.model = encoder->model();
   return Status::Ok();
 }
 

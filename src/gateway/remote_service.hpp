@@ -136,14 +136,19 @@ class RemoteService final : public Service {
   /// their model with room for them and nothing waiting (withdraw, then
   /// placed again). Requires mu_.
   void rebalance();
-  /// Loads the prompt encoder of each language model in `models` not yet
-  /// known (an engine's hello), from the folder the engine loaded it from.
-  /// A folder the gateway cannot read leaves that model's prompts to its
-  /// engines (they encode a text prompt themselves). Without mu_.
+  /// Loads the prompt encoder of each language model in `models` (an
+  /// accepted engine's hello) from the folder the engine loaded it from,
+  /// unless one for the same folder, vocabulary and EOS id is loaded. A
+  /// folder the gateway cannot read (no config.json it can open) leaves that
+  /// model's prompts to its engines, which encode a text prompt themselves;
+  /// the next hello tries again. Without mu_ (tokenizer files are read off it).
   void learn_prompts(const std::vector<ModelInfo>& models);
   /// Encodes the text or chat prompt of `request` into token ids, with its
-  /// chat stop text, when its model's encoder is known; leaves it as it is
-  /// otherwise (the engine encodes it). Errors: the encoder's (400).
+  /// chat stop text, when its model's encoder is known (a request naming no
+  /// model: the engines' default, the first language model each names, when
+  /// they agree); leaves it as it is otherwise (the engine encodes it).
+  /// Errors (400): the encoder's, and a prompt + max_tokens over the
+  /// model's context length.
   Status encode_prompt(CompletionRequest& request) const;
   void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
   void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason);
@@ -185,11 +190,16 @@ class RemoteService final : public Service {
   bool stopping_ = false;                           // guarded by mu_
   std::optional<std::string> fatal_;                // guarded by mu_
   int open_channels_ = 0;                           // guarded by mu_: connections whose on_close has not run
-  /// guarded by mu_: model id -> its prompt encoder (null: the gateway could
-  /// not read its folder; its engines encode); the first language model an
-  /// engine named is the default (a request naming no model).
-  std::map<std::string, std::shared_ptr<const PromptEncoder>> encoders_;
-  std::string default_model_;
+  /// A model's prompt encoder and the hello facts it was loaded for.
+  struct PromptEncoding {
+    std::shared_ptr<const PromptEncoder> encoder;
+    std::string dir;
+    int vocab_size = 0;
+    int eos_token_id = -1;
+    int context_length = 0;  ///< tokens; 0: unknown (the engine checks)
+  };
+  /// guarded by mu_: model id -> its encoding; a model not here is encoded by its engines.
+  std::map<std::string, PromptEncoding> encoders_;
   std::thread monitor_;
 };
 

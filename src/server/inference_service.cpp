@@ -351,11 +351,8 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   }
   const long total = static_cast<long>(gen.prompt.size()) + request.max_tokens;
   if (total > mc.n_positions) {
-    return Error(ErrorCode::kInvalidRequest,
-                 "prompt (" + std::to_string(gen.prompt.size()) + " tokens) + max_tokens (" +
-                     std::to_string(request.max_tokens) + ") = " + std::to_string(total) +
-                     " exceeds the context length of model '" + entry->info.id + "' (" +
-                     std::to_string(mc.n_positions) + " tokens)");
+    return exceeds_context_length(static_cast<std::int64_t>(gen.prompt.size()), request.max_tokens, entry->info.id,
+                                  mc.n_positions);
   }
   if (request.n < 1 || request.n > config_.max_n) {
     return Error(ErrorCode::kInvalidRequest, "n must be between 1 and " + std::to_string(config_.max_n) +

@@ -100,6 +100,7 @@ class FakeService final : public Service {
       m.dir = model_dir;
       m.vocab_size = 257;
       m.eos_token_id = 256;
+      m.context_length = 64;
     }
     return {m};
   }
@@ -568,6 +569,7 @@ TEST_F(RemoteServiceTest, TheGatewayEncodesTextAndChatPromptsWithTheModelsTokeni
   FakeService& fake = new_fake();
   fake.model_dir = (dir_ / "model").string();
   std::filesystem::create_directories(fake.model_dir);
+  std::ofstream(fake.model_dir + "/config.json") << R"({"model_type": "gpt2", "vocab_size": 257})";
   std::ofstream(fake.model_dir + "/tokenizer_config.json")
       << R"({"chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + )"
          R"(message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"})";
@@ -585,7 +587,7 @@ TEST_F(RemoteServiceTest, TheGatewayEncodesTextAndChatPromptsWithTheModelsTokeni
   auto s1 = fake.wait_sub(1);
   ASSERT_TRUE(std::holds_alternative<std::vector<std::int32_t>>(s1.request.prompt));
   EXPECT_EQ(std::get<std::vector<std::int32_t>>(s1.request.prompt), (std::vector<std::int32_t>{'h', 'i', '!'}));
-  EXPECT_EQ(s1.request.model, "fake");  // named for the engine: the model whose tokenizer encoded it
+  EXPECT_TRUE(s1.request.model.empty());  // the engines' default, as the client asked
 
   // A chat is rendered in the model's format (ChatML, from its
   // tokenizer_config.json) and encoded; its end-of-turn text joins the stops.
@@ -612,8 +614,35 @@ TEST_F(RemoteServiceTest, TheGatewayEncodesTextAndChatPromptsWithTheModelsTokeni
   auto refused = gateway_->submit(bad, std::make_shared<Recorder>());
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, ErrorCode::kInvalidRequest);
+  // So is a prompt whose ids and max_tokens pass the context length (64).
+  CompletionRequest long_prompt = request("r5");
+  long_prompt.prompt = std::string(60, 'a');
+  long_prompt.max_tokens = 5;
+  auto too_long = gateway_->submit(long_prompt, std::make_shared<Recorder>());
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(too_long.error().message,
+            "prompt (60 tokens) + max_tokens (5) = 65 exceeds the context length of model 'fake' (64 tokens)");
   EXPECT_EQ(fake.submissions(), 3u);
   for (std::size_t i = 1; i <= 3; ++i) fake.wait_sub(i).sink->push(FinishedEvent{"stop", {1, 0}, {}, 0});
+  EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
+}
+
+TEST_F(RemoteServiceTest, AModelFolderTheGatewayCannotReadLeavesItsPromptsToTheEngine) {
+  FakeService& fake = new_fake();
+  fake.model_dir = (dir_ / "elsewhere").string();  // not on this gateway's file system
+  start_engine(fake);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  CompletionRequest chat = request("r1");
+  chat.chat = ChatPrompt{{ChatMessage{"user", "yo"}}, ""};
+  ASSERT_TRUE(gateway_->submit(chat, std::make_shared<Recorder>()).ok());
+  auto s1 = fake.wait_sub(1);
+  ASSERT_TRUE(s1.request.chat.has_value());  // sent as it came: the engine renders and encodes it
+  EXPECT_EQ(s1.request.chat->messages.at(0).content, "yo");
+  ASSERT_TRUE(gateway_->submit(request("r2"), std::make_shared<Recorder>()).ok());
+  EXPECT_EQ(std::get<std::string>(fake.wait_sub(2).request.prompt), "hello");
+  for (std::size_t i = 1; i <= 2; ++i) fake.wait_sub(i).sink->push(FinishedEvent{"stop", {1, 0}, {}, 0});
   EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
 }
 
