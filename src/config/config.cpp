@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,29 @@ Result<DeviceSpec> parse_device_spec(const std::string& spec) {
   auto bytes = parse_bytes(spec.substr(eq + 1));
   if (!bytes.ok()) return Error(ErrorCode::kConfig, bytes.error().message + " in '" + spec + "'");
   return DeviceSpec{DeviceKind::kVirtual, std::stoi(index), *bytes};
+}
+
+namespace {
+
+/// A value check() should have refused: a bug in the caller, not bad input.
+[[noreturn]] void unchecked(const char* key, const Error& e) {
+  std::fprintf(stderr, "vramgate: setting %s was used without ServeConfig::check(): %s\n", key, e.message.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+AdmissionPolicy ServeConfig::admission_policy() const {
+  Result<AdmissionPolicy> p = parse_admission_policy(admission);
+  if (!p.ok()) unchecked("admission", p.error());
+  return *p;
+}
+
+std::int64_t ServeConfig::memory_reserve_bytes() const {
+  if (memory_reserve == "0") return 0;
+  Result<std::int64_t> b = parse_bytes(memory_reserve);
+  if (!b.ok()) unchecked("memory_reserve", b.error());
+  return *b;
 }
 
 std::optional<ConfigProblem> ServeConfig::check() const {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "admission/admission_policy.hpp"
 #include "common/error.hpp"
 #include "device/device.hpp"
 
@@ -147,6 +148,15 @@ struct ServeConfig {
   std::optional<ConfigProblem> check() const;
   /// check() as a Status. Errors: kConfig naming the flag, "--max-batch: ...".
   Status validate() const;
+
+  // The typed values of settings written as text, parsed here and nowhere
+  // else. Valid once check() passes (every config from a file or the command
+  // line has); on one that does not, they end the process naming the key, a
+  // programming error rather than a user's.
+  /// `admission`: memory, fixed:N or none.
+  AdmissionPolicy admission_policy() const;
+  /// `memory_reserve` in bytes.
+  std::int64_t memory_reserve_bytes() const;
 };
 
 /// A parsed device string: `virt:N=SIZE`, `cuda:N` or `auto`.

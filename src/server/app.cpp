@@ -607,7 +607,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     (void)::gethostname(host, sizeof host - 1);
     wo.host = host;
     wo.devices = config.device;
-    if (config.admission != "none") {
+    if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
       wo.max_running = config.max_batch * static_cast<int>(std::max<std::size_t>(1, config.device.size())) *
                        static_cast<int>(std::max<std::size_t>(1, (*service)->models().size()));
     }

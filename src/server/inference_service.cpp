@@ -188,7 +188,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
   }
 
   // One admission front: every (device, model) engine draws from its queue.
-  const AdmissionPolicy policy = *parse_admission_policy(config.admission);
+  const AdmissionPolicy policy = config.admission_policy();
   const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : config.max_batch;
   AdmissionOptions ao;
   ao.policy = policy;
@@ -358,7 +358,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
     return Error(ErrorCode::kInvalidRequest, "n must be between 1 and " + std::to_string(config_.max_n) +
                                                  " (--max-n); got " + std::to_string(request.n));
   }
-  if (request.n > config_.max_batch && parse_admission_policy(config_.admission)->kind != AdmissionPolicy::Kind::kNone) {
+  if (request.n > config_.max_batch && config_.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
     return Error(ErrorCode::kInvalidRequest, "n (" + std::to_string(request.n) +
                                                  ") exceeds --max-batch (" + std::to_string(config_.max_batch) +
                                                  "): the choices of a request run together");

@@ -90,14 +90,14 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& sp
     out.models.push_back(std::move(model).value());
     out.tensor_models.push_back(nullptr);
   }
-  out.reserve_bytes = config.memory_reserve == "0" ? 0 : *parse_bytes(config.memory_reserve);
+  out.reserve_bytes = config.memory_reserve_bytes();
   const std::int64_t capacity = out.device->memory().capacity;
   out.budget_bytes =
       device_budget(capacity, config.memory_utilization, out.resident_bytes, out.workspace_bytes, out.reserve_bytes);
   spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", out.device->name(),
                format_bytes(out.budget_bytes), format_bytes(capacity), format_decimal(config.memory_utilization),
                format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes));
-  if (config.admission != "none") {
+  if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
     for (std::size_t i = 0; i < models.size(); ++i) {
       if (out.tensor_models[i]) {
         const TensorModelSpec& ts_spec = out.tensor_models[i]->spec();

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "config/config.hpp"
 #include "config/config_cli.hpp"
 #include "config/config_fields.hpp"
 #include "config/config_file.hpp"
@@ -22,6 +23,26 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string message(const Result<ServeConfig>& r) { return r.ok() ? "(ok)" : r.error().message; }
+
+TEST(ConfigTyped, TextSettingsAreParsedOnceIntoTheirTypes) {
+  ServeConfig c;
+  EXPECT_EQ(c.admission_policy().kind, AdmissionPolicy::Kind::kMemory);
+  EXPECT_EQ(c.memory_reserve_bytes(), 0);
+  c.admission = "fixed:3";
+  c.memory_reserve = "64MiB";
+  ASSERT_FALSE(c.check().has_value());
+  EXPECT_EQ(c.admission_policy(), (AdmissionPolicy{AdmissionPolicy::Kind::kFixed, 3}));
+  EXPECT_EQ(c.memory_reserve_bytes(), std::int64_t{64} << 20);
+  c.admission = "none";
+  EXPECT_EQ(c.admission_policy().kind, AdmissionPolicy::Kind::kNone);
+}
+
+TEST(ConfigTypedDeathTest, AValueCheckWouldRefuseEndsTheProcessNamingTheKey) {
+  ServeConfig c;
+  c.admission = "fixed:0";
+  ASSERT_TRUE(c.check().has_value());
+  EXPECT_DEATH((void)c.admission_policy(), "setting admission was used without ServeConfig::check");
+}
 
 TEST(ConfigFile, GoodFileSetsFieldsAndKeepsDefaults) {
   auto c = parse_config_toml(R"(
