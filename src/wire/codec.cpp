@@ -3,6 +3,7 @@
 #include "wire/codec.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -390,21 +391,35 @@ Timings decode_timings(const json::object& o) {
   const json::object& t = as_object(*v, "\"timings\"");
   return Timings{duration(t, "queue_ms"), duration(t, "prefill_ms"), duration(t, "decode_ms")};
 }
+// A logprob travels as the shortest decimal string that reads back to the
+// same double (std::to_chars / std::from_chars): Boost.JSON 1.81 parses
+// numbers to within an ulp, not exactly, and a client must see the same
+// logprobs from an engine process as from one process.
+json::string exact_logprob(double d) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, std::isnan(d) ? -std::numeric_limits<double>::infinity() : d);
+  return json::string(std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
+}
 json::array encode_logprobs(const std::vector<TokenLogprobs>& v) {
   json::array a;
   for (const TokenLogprobs& t : v) {
     json::array top;
-    for (const auto& [tok, lp] : t.top) top.push_back(json::array{json::string(tok), lp});
+    for (const auto& [tok, lp] : t.top) top.push_back(json::array{json::string(tok), exact_logprob(lp)});
     json::object e{{"token", t.token}, {"top", std::move(top)}};
-    if (t.logprob) e["logprob"] = std::isfinite(*t.logprob) ? *t.logprob : -1e300;
+    if (t.logprob) e["logprob"] = exact_logprob(*t.logprob);
     a.push_back(std::move(e));
   }
   return a;
 }
 double logprob_value(const json::value& x) {
-  const double d = x.is_double() ? x.as_double() : x.is_int64() ? static_cast<double>(x.as_int64()) : NAN;
-  if (!(d <= 0)) fail("a logprob must be a number <= 0");
-  return d <= -1e300 ? -std::numeric_limits<double>::infinity() : d;
+  double d = NAN;
+  if (x.is_string()) {
+    const std::string_view s = x.get_string();
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) d = NAN;
+  }
+  if (!(d <= 0)) fail("a logprob must be a decimal string of a number <= 0");
+  return d;
 }
 std::vector<TokenLogprobs> decode_logprobs(const json::object& o, const char* key) {
   std::vector<TokenLogprobs> out;

@@ -30,7 +30,7 @@
 
 namespace vg::wire {
 
-inline constexpr std::int64_t kProtocolVersion = 2;  // 2: hello carries admission; withdraw
+inline constexpr std::int64_t kProtocolVersion = 3;  // 2: hello carries admission; withdraw. 3: exact logprobs
 
 /// The largest frame payload either side sends or accepts (bytes). Tensor
 /// data travels as base64 (4 bytes per 3), so one tensor request or result

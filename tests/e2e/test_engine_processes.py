@@ -252,6 +252,25 @@ def test_the_gateway_renders_chats_and_tokenizes_prompts(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
 
+
+def test_logprobs_from_an_engine_process_equal_those_of_one_process():
+    # Bit for bit: a logprob crosses the engine socket as an exact decimal.
+    body = {"prompt": "Hello there", "max_tokens": 12, "logprobs": 3, "echo": True, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "logprobs": True,
+            "top_logprobs": 2, "temperature": 0}
+    answers = []
+    for args in ((), ("--in-process",)):
+        s = Server(*args)
+        try:
+            r = s.post("/v1/completions", body)
+            c = s.post("/v1/chat/completions", chat)
+            assert r.status_code == 200 and c.status_code == 200, (r.text, c.text)
+            answers.append((r.json()["choices"], c.json()["choices"]))
+        finally:
+            assert s.stop() == 0
+    assert answers[0][0][0]["logprobs"]["token_logprobs"][1] is not None
+    assert answers[0] == answers[1]
+
 def test_poison_request_ends_engine_crashed_and_others_complete():
     s = Server("--test-crash-on-prompt", "POISON", "--max-crash-retries", "2", "--test-step-delay-ms", "10")
     try:
@@ -363,7 +382,7 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
         assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(sock_path + ".secret").st_mode) == 0o600
-        cases = [frame({"t": "hello", "v": 2, "secret": "wrong"}),
+        cases = [frame({"t": "hello", "v": 3, "secret": "wrong"}),
                  frame({"t": "hello", "v": 99, "secret": open(sock_path + ".secret").read()}),
                  frame({"t": "submit", "rid": 1}),
                  struct.pack(">I", 1 << 30),     # oversized
@@ -388,7 +407,7 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.settimeout(10)
         c.connect(sock_path)
-        c.sendall(frame({"t": "hello", "v": 2, "secret": open(sock_path + ".secret").read()}))
+        c.sendall(frame({"t": "hello", "v": 3, "secret": open(sock_path + ".secret").read()}))
         assert read_frame(c)["t"] == "hello"
         c.sendall(frame({"t": "submit", "rid": 7, "request": {"prompt": "x", "max_tokens": -5}}))
         while True:

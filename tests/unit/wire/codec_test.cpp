@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <string>
 
 namespace vg::wire {
 namespace {
@@ -81,6 +85,39 @@ TEST(Codec, RefusesOutOfRangeFields) {
   hot["sampling"] = json::object{{"temperature", 1e300}};
   EXPECT_FALSE(decode_completion_request(json::value(hot)).ok());
   EXPECT_FALSE(decode_completion_request(json::value("not an object")).ok());
+}
+
+TEST(Codec, LogprobsCrossTheWireBitForBit) {
+  // Through serialize and parse, as in a frame: every double comes back
+  // exactly (a JSON number parsed by Boost.JSON 1.81 may be an ulp off).
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> value(-30.0, 0.0);
+  TextEvent t;
+  t.text = "x";
+  for (int i = 0; i < 2000; ++i) {
+    const double lp = i == 0 ? -1.5938860570075555 : value(rng);
+    t.logprobs.push_back(TokenLogprobs{"x", lp, {{"x", lp}, {"y", std::nextafter(lp, -100.0)}}});
+  }
+  const std::string wire_text = json::serialize(encode(EngineEvent(t)));
+  auto back = decode_event(json::parse(wire_text));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  const auto& bt = std::get<TextEvent>(*back);
+  ASSERT_EQ(bt.logprobs.size(), t.logprobs.size());
+  for (std::size_t i = 0; i < t.logprobs.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint64_t>(*bt.logprobs[i].logprob), std::bit_cast<std::uint64_t>(*t.logprobs[i].logprob))
+        << i;
+    ASSERT_EQ(std::bit_cast<std::uint64_t>(bt.logprobs[i].top[1].second),
+              std::bit_cast<std::uint64_t>(t.logprobs[i].top[1].second))
+        << i;
+  }
+  // Anything but a decimal string of a number <= 0 is refused.
+  for (const char* bad : {"0.5", "nan", "-1x", ""}) {
+    TextEvent one;
+    one.logprobs = {TokenLogprobs{"x", -1.0, {}}};
+    json::object o = encode(EngineEvent(one));
+    o["logprobs"].as_array()[0].as_object()["logprob"] = bad;
+    EXPECT_FALSE(decode_event(json::value(o)).ok()) << bad;
+  }
 }
 
 TEST(Codec, EventsRoundTripWithTokenIdsAndLogprobs) {
