@@ -1266,11 +1266,11 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
 void RemoteService::learn_prompts(const std::vector<ModelInfo>& models) {
   for (const ModelInfo& m : models) {
     if (m.family == "torchscript" || m.dir.empty() || m.vocab_size <= 0) continue;
+    const VocabularyFacts facts{m.family, m.vocab_size, m.eos_token_id};
     {
       std::lock_guard lk(mu_);
       auto it = encoders_.find(m.id);
-      if (it != encoders_.end() && it->second.dir == m.dir && it->second.vocab_size == m.vocab_size &&
-          it->second.eos_token_id == m.eos_token_id) {
+      if (it != encoders_.end() && it->second.dir == m.dir && it->second.facts == facts) {
         it->second.context_length = m.context_length;
         continue;
       }
@@ -1279,8 +1279,7 @@ void RemoteService::learn_prompts(const std::vector<ModelInfo>& models) {
     // would look like one without tokenizer files: require its config.json.
     Result<PromptEncoder> loaded = Error(ErrorCode::kModelLoad, "cannot open " + m.dir + "/config.json");
     if (std::ifstream(std::filesystem::path(m.dir) / "config.json").good()) {
-      loaded = PromptEncoder::load(m.dir, VocabularyFacts{m.family, m.vocab_size, m.eos_token_id},
-                                   options_.chat_template, m.id);
+      loaded = PromptEncoder::load(m.dir, facts, options_.chat_template, m.id);
     }
     std::lock_guard lk(mu_);
     if (!loaded.ok()) {
@@ -1289,11 +1288,10 @@ void RemoteService::learn_prompts(const std::vector<ModelInfo>& models) {
       encoders_.erase(m.id);
       continue;
     }
-    const std::optional<ChatFormat> format = loaded->chat_format();
     spdlog::info("gateway: encodes the prompts of model '{}' (tokenizer of {}, chat format {})", m.id, m.dir,
-                 format ? std::string(chat_format_name(*format)) : std::string("none"));
-    encoders_[m.id] = PromptEncoding{std::make_shared<const PromptEncoder>(std::move(loaded).value()), m.dir,
-                                     m.vocab_size, m.eos_token_id, m.context_length};
+                 loaded->chat_format_description());
+    encoders_[m.id] =
+        PromptEncoding{std::make_shared<const PromptEncoder>(std::move(loaded).value()), m.dir, facts, m.context_length};
   }
 }
 

@@ -194,8 +194,7 @@ class RemoteService final : public Service {
   struct PromptEncoding {
     std::shared_ptr<const PromptEncoder> encoder;
     std::string dir;
-    int vocab_size = 0;
-    int eos_token_id = -1;
+    VocabularyFacts facts;
     int context_length = 0;  ///< tokens; 0: unknown (the engine checks)
   };
   /// guarded by mu_: model id -> its encoding; a model not here is encoded by its engines.

@@ -18,7 +18,8 @@ Result<std::unique_ptr<Model>> Model::load(const Options& options) {
   if (!config.ok()) return std::move(config).error();
   config->dtype = options.dtype;
   config->host_decode_kernel = options.host_decode_kernel;
-  Result<std::unique_ptr<Tokenizer>> tokenizer = choose_tokenizer(options.dir, VocabularyFacts{config->family, config->vocab_size, config->eos_token_id});
+  Result<std::unique_ptr<Tokenizer>> tokenizer =
+      choose_tokenizer(options.dir, VocabularyFacts{config->family, config->vocab_size, config->eos_token_id});
   if (!tokenizer.ok()) return std::move(tokenizer).error();
   Result<Checkpoint> checkpoint = Checkpoint::open(options.dir);
   if (!checkpoint.ok()) return std::move(checkpoint).error();

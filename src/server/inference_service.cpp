@@ -23,7 +23,6 @@
 #include "model/torchscript_model.hpp"
 #include "server/inference_service_entries.hpp"
 #include "server/model_setup.hpp"
-#include "tokenizer/chat_template.hpp"
 
 namespace vg {
 
@@ -136,20 +135,13 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       continue;
     }
     entry->model = first.models[m].get();
-    Result<ChatTemplateFile> chat_file = read_chat_template(source.dir.string());
-    if (!chat_file.ok()) return std::move(chat_file).error();
-    const std::optional<ChatFormat> chat_format = config.chat_template.empty()
-                                                      ? detect_chat_format(chat_file->jinja)
-                                                      : parse_chat_format(config.chat_template);
     // The model owns its tokenizer and outlives the entry: the encoder shares it without owning it.
-    entry->prompts.emplace(std::shared_ptr<const Tokenizer>(std::shared_ptr<void>(), &entry->model->tokenizer()),
-                           chat_format, chat_file->tokens, source.id);
-    if (chat_format) {
-      spdlog::info("chat format of '{}': {}", source.id, chat_format_name(*chat_format));
-    } else {
-      spdlog::info("chat format of '{}': none known (/v1/chat/completions needs a request chat_template){}", source.id,
-                   chat_file->jinja.empty() ? "" : "; the model's chat_template is not one of chatml, llama-2, llama-3, zephyr");
-    }
+    Result<PromptEncoder> prompts = PromptEncoder::load(
+        std::shared_ptr<const Tokenizer>(std::shared_ptr<void>(), &entry->model->tokenizer()), source.dir,
+        config.chat_template, source.id);
+    if (!prompts.ok()) return std::move(prompts).error();
+    entry->prompts.emplace(std::move(prompts).value());
+    spdlog::info("chat format of '{}': {}", source.id, entry->prompts->chat_format_description());
     const ModelConfig& mc = entry->model->config();
     const MemoryProfile& profile = first.profiles[m];
     ModelInfo& info = entry->info;

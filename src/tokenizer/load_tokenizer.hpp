@@ -29,6 +29,8 @@ struct VocabularyFacts {
   std::string family;     ///< config.json model_type ("gpt2", "llama")
   int vocab_size = 0;     ///< tokens the model's embedding has
   int eos_token_id = -1;  ///< -1: none
+
+  friend bool operator==(const VocabularyFacts&, const VocabularyFacts&) = default;
 };
 
 /// The tokenizer for the model in `dir`: the folder's tokenizer files

@@ -16,12 +16,24 @@ Result<PromptEncoder> PromptEncoder::load(const std::filesystem::path& dir, cons
                                           std::string_view chat_template, std::string model) {
   Result<std::unique_ptr<Tokenizer>> tokenizer = choose_tokenizer(dir, facts);
   if (!tokenizer.ok()) return std::move(tokenizer).error();
+  return load(std::shared_ptr<const Tokenizer>(std::move(tokenizer).value()), dir, chat_template, std::move(model));
+}
+
+Result<PromptEncoder> PromptEncoder::load(std::shared_ptr<const Tokenizer> tokenizer, const std::filesystem::path& dir,
+                                          std::string_view chat_template, std::string model) {
   Result<ChatTemplateFile> chat_file = read_chat_template(dir);
   if (!chat_file.ok()) return std::move(chat_file).error();
   const std::optional<ChatFormat> format =
       chat_template.empty() ? detect_chat_format(chat_file->jinja) : parse_chat_format(chat_template);
-  return PromptEncoder(std::shared_ptr<const Tokenizer>(std::move(tokenizer).value()), format, chat_file->tokens,
-                       std::move(model));
+  PromptEncoder out(std::move(tokenizer), format, chat_file->tokens, std::move(model));
+  out.unknown_model_template_ = !format && !chat_file->jinja.empty();
+  return out;
+}
+
+std::string PromptEncoder::chat_format_description() const {
+  if (chat_format_) return std::string(chat_format_name(*chat_format_));
+  return std::string("none known (/v1/chat/completions needs a request chat_template)") +
+         (unknown_model_template_ ? "; the model's chat_template is not one of chatml, llama-2, llama-3, zephyr" : "");
 }
 
 Result<std::vector<std::int32_t>> PromptEncoder::encode(std::string_view text) const {

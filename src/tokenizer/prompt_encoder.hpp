@@ -48,6 +48,10 @@ class PromptEncoder {
   /// kModelLoad from the files.
   static Result<PromptEncoder> load(const std::filesystem::path& dir, const VocabularyFacts& facts,
                                     std::string_view chat_template, std::string model);
+  /// As load(), with a tokenizer already loaded (a loaded model's): reads
+  /// only the chat template of `dir`.
+  static Result<PromptEncoder> load(std::shared_ptr<const Tokenizer> tokenizer, const std::filesystem::path& dir,
+                                    std::string_view chat_template, std::string model);
 
   /// A text prompt's ids. Errors: kInvalidRequest when the model has no
   /// tokenizer that encodes text (prompts as token ids only).
@@ -60,6 +64,8 @@ class PromptEncoder {
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   std::optional<ChatFormat> chat_format() const { return chat_format_; }
+  /// For the start-up log: the chat format's name, or why there is none.
+  std::string chat_format_description() const;
   const std::string& model() const { return model_; }
 
  private:
@@ -69,6 +75,7 @@ class PromptEncoder {
   std::optional<ChatFormat> chat_format_;
   ChatTokens chat_tokens_;
   std::string model_;
+  bool unknown_model_template_ = false;  ///< the folder has a chat_template of no known format
 };
 
 }  // namespace vg
