@@ -11,13 +11,12 @@
 #include <variant>
 #include <vector>
 
-#include "admission/tensor_cost.hpp"
 #include "api/chat.hpp"
 #include "api/retry.hpp"
 #include "api/sampling.hpp"
+#include "api/tensor.hpp"
 #include "common/error.hpp"
 #include "common/priority.hpp"
-#include "model/tensor_spec.hpp"
 
 namespace vg {
 

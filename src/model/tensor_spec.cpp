@@ -110,34 +110,6 @@ Result<DimRange> parse_dim(const std::string& name, const json::value& v, const 
 
 }  // namespace
 
-const DimRange* TensorModelSpec::dim(const std::string& name) const {
-  for (const DimRange& d : dims) {
-    if (d.name == name) return &d;
-  }
-  return nullptr;
-}
-
-std::int64_t TensorModelSpec::max_batch() const {
-  const DimRange* b = batched ? dim("batch") : nullptr;
-  return b ? b->max : 1;
-}
-
-bool TensorModelSpec::paddable(const std::string& name) const {
-  return std::find(pad.begin(), pad.end(), name) != pad.end();
-}
-
-bool TensorModelSpec::paddable(std::size_t input, std::size_t d) const {
-  if (input >= inputs.size() || d >= inputs[input].shape.size()) return false;
-  const auto* name = std::get_if<std::string>(&inputs[input].shape[d]);
-  return name != nullptr && paddable(*name);
-}
-
-std::int64_t HostTensor::elements() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
-  return n;
-}
-
 Result<TensorModelSpec> parse_tensor_model_spec(const std::string& json_text, const std::filesystem::path& path) {
   json::error_code ec;
   const json::value root = json::parse(json_text, ec);

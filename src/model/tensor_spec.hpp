@@ -11,49 +11,10 @@
 #include <variant>
 #include <vector>
 
+#include "api/tensor.hpp"
 #include "common/error.hpp"
 
 namespace vg {
-
-/// One dimension of a declared shape: a fixed size, or the name of a
-/// variable dimension (a key of TensorModelSpec::dims).
-using DimSpec = std::variant<std::int64_t, std::string>;
-
-struct TensorSpec {
-  std::string name;
-  std::string dtype = "float32";  ///< the only dtype served today
-  std::vector<DimSpec> shape;
-};
-
-/// The range of a named dimension, inclusive.
-struct DimRange {
-  std::string name;
-  std::int64_t min = 1;
-  std::int64_t max = 1;
-};
-
-struct TensorModelSpec {
-  std::vector<TensorSpec> inputs;   ///< forward()'s arguments, in order
-  std::vector<TensorSpec> outputs;  ///< forward()'s result (a tensor, or a tuple in this order)
-  std::vector<DimRange> dims;       ///< every named dimension used by inputs or outputs
-  /// True when every input's first dimension is "batch": requests are
-  /// batched along it and the engine chooses its size.
-  bool batched = false;
-  /// config.json "pad": named input dimensions (never "batch") along which
-  /// requests of different sizes may be zero-padded to share a forward pass.
-  /// An output dimension with one of these names is cropped back to each
-  /// request's own size.
-  std::vector<std::string> pad;
-
-  /// The range of dimension `name`, or nullptr.
-  const DimRange* dim(const std::string& name) const;
-  /// The largest batch the model declares (1 when not batched).
-  std::int64_t max_batch() const;
-  /// True when dimension `name` is listed in `pad`.
-  bool paddable(const std::string& name) const;
-  /// True when dimension `d` of input `input` (declared order) is paddable.
-  bool paddable(std::size_t input, std::size_t d) const;
-};
 
 /// Parses and validates a config.json text. Errors: kModelLoad naming `path`
 /// and the field: not an object, model_type other than "torchscript", no
@@ -69,14 +30,6 @@ Result<TensorModelSpec> read_tensor_model_spec(const std::filesystem::path& dir)
 /// True when `dir`/config.json declares "model_type": "torchscript" (false
 /// when unreadable: the language-model loader then says what is wrong).
 bool is_torchscript_model_dir(const std::filesystem::path& dir);
-
-/// A tensor as a request carries it: row-major float32 values.
-struct HostTensor {
-  std::string name;
-  std::vector<std::int64_t> shape;
-  std::vector<float> data;
-  std::int64_t elements() const;
-};
 
 /// Checks a request's inputs against the spec: each declared input present
 /// once (in any order) and no other; dtype float32; rank as declared; fixed
