@@ -41,8 +41,7 @@ std::string device_list_problem(const std::vector<std::string>& devices) {
     }
     for (std::size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].kind == spec->kind && specs[i].index == spec->index) {
-        const std::string name = (spec->kind == DeviceKind::kCuda ? "cuda:" : "virt:") + std::to_string(spec->index);
-        return name + " is given twice ('" + devices[i] + "' and '" + d + "')";
+        return spec->name() + " is given twice ('" + devices[i] + "' and '" + d + "')";
       }
     }
     specs.push_back(*spec);
@@ -56,13 +55,13 @@ Result<DeviceSpec> parse_device_spec(const std::string& spec) {
   const auto all_digits = [](const std::string& s) {
     return !s.empty() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
   };
-  if (spec == "auto") return DeviceSpec{DeviceKind::kAuto, 0, 0};
+  if (spec == "auto") return DeviceSpec{DeviceKind::kAuto, 0, 0, spec};
   if (spec.rfind("cuda:", 0) == 0) {
     const std::string index = spec.substr(5);
     if (!all_digits(index)) {
       return Error(ErrorCode::kConfig, "bad device index '" + index + "' in '" + spec + "', expected cuda:N");
     }
-    return DeviceSpec{DeviceKind::kCuda, std::stoi(index), 0};
+    return DeviceSpec{DeviceKind::kCuda, std::stoi(index), 0, spec};
   }
   const auto eq = spec.find('=');
   if (spec.rfind("virt:", 0) != 0 || eq == std::string::npos) {
@@ -73,7 +72,16 @@ Result<DeviceSpec> parse_device_spec(const std::string& spec) {
   if (!all_digits(index)) return Error(ErrorCode::kConfig, "bad device index '" + index + "' in '" + spec + "'");
   auto bytes = parse_bytes(spec.substr(eq + 1));
   if (!bytes.ok()) return Error(ErrorCode::kConfig, bytes.error().message + " in '" + spec + "'");
-  return DeviceSpec{DeviceKind::kVirtual, std::stoi(index), *bytes};
+  return DeviceSpec{DeviceKind::kVirtual, std::stoi(index), *bytes, spec};
+}
+
+std::string DeviceSpec::name() const {
+  switch (kind) {
+    case DeviceKind::kAuto: return "auto";
+    case DeviceKind::kCuda: return "cuda:" + std::to_string(index);
+    case DeviceKind::kVirtual: break;
+  }
+  return "virt:" + std::to_string(index);
 }
 
 namespace {
@@ -97,6 +105,13 @@ std::int64_t ServeConfig::memory_reserve_bytes() const {
   Result<std::int64_t> b = parse_bytes(memory_reserve);
   if (!b.ok()) unchecked("memory_reserve", b.error());
   return *b;
+}
+
+std::vector<DeviceSpec> ServeConfig::device_specs() const {
+  if (std::string p = device_list_problem(device); !p.empty()) unchecked("device", Error(ErrorCode::kConfig, p));
+  std::vector<DeviceSpec> out;
+  for (const std::string& d : device) out.push_back(*parse_device_spec(d));
+  return out;
 }
 
 std::optional<ConfigProblem> ServeConfig::check() const {

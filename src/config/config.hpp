@@ -16,6 +16,18 @@
 
 namespace vg {
 
+/// A parsed device string: `virt:N=SIZE`, `cuda:N` or `auto`.
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::kVirtual;
+  int index = 0;               ///< N
+  std::int64_t capacity = 0;   ///< SIZE in bytes (virt only; cuda's comes from the runtime)
+  std::string text;            ///< as written, e.g. "virt:0=2GiB"
+
+  /// The device's name before it exists: "virt:N", "cuda:N" or "auto" (a
+  /// created device's Device::name() is the same, auto resolved).
+  std::string name() const;
+};
+
 /// What is wrong with one field: its config-file key (e.g. "max_batch") and
 /// the rule it breaks.
 struct ConfigProblem {
@@ -157,13 +169,10 @@ struct ServeConfig {
   AdmissionPolicy admission_policy() const;
   /// `memory_reserve` in bytes.
   std::int64_t memory_reserve_bytes() const;
-};
-
-/// A parsed device string: `virt:N=SIZE`, `cuda:N` or `auto`.
-struct DeviceSpec {
-  DeviceKind kind = DeviceKind::kVirtual;
-  int index = 0;               ///< N
-  std::int64_t capacity = 0;   ///< SIZE in bytes (virt only; cuda's comes from the runtime)
+  /// `device`, each entry parsed, in the order given (at least one). The
+  /// strings stay the form that crosses process boundaries (an engine's
+  /// flags, its hello), these the form that creates devices.
+  std::vector<DeviceSpec> device_specs() const;
 };
 
 /// Parses "virt:0=2GiB", "cuda:0" or "auto". Whether the build has CUDA is

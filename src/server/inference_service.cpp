@@ -81,7 +81,8 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
   // Devices: each loads every model; one that fails is left out.
   std::optional<Error> first_error;
   std::vector<DeviceEntry*> serving;
-  for (const std::string& spec : config.device) {
+  const std::vector<DeviceSpec> specs = config.device_specs();
+  for (const DeviceSpec& spec : specs) {
     auto entry = std::make_unique<DeviceEntry>();
     auto setup = load_device(config, spec, sources);
     if (setup.ok()) {
@@ -90,14 +91,11 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       entry->topology_index = static_cast<int>(serving.size());
       serving.push_back(entry.get());
     } else {
-      auto parsed = parse_device_spec(spec);
-      entry->name = parsed.ok() && parsed->kind != DeviceKind::kAuto
-                        ? (parsed->kind == DeviceKind::kCuda ? "cuda:" : "virt:") + std::to_string(parsed->index)
-                        : spec;
+      entry->name = spec.kind == DeviceKind::kAuto ? spec.text : spec.name();
       entry->failure = setup.error().message;
-      if (parsed.ok() && parsed->kind == DeviceKind::kVirtual) entry->failed_capacity = parsed->capacity;
+      if (spec.kind == DeviceKind::kVirtual) entry->failed_capacity = spec.capacity;
       if (!first_error) first_error = setup.error();
-      if (config.device.size() > 1) spdlog::error("device {} left out: {}", spec, entry->failure);
+      if (specs.size() > 1) spdlog::error("device {} left out: {}", spec.text, entry->failure);
     }
     svc->devices_.push_back(std::move(entry));
   }

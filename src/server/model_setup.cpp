@@ -33,12 +33,10 @@ std::vector<ModelSource> find_model_sources(const ServeConfig& config) {
   return out;
 }
 
-Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& spec_text,
+Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
                                 std::span<const ModelSource> models) {
   DeviceSetup out;
-  auto spec = parse_device_spec(spec_text);
-  if (!spec.ok()) return Error(ErrorCode::kConfig, "--device: " + spec.error().message);
-  auto device = create_device(spec->kind, spec->index, spec->capacity);
+  auto device = create_device(spec.kind, spec.index, spec.capacity);
   if (!device.ok()) return std::move(device).error();
   out.device = std::move(device).value();
   DeviceScope scope(out.device.get());
@@ -126,7 +124,7 @@ Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   const std::vector<ModelSource> first{find_model_sources(config).front()};
   ServeConfig one = config;
   one.admission = "none";  // the plan reports what fits; it does not refuse to start
-  auto setup = load_device(one, config.device.front(), first);
+  auto setup = load_device(one, config.device_specs().front(), first);
   if (!setup.ok()) return std::move(setup).error();
   ProfiledModel out;
   out.device = std::move(setup->device);

@@ -63,7 +63,7 @@ struct DeviceSetup {
 /// a 2-token request of some language model, or a forward pass at the
 /// smallest shapes of some TorchScript model, under a limiting policy),
 /// kModelLoad.
-Result<DeviceSetup> load_device(const ServeConfig& config, const std::string& spec,
+Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
                                 std::span<const ModelSource> models);
 
 /// A model loaded and profiled on its own device (`vramgate plan`).

@@ -37,11 +37,37 @@ TEST(ConfigTyped, TextSettingsAreParsedOnceIntoTheirTypes) {
   EXPECT_EQ(c.admission_policy().kind, AdmissionPolicy::Kind::kNone);
 }
 
+TEST(ConfigTyped, DeviceSpecsKeepTheOrderAndTheTextGiven) {
+  ServeConfig c;
+  std::vector<DeviceSpec> specs = c.device_specs();
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].kind, DeviceKind::kAuto);
+  EXPECT_EQ(specs[0].name(), "auto");
+  c.device = {"virt:1=512MiB", "cuda:0", "virt:0=1GiB"};
+  ASSERT_FALSE(c.check().has_value());
+  specs = c.device_specs();
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].kind, DeviceKind::kVirtual);
+  EXPECT_EQ(specs[0].index, 1);
+  EXPECT_EQ(specs[0].capacity, std::int64_t{512} << 20);
+  EXPECT_EQ(specs[0].text, "virt:1=512MiB");
+  EXPECT_EQ(specs[0].name(), "virt:1");
+  EXPECT_EQ(specs[1].kind, DeviceKind::kCuda);
+  EXPECT_EQ(specs[1].name(), "cuda:0");
+  EXPECT_EQ(specs[1].capacity, 0);
+  EXPECT_EQ(specs[2].name(), "virt:0");
+  EXPECT_EQ(specs[2].capacity, std::int64_t{1} << 30);
+}
+
 TEST(ConfigTypedDeathTest, AValueCheckWouldRefuseEndsTheProcessNamingTheKey) {
   ServeConfig c;
   c.admission = "fixed:0";
   ASSERT_TRUE(c.check().has_value());
   EXPECT_DEATH((void)c.admission_policy(), "setting admission was used without ServeConfig::check");
+  c = ServeConfig{};
+  c.device = {"virt:0=1GiB", "virt:0=2GiB"};
+  ASSERT_TRUE(c.check().has_value());
+  EXPECT_DEATH((void)c.device_specs(), "setting device was used without ServeConfig::check.*given twice");
 }
 
 TEST(ConfigFile, GoodFileSetsFieldsAndKeepsDefaults) {
