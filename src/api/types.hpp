@@ -226,6 +226,10 @@ struct AdmissionState {
   std::int64_t queue_timeouts = 0;
   std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
   std::int64_t cancelled_queued = 0;  ///< client left while queued (part of cancelled)
+  /// Left an engine's queue to be placed on another engine (engine processes:
+  /// the gateway moves a queued request to where room frees first); it is
+  /// counted again by the engine that takes it.
+  std::int64_t moved = 0;
   std::int64_t cancelled = 0;
   std::int64_t completed = 0;
   std::int64_t failed = 0;

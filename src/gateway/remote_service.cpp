@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -55,6 +56,7 @@ void add_counters(AdmissionState& to, const AdmissionState& from) {
   to.queue_timeouts += from.queue_timeouts;
   to.deadline_expired += from.deadline_expired;
   to.cancelled_queued += from.cancelled_queued;
+  to.moved += from.moved;
   to.cancelled += from.cancelled;
   to.completed += from.completed;
   to.failed += from.failed;
@@ -78,7 +80,136 @@ std::optional<std::string> read_secret(const std::string& path) {
   return s;
 }
 
+/// What came back from an engine for this gateway's hello.
+struct HelloReply {
+  bool gone = false;       ///< the engine closed before reading it (it is exiting)
+  std::string refused;     ///< why there is no hello (empty when there is one)
+  json::object hello;
+};
+
+/// Sends this gateway's hello, with the secret read from `secret_path`, on
+/// `fd` and reads the engine's answer (5 s at most).
+HelloReply exchange_hello(int fd, const std::string& secret_path) {
+  HelloReply out;
+  const std::optional<std::string> secret = read_secret(secret_path);
+  if (!secret) {
+    out.refused = "cannot read its secret " + secret_path;
+    return out;
+  }
+  json::object hello{{"t", "hello"},
+                     {"v", wire::kProtocolVersion},
+                     {"secret", *secret},
+                     {"gateway", "pid " + std::to_string(::getpid())}};
+  if (!wire::write_one(fd, hello).ok()) {
+    out.gone = true;  // a dead engine's socket, before its exit is reaped
+    return out;
+  }
+  auto reply = wire::read_one(fd, 5.0, 64u << 20);
+  if (!reply.ok()) {
+    out.refused = "no hello: " + reply.error().message;
+  } else if (wire::message_type(*reply) != "hello") {
+    const json::value* r = reply->if_contains("reason");
+    out.refused = "refused: " + (r && r->is_string() ? std::string(r->as_string()) : std::string("no reason"));
+  } else {
+    out.hello = std::move(reply).value();
+  }
+  return out;
+}
+
+/// True while process `pid` runs: it exists and is not a zombie (an engine
+/// whose parent died is reaped by whoever adopted it, maybe never).
+bool process_runs(std::int64_t pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::size_t close = text.rfind(')');  // the state follows the command name
+  if (close == std::string::npos) return true;
+  const std::size_t state = text.find_first_not_of(' ', close + 1);
+  return state == std::string::npos || text[state] != 'Z';
+}
+
+/// The device a --device entry names: "virt:0" of "virt:0=64MiB".
+std::string device_name(const std::string& spec) { return spec.substr(0, spec.find('=')); }
+
+/// True when two device entries can be the same device ("auto" is cuda:0 or virt:0).
+bool same_device(const std::string& a, const std::string& b) {
+  const std::string x = device_name(a), y = device_name(b);
+  if (x == y) return true;
+  const auto auto_one = [](const std::string& n) { return n == "cuda:0" || n == "virt:0"; };
+  return (x == "auto" && auto_one(y)) || (y == "auto" && auto_one(x));
+}
+
 }  // namespace
+
+Status stop_engines_of_other_layouts(const std::string& runtime_dir, const std::vector<EngineEndpoint>& ours,
+                                     double grace_s) {
+  std::set<std::string> own;
+  std::vector<std::string> our_devices;
+  for (const EngineEndpoint& ep : ours) {
+    own.insert(std::filesystem::path(ep.socket_path).lexically_normal().string());
+    std::stringstream list(ep.device);
+    for (std::string d; std::getline(list, d, ',');) our_devices.push_back(d);
+  }
+  std::error_code ec;
+  std::vector<std::string> sockets;
+  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("engine-", 0) == 0 && entry.path().extension() == ".sock" &&
+        !own.count(entry.path().lexically_normal().string())) {
+      sockets.push_back(entry.path().string());
+    }
+  }
+  std::sort(sockets.begin(), sockets.end());
+  for (const std::string& path : sockets) {
+    auto fd = wire::connect_unix(path);
+    if (!fd.ok()) continue;  // nothing accepts there: an engine that is gone
+    HelloReply reply = exchange_hello(*fd, path + ".secret");
+    ::close(*fd);
+    if (reply.gone) continue;
+    if (!reply.refused.empty()) {
+      spdlog::warn("engine at unix:{} (another layout's socket): {}; left as it is", path, reply.refused);
+      continue;
+    }
+    std::vector<std::string> shared;
+    if (const json::value* d = reply.hello.if_contains("devices"); d && d->is_array()) {
+      for (const json::value& v : d->as_array()) {
+        if (!v.is_string()) continue;
+        const std::string theirs(v.as_string());
+        for (const std::string& mine : our_devices) {
+          if (same_device(theirs, mine)) shared.push_back(device_name(theirs));
+        }
+      }
+    }
+    if (shared.empty()) continue;  // other devices: another serve's, left alone
+    std::int64_t pid = 0, gateways = 0;
+    if (const json::value* v = reply.hello.if_contains("pid"); v && v->is_int64()) pid = v->as_int64();
+    if (const json::value* v = reply.hello.if_contains("gateways"); v && v->is_int64()) gateways = v->as_int64();
+    std::string names;
+    for (const std::string& n : shared) names += (names.empty() ? "" : ", ") + n;
+    if (gateways > 0) {
+      return Error(ErrorCode::kConfig,
+                   fmt::format("the engine at unix:{} (pid {}) runs on {} for {} other gateway(s) with another "
+                               "layout of devices; not stopping it: stop that serve, or give this one other "
+                               "--device or --runtime-dir",
+                               path, pid, names, gateways));
+    }
+    if (pid <= 0 || pid == ::getpid()) continue;
+    spdlog::warn("stopping the engine at unix:{} (pid {}): it holds {} with another layout of devices and no "
+                 "gateway uses it",
+                 path, pid, names);
+    ::kill(static_cast<pid_t>(pid), SIGTERM);
+    // It holds device memory until it exits: wait for that before ours load.
+    const TimePoint deadline = Clock::now() + dur(grace_s);
+    while (process_runs(pid) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (process_runs(pid)) {
+      spdlog::error("engine pid {} still runs {:.0f} s after SIGTERM; killing it", pid, grace_s);
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+  }
+  return Status::Ok();
+}
 
 /// One engine: its connection, process and what it last said. Guarded by
 /// RemoteService::mu_ (the endpoint is fixed).
@@ -469,22 +600,13 @@ bool RemoteService::try_connect(Slot& s) {
     s.connect_error = why;
     return false;
   };
-  const std::optional<std::string> secret = read_secret(s.ep.secret_path);
-  if (!secret) return fail("cannot read its secret " + s.ep.secret_path);
-  json::object hello{{"t", "hello"},
-                     {"v", wire::kProtocolVersion},
-                     {"secret", *secret},
-                     {"gateway", "pid " + std::to_string(::getpid())}};
-  if (!wire::write_one(*fd, hello).ok()) {
-    ::close(*fd);  // a dead engine's socket, before its exit is reaped
+  HelloReply hello = exchange_hello(*fd, s.ep.secret_path);
+  if (hello.gone) {
+    ::close(*fd);
     return true;
   }
-  auto reply = wire::read_one(*fd, 5.0, 64u << 20);
-  if (!reply.ok()) return fail("no hello: " + reply.error().message);
-  if (wire::message_type(*reply) != "hello") {
-    const json::value* r = reply->if_contains("reason");
-    return fail("refused: " + (r && r->is_string() ? std::string(r->as_string()) : std::string("no reason")));
-  }
+  if (!hello.refused.empty()) return fail(hello.refused);
+  const json::object* reply = &hello.hello;
   std::vector<ModelInfo> models;
   std::vector<std::string> devices;
   std::int64_t pid = 0;

@@ -63,6 +63,18 @@ struct EngineEndpoint {
   std::string config_digest;
 };
 
+/// Before a supervising serve starts its engines: an engine in
+/// `runtime_dir` on a socket that is not one of `ours` (a serve with another
+/// layout: --one-engine, or another device list or size) whose devices
+/// overlap ours is stopped (SIGTERM, then SIGKILL after `grace_s`), and this
+/// waits for it to exit, so that it does not hold device memory beside ours
+/// until its --orphan-timeout. Engines on other devices, and sockets where
+/// nothing accepts, are left alone. Errors: kConfig naming the engine when it
+/// serves another gateway (never stopped from here). Calling thread; blocks
+/// up to 5 s per socket for a hello, plus `grace_s` per engine stopped.
+Status stop_engines_of_other_layouts(const std::string& runtime_dir, const std::vector<EngineEndpoint>& ours,
+                                     double grace_s);
+
 class RemoteService final : public Service {
  public:
   struct Options {

@@ -527,6 +527,7 @@ std::string encode_admission(const AdmissionState& state) {
   o["rejected_never_fits"] = state.rejected_never_fits;
   o["rejected_queue_full"] = state.rejected_queue_full;
   o["queue_timeouts"] = state.queue_timeouts;
+  o["moved"] = state.moved;
   o["cancelled"] = state.cancelled;
   o["completed"] = state.completed;
   o["failed"] = state.failed;

@@ -31,6 +31,7 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
   s.queue_timeouts = st.queue_timeouts;
   s.deadline_expired = st.deadline_expired;
   s.cancelled_queued = st.cancelled_queued;
+  s.moved = st.moved;
   s.completed = st.completed;
   s.failed = st.failed;
   s.cancelled = st.cancelled;

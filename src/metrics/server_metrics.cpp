@@ -70,7 +70,8 @@ ServerMetrics::ServerMetrics(Registry& r)
                                      {"route", "status"})),
       admission_outcomes_total_(r.counter("vramgate_admission_outcomes_total",
                                           "Admission decisions by reason: admitted, queue_full, never_fits, "
-                                          "queue_timeout, deadline, cancelled (left while queued).",
+                                          "queue_timeout, deadline, cancelled (left while queued), moved (to "
+                                          "another engine's queue).",
                                           {"reason"})),
       requests_finished_total_(r.counter("vramgate_requests_finished_total",
                                          "Requests the engine ended, by outcome: completed, failed, cancelled.",
@@ -181,6 +182,7 @@ void ServerMetrics::fill_state(const StateSample& s) {
       {"admitted", s.admitted},           {"queue_full", s.rejected_queue_full},
       {"never_fits", s.rejected_never_fits}, {"queue_timeout", s.queue_timeouts},
       {"deadline", s.deadline_expired},   {"cancelled", s.cancelled_queued},
+      {"moved", s.moved},
   };
   for (const auto& [reason, n] : outcomes) admission_outcomes_total_.with({reason}).mirror(static_cast<double>(n));
   requests_finished_total_.with({"completed"}).mirror(static_cast<double>(s.completed));

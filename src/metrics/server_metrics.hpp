@@ -41,6 +41,7 @@ struct StateSample {
   std::int64_t queue_timeouts = 0;
   std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
   std::int64_t cancelled_queued = 0;  ///< client left while queued
+  std::int64_t moved = 0;             ///< left one engine's queue for another's
   std::int64_t completed = 0;
   std::int64_t failed = 0;
   std::int64_t cancelled = 0;

@@ -194,6 +194,9 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
     o.engines.push_back(std::move(ep));
     spdlog::info("engine process for {}: socket and settings under {} (--runtime-dir)", devices, dir);
   }
+  if (Status st = gateway::stop_engines_of_other_layouts(dir, o.engines, o.shutdown_grace_s); !st.ok()) {
+    return st.error();
+  }
   return gateway::RemoteService::create(std::move(o));
 }
 

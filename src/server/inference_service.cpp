@@ -559,6 +559,7 @@ AdmissionState InferenceService::admission_state() const {
     st.queue_timeouts = as->counters.queue_timeout;
     st.deadline_expired = as->counters.deadline_expired;
     st.cancelled_queued = as->counters.cancelled;
+    st.moved = as->counters.withdrawn;
     st.retry_bookings = as->retry_bookings;
     st.retry_places = as->retry_places;
     st.retry_booked = as->retry_booking_counters.booked;

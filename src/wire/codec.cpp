@@ -588,6 +588,7 @@ const std::pair<const char*, StateInt> kStateInts[] = {
     {"queue_timeouts", &AdmissionState::queue_timeouts},
     {"deadline_expired", &AdmissionState::deadline_expired},
     {"cancelled_queued", &AdmissionState::cancelled_queued},
+    {"moved", &AdmissionState::moved},
     {"cancelled", &AdmissionState::cancelled},
     {"completed", &AdmissionState::completed},
     {"failed", &AdmissionState::failed},

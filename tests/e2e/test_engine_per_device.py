@@ -57,6 +57,11 @@ def test_a_busy_device_sends_the_next_request_to_the_free_one(tracked):
     assert len({e["pid"] for e in engines(server)}) == 2
     assert 'vramgate_requests_resumed_total{reason="moved"} 1' in multi.metric_lines(server)
     assert "moved to engine virt:1" in server.logs()
+    # virt:0's engine counts it as moved (its two cancellations are the
+    # test's own, as in one process); virt:1's as admitted.
+    admission = server.admission()
+    assert admission["moved"] == 1 and admission["cancelled"] == 2, admission
+    assert 'vramgate_admission_outcomes_total{reason="moved"} 1' in multi.metric_lines(server)
 
 
 def stream_text(server, prompt, max_tokens, seen=None):

@@ -558,6 +558,39 @@ def test_a_serve_with_other_settings_never_stops_an_engine_another_gateway_uses(
         assert a.stop() == 0, a.logs()
 
 
+def test_a_serve_with_another_layout_stops_the_engine_left_on_its_device(tmp_path):
+    """A serve killed with kill -9 leaves its engine running (engines outlive
+    their gateway). A serve on the same runtime folder whose device list
+    differs (another socket: here virt:0's size) stops that engine and waits
+    for it to exit before its own loads, instead of leaving it to hold the
+    device until --orphan-timeout. An engine on another device is left alone."""
+    runtime = str(tmp_path / "run")
+    left = []  # engines whose gateway this test killed
+    try:
+        for device in ("virt:0=64MiB", "virt:5=64MiB"):
+            s = Server("--runtime-dir", runtime, "--device", device)
+            left.append(engine_pid(s))
+            s.proc.send_signal(signal.SIGKILL)
+            s.proc.wait()
+        old, kept = left
+        assert pid_alive(old) and pid_alive(kept)
+        b = Server("--runtime-dir", runtime, "--device", "virt:0=128MiB")
+        try:
+            assert not pid_alive(old)  # gone before b's engine loaded
+            logs = b.logs()
+            assert f"(pid {old}): it holds virt:0 with another layout of devices" in logs, logs
+            assert f"(pid {kept})" not in logs, logs
+            assert pid_alive(kept)
+            assert engine_pid(b) not in (old, kept)
+            assert complete(b, "Hello", False, 4)[0] == 200
+        finally:
+            assert b.stop() == 0, b.logs()
+    finally:
+        for pid in left:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_two_gateways_that_supervise_one_engine_both_recover_when_it_dies(tmp_path):
     runtime = str(tmp_path / "run")
     a = Server("--runtime-dir", runtime)

@@ -179,6 +179,7 @@ TEST(Codec, AdmissionStateRoundTrips) {
   s.queued = 3;
   s.completed = 99;
   s.retry_claimed = 4;
+  s.moved = 7;
   DeviceState d;
   d.name = "virt:0";
   d.budget_bytes = 1 << 30;
@@ -191,6 +192,7 @@ TEST(Codec, AdmissionStateRoundTrips) {
   EXPECT_EQ(back->queued, 3);
   EXPECT_EQ(back->completed, 99);
   EXPECT_EQ(back->retry_claimed, 4);
+  EXPECT_EQ(back->moved, 7);
   ASSERT_EQ(back->devices.size(), 1u);
   EXPECT_EQ(back->devices[0].reserved_bytes, 12345);
   EXPECT_EQ(back->devices[0].running, 2);
