@@ -358,6 +358,8 @@ struct RemoteService::Req final : RequestHandle {
   Slot* move_to = nullptr;
   bool moved = false;         // taken back from its engine's queue: placed again as a move, not a crash
   bool stays = false;         // its engine admitted it before it could be taken back
+  /// Pending: not sent again before this (an engine refused it as overloaded).
+  TimePoint not_before{};
   int crashes = 0;
   /// Crashes while its submit waited for the engine's answer: counted apart,
   /// so an innocent request sent again beside a suspect is not failed by
@@ -744,7 +746,7 @@ void RemoteService::resubmit_pending(TimePoint now) {
     // A moved request goes where room was found for it, while that engine
     // is ready; any other to an engine whose devices can hold it.
     Slot* s = r->move_to && r->move_to->ready() ? r->move_to : pick(r->request.model, {}, r->cost_bytes);
-    if (!s || (r->suspect && suspect_busy.count(s))) {
+    if (!s || (r->suspect && suspect_busy.count(s)) || now < r->not_before) {
       keep.push_back(r);
       continue;
     }
@@ -960,6 +962,20 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       }
       if (!r->resubmitted) {
         answer(rid, std::move(m));
+      } else if (error.code == ErrorCode::kOverloaded && !r->ended && !r->cancelled) {
+        // A request taken again (after a crash, or moved) that the engine has
+        // no room for now (its queue is full, or it is draining): held here
+        // and offered again after the engine's Retry-After (0.05..1 s), until
+        // its deadline; its client sees latency, or at the deadline a 503
+        // with Retry-After.
+        unplace(*s, r->cost_bytes);
+        r->slot = nullptr;
+        const double wait = std::clamp(error.retry_after_s.value_or(0.2), 0.05, 1.0);
+        r->not_before = Clock::now() + dur(wait);
+        spdlog::info("request {}: engine {} has no room for it now ({}); offering it again in {:.2f} s", r->id_,
+                     s->label(), error.message, wait);
+        pending_.push_back(r);
+        monitor_cv_.notify_one();
       } else {
         // A resubmitted request has no submit() waiting: its client gets the refusal as its end.
         if (!r->ended) {

@@ -59,6 +59,11 @@ class FakeService final : public Service {
   };
 
   std::optional<Error> refuse;  // set before submissions arrive
+  /// The first refuse_first submissions are refused with first_refusal
+  /// (counted in `refused`); set before submissions arrive.
+  int refuse_first = 0;
+  Error first_refusal{ErrorCode::kOverloaded, "queue full"};
+  std::atomic<int> refused{0};
   /// Its one device's budget, and what is reserved besides its submissions
   /// (each reserves cost_bytes); 0 budget: no device in its state.
   std::int64_t budget_bytes = 0;
@@ -73,6 +78,10 @@ class FakeService final : public Service {
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override {
     if (refuse) return *refuse;
+    if (refused.load() < refuse_first) {
+      ++refused;
+      return first_refusal;
+    }
     Sub s{request, sink};
     Submission out;
     out.handle = std::make_shared<Handle>(request.request_id, s.cancelled, s.withdrawn, this);
@@ -173,6 +182,10 @@ class Recorder final : public EventSink {
   bool wait_count(std::size_t n) {
     std::unique_lock lk(mu_);
     return cv_.wait_for(lk, 20s, [&] { return events.size() >= n; });
+  }
+  std::size_t count() {
+    std::lock_guard lk(mu_);
+    return events.size();
   }
   std::string text() {
     std::lock_guard lk(mu_);
@@ -395,6 +408,36 @@ TEST_F(RemoteServiceTest, ResumesAfterTheTokensSentWhenTheEngineGoes) {
   ASSERT_TRUE(rec->wait_terminal());
   EXPECT_EQ(rec->text(), "abc");
   EXPECT_EQ(rec->count_started(), 1);
+  EXPECT_TRUE(std::holds_alternative<FinishedEvent>(rec->events.back()));
+}
+
+TEST_F(RemoteServiceTest, AResumedRequestTheNewEngineHasNoRoomForIsOfferedAgainNotEnded) {
+  FakeService& first = new_fake();
+  start_engine(first);
+  start_gateway();
+  ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(gateway_->submit(request("r1"), rec).ok());
+  auto s1 = first.wait_sub(1);
+  s1.sink->push(StartedEvent{});
+  s1.sink->push(TextEvent{"ab", 2, 0, {}, {5, 6}});
+  ASSERT_TRUE(rec->wait_count(2));
+  engine_->stop();
+  engine_.reset();
+  // The new engine's queue is full the first two times the gateway offers
+  // the request (Retry-After 0.05 s); the third offer is taken.
+  FakeService& second = new_fake();
+  second.refuse_first = 2;
+  second.first_refusal.retry_after_s = 0.05;
+  start_engine(second);
+  auto s2 = second.wait_sub(1);
+  EXPECT_EQ(second.refused.load(), 2);
+  EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(rec->count(), 2u);  // the client saw nothing of the refusals
+  s2.sink->push(TextEvent{"c", 1, 0, {}, {7}});
+  s2.sink->push(FinishedEvent{"length", {3, 3}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->text(), "abc");
   EXPECT_TRUE(std::holds_alternative<FinishedEvent>(rec->events.back()));
 }
 
