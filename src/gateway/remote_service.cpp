@@ -551,6 +551,9 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
       }
     }
     ::unlink(s.ep.socket_path.c_str());
+    // Why an earlier start failed is not this start's reason (an engine that
+    // exits 2 before it can remove the file writes none).
+    ::unlink(wire::start_failure_path(s.ep.socket_path).c_str());
     std::vector<char*> argv;
     for (const std::string& a : s.ep.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
