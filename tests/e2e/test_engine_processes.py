@@ -424,6 +424,47 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
         assert s.stop() == 0, s.logs()
 
 
+PEER_AS_ANOTHER_USER = """
+import os, socket, struct, sys
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.settimeout(10)
+c.connect(sys.argv[1])
+hello = ('{"t":"hello","v":3,"secret":"%s"}' % os.environ["SECRET"]).encode()
+try:
+    c.sendall(struct.pack(">I", len(hello)) + hello)
+    print("closed" if c.recv(1) == b"" else "answered")
+except ConnectionError:
+    print("closed")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
+def test_engine_socket_refuses_a_connection_from_another_user():
+    """The engine checks its peer's uid (SO_PEERCRED) before it reads a byte:
+    even with its folder and socket opened to everyone (a mistaken chmod),
+    and with the right secret, a process of another user is closed and logged."""
+    s = Server()
+    try:
+        sock_path = engines(s)[0]["address"][len("unix:"):]
+        folder = os.path.dirname(sock_path)
+        with open(sock_path + ".secret") as f:
+            secret = f.read().strip()
+        os.chmod(folder, 0o755)
+        os.chmod(sock_path, 0o777)
+        try:
+            peer = subprocess.run([sys.executable, "-c", PEER_AS_ANOTHER_USER, sock_path], user=65534, group=65534,
+                                  env={"SECRET": secret}, capture_output=True, text=True, timeout=30)
+        finally:
+            os.chmod(sock_path, 0o600)
+            os.chmod(folder, 0o700)
+        assert peer.returncode == 0 and peer.stdout.strip() == "closed", peer.stdout + peer.stderr
+        wait_until(lambda: "refused a connection from uid 65534" in s.logs(), what="the refusal in the engine's log")
+        assert engines(s)[0]["restarts"] == 0
+        assert complete(s, "Hello", False, 4)[0] == 200
+    finally:
+        assert s.stop() == 0, s.logs()
+
+
 def test_non_finite_logits_restart_the_engine_and_the_stream_resumes():
     # Step 12 of each engine process counts as producing NaN logits: the
     # first engine exits (status 3) mid-stream; the restarted one finishes
