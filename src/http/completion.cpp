@@ -94,11 +94,14 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
     log_end("failed", error_type(e.code), http_status(e.code));
   };
 
-  auto queue = std::make_shared<EventQueue>([exec = socket_.get_executor(), weak = weak_from_this()] {
-    net::post(exec, [weak] {
-      if (auto self = weak.lock()) self->ring();
-    });
-  });
+  // A non-streaming answer is written at the end: its session sleeps until then.
+  auto queue = std::make_shared<EventQueue>(
+      [exec = socket_.get_executor(), weak = weak_from_this()] {
+        net::post(exec, [weak] {
+          if (auto self = weak.lock()) self->ring();
+        });
+      },
+      request.stream ? EventQueue::Wake::kEachEvent : EventQueue::Wake::kTerminal);
   RequestScope scope(*state_, queue);
   if (!scope.registered) {
     Error bye(ErrorCode::kOverloaded, "server is shutting down");

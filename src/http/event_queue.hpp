@@ -1,7 +1,10 @@
 // EventQueue: the EventSink a session hands to Service::submit. The engine
 // thread pushes; the session coroutine takes. push() never blocks on I/O: it
 // appends under a short mutex and calls the session's wake function, which
-// only posts a handler to the session's strand.
+// only posts a handler to the session's strand. A session that answers only
+// at the end (a non-streaming completion) asks to be woken only by the
+// request's terminal event: one wake-up per request instead of one per
+// decode step.
 //
 // Thread-safety: push() from any thread; take() and detach() from any thread
 // (the session calls them on its strand; the server calls detach() at stop).
@@ -19,19 +22,27 @@ namespace vg::httpd {
 
 class EventQueue final : public EventSink {
  public:
-  /// `wake` runs after a push into an empty queue, under the queue's lock,
-  /// until detach().
-  explicit EventQueue(std::function<void()> wake) : wake_(std::move(wake)) {}
+  /// When to wake the session.
+  enum class Wake {
+    kEachEvent,  ///< at the first event after each take()
+    kTerminal,   ///< only at the terminal event (FinishedEvent, FailedEvent); the others wait for it
+  };
+
+  /// `wake` runs, under the queue's lock, when `when` says, until detach().
+  explicit EventQueue(std::function<void()> wake, Wake when = Wake::kEachEvent)
+      : wake_(std::move(wake)), when_(when) {}
 
   /// Appends the event and wakes the session; dropped once detached. Wakes
-  /// are coalesced: while earlier events wait to be taken, a wake is already
-  /// on its way and take() will return this event with them.
+  /// are coalesced: while a wake is on its way and not yet followed by a
+  /// take(), take() will return this event with the earlier ones.
   void push(EngineEvent event) override {
     std::lock_guard lock(mu_);
     if (!wake_) return;
-    const bool was_empty = events_.empty();
+    const bool terminal = is_terminal(event);
     events_.push_back(std::move(event));
-    if (was_empty) wake_();
+    if (woken_ || (when_ == Wake::kTerminal && !terminal)) return;
+    woken_ = true;
+    wake_();
   }
 
   /// Removes and returns every event pushed so far, in order.
@@ -39,6 +50,7 @@ class EventQueue final : public EventSink {
     std::lock_guard lock(mu_);
     std::vector<EngineEvent> out;
     out.swap(events_);
+    woken_ = false;
     return out;
   }
 
@@ -55,6 +67,8 @@ class EventQueue final : public EventSink {
   std::mutex mu_;
   std::vector<EngineEvent> events_;
   std::function<void()> wake_;  // empty once detached
+  const Wake when_;
+  bool woken_ = false;  // a wake is on its way: no other until the next take()
 };
 
 }  // namespace vg::httpd
