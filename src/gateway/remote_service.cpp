@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,8 +129,20 @@ bool process_runs(std::int64_t pid) {
   return state == std::string::npos || text[state] != 'Z';
 }
 
-/// The device a --device entry names: "virt:0" of "virt:0=64MiB".
-std::string device_name(const std::string& spec) { return spec.substr(0, spec.find('=')); }
+/// The device a --device entry names, index as a number: "virt:2" of
+/// "virt:02=64MiB"; "auto" as it is; the text before any '=' when it is
+/// neither (an engine's own spelling, compared as written).
+std::string device_name(const std::string& spec) {
+  const std::string name = spec.substr(0, spec.find('='));
+  const std::size_t colon = name.find(':');
+  if (colon == std::string::npos || colon + 1 >= name.size() || name.size() - colon > 10) return name;
+  long index = 0;
+  for (std::size_t i = colon + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return name;
+    index = index * 10 + (name[i] - '0');
+  }
+  return name.substr(0, colon) + ":" + std::to_string(index);
+}
 
 /// True when two device entries can be the same device ("auto" is cuda:0 or virt:0).
 bool same_device(const std::string& a, const std::string& b) {
@@ -163,11 +176,18 @@ Status stop_engines_of_other_layouts(const std::string& runtime_dir, const std::
   for (const std::string& path : sockets) {
     auto fd = wire::connect_unix(path);
     if (!fd.ok()) continue;  // nothing accepts there: an engine that is gone
+    ucred peer{};
+    socklen_t peer_len = sizeof peer;
+    if (::getsockopt(*fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) peer.pid = 0;
     HelloReply reply = exchange_hello(*fd, path + ".secret");
     ::close(*fd);
     if (reply.gone) continue;
     if (!reply.refused.empty()) {
-      spdlog::warn("engine at unix:{} (another layout's socket): {}; left as it is", path, reply.refused);
+      // Which devices it holds is unknown without its hello: it may be on
+      // none of ours, so it is not stopped; the operator is told its pid.
+      spdlog::warn("engine at unix:{} (pid {}, another layout's socket): {}; left as it is: if it holds one of "
+                   "this serve's devices, stop it (kill {})",
+                   path, peer.pid, reply.refused, peer.pid);
       continue;
     }
     std::vector<std::string> shared;

@@ -155,11 +155,13 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   // with --one-engine one for all devices (one admission queue over them,
   // placing each request on the device where it fits with the most free
   // budget, as in one process).
-  std::vector<std::vector<std::string>> groups;
+  // Each entry spelled one way ("virt:2=67108864" for "virt:02=64MiB"), so
+  // that the engine another spelling of the same devices started is found.
+  std::vector<std::vector<DeviceSpec>> groups;
   if (config.one_engine) {
-    groups.push_back(config.device);
+    groups.push_back(config.device_specs());
   } else {
-    for (const std::string& d : config.device) groups.push_back({d});
+    for (DeviceSpec& d : config.device_specs()) groups.push_back({std::move(d)});
   }
   // The cores are shared out: engines that each took every core would
   // spin their compute threads against each other.
@@ -167,16 +169,21 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     engine_config.threads = std::max(1, cores / static_cast<int>(groups.size()));
   }
-  for (const std::vector<std::string>& group : groups) {
-    engine_config.device = group;
+  for (const std::vector<DeviceSpec>& group : groups) {
+    engine_config.device.clear();
+    std::string devices, names;  // as written (what logs and /v1/engines show); kind:index only
+    for (const DeviceSpec& d : group) {
+      engine_config.device.push_back(d.kind == DeviceKind::kVirtual ? d.name() + "=" + std::to_string(d.capacity)
+                                                                    : d.name());
+      devices += (devices.empty() ? "" : ",") + d.text;
+      names += (names.empty() ? "" : ",") + d.name();
+    }
     const std::string toml = format_config_toml(engine_config);
-    std::string devices;
-    for (const std::string& d : group) devices += (devices.empty() ? "" : ",") + d;
-    // The socket is named after the devices: a serve with other settings finds
-    // the engine on them, sees another digest, and replaces it (two engines
-    // never share a device).
-    const std::string digest = traffic::hex(traffic::sha256_parts({toml, "\n", devices}), 16);
-    const std::string base = dir + "/engine-" + traffic::hex(traffic::sha256(devices), 6);
+    // The socket is named after the devices (not their sizes): a serve with
+    // other settings finds the engine on them, sees another digest, and
+    // replaces it (two engines never share a device).
+    const std::string digest = traffic::hex(traffic::sha256(toml), 16);
+    const std::string base = dir + "/engine-" + traffic::hex(traffic::sha256(names), 6);
     // The settings file is named by its digest too: a serve with other
     // settings on the same devices never rewrites the file this one's engine
     // restarts from.

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -269,7 +270,7 @@ Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_p
   while (true) {
     if (auto msg = reader.next()) return std::move(*msg);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Error(ErrorCode::kOverloaded, "no answer within " + std::to_string(timeout_s) + " s");
+    if (left.count() <= 0) return Error(ErrorCode::kOverloaded, fmt::format("no answer within {:g} s", timeout_s));
     pollfd p{fd, POLLIN, 0};
     const int rc = ::poll(&p, 1, static_cast<int>(left.count()));
     if (rc < 0 && errno == EINTR) continue;

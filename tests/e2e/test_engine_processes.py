@@ -602,14 +602,15 @@ def test_a_serve_with_other_settings_never_stops_an_engine_another_gateway_uses(
 def test_a_serve_with_another_layout_stops_the_engine_left_on_its_device(tmp_path):
     """A serve killed with kill -9 leaves its engine running (engines outlive
     their gateway). A serve on the same runtime folder whose device list
-    differs (another socket: here virt:0's size) stops that engine and waits
-    for it to exit before its own loads, instead of leaving it to hold the
-    device until --orphan-timeout. An engine on another device is left alone."""
+    differs (another socket: here one engine over virt:0 and virt:1, then
+    virt:0 alone) stops that engine and waits for it to exit before its own
+    loads, instead of leaving it to hold the device until --orphan-timeout.
+    An engine on another device is left alone."""
     runtime = str(tmp_path / "run")
     left = []  # engines whose gateway this test killed
     try:
-        for device in ("virt:0=64MiB", "virt:5=64MiB"):
-            s = Server("--runtime-dir", runtime, "--device", device)
+        for devices in (["virt:0=64MiB,virt:1=64MiB", "--one-engine"], ["virt:5=64MiB"]):
+            s = Server("--runtime-dir", runtime, "--device", *devices)
             left.append(engine_pid(s))
             s.proc.send_signal(signal.SIGKILL)
             s.proc.wait()
@@ -630,6 +631,29 @@ def test_a_serve_with_another_layout_stops_the_engine_left_on_its_device(tmp_pat
         for pid in left:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_device_written_another_way_is_the_same_engine(tmp_path):
+    """virt:02=64MiB and virt:2=67108864 are one device with one size: a serve
+    written the second way re-attaches to the engine the first left running
+    (no second weight load), instead of starting another on that device."""
+    runtime = str(tmp_path / "run")
+    a = Server("--runtime-dir", runtime, "--device", "virt:02=64MiB")
+    engine = engine_pid(a)
+    try:
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        b = Server("--runtime-dir", runtime, "--device", "virt:2=67108864")
+        try:
+            assert engine_pid(b) == engine and "re-attached" in b.logs(), b.logs()
+            assert complete(b, "Hello", False, 4)[0] == 200
+            sockets = [n for n in os.listdir(runtime) if n.endswith(".sock")]
+            assert len(sockets) == 1, sockets
+        finally:
+            assert b.stop() == 0, b.logs()
+    finally:
+        if pid_alive(engine):
+            os.kill(engine, signal.SIGKILL)
 
 
 def test_two_gateways_that_supervise_one_engine_both_recover_when_it_dies(tmp_path):
