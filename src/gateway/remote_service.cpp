@@ -988,12 +988,15 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       } else if (error.code == ErrorCode::kOverloaded && !r->ended && !r->cancelled) {
         // A request taken again (after a crash, or moved) that the engine has
         // no room for now (its queue is full, or it is draining): held here
-        // and offered again after the engine's Retry-After (0.05..1 s), until
-        // its deadline; its client sees latency, or at the deadline a 503
-        // with Retry-After.
+        // and offered again after the engine's Retry-After (at least 0.05 s),
+        // with the token of the place the engine booked for it, until its
+        // deadline; its client sees latency, or at the deadline a 503 with
+        // Retry-After. (Offered before the promised time, the engine would
+        // count it as an early retry and refuse it again.)
         unplace(*s, r->cost_bytes);
         r->slot = nullptr;
-        const double wait = std::clamp(error.retry_after_s.value_or(0.2), 0.05, 1.0);
+        const double wait = std::max(0.05, error.retry_after_s.value_or(0.2));
+        if (!error.retry_token.empty()) r->request.retry.token = error.retry_token;
         r->not_before = Clock::now() + dur(wait);
         spdlog::info("request {}: engine {} has no room for it now ({}); offering it again in {:.2f} s", r->id_,
                      s->label(), error.message, wait);
@@ -1282,8 +1285,17 @@ std::string RemoteService::slot_reason(const Slot& s) const {
 namespace {
 
 json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
-  if (r.tensor) return json::object{{"t", "infer"}, {"rid", rid}, {"request", wire::encode(*r.tensor)}};
-  json::object msg{{"t", "submit"}, {"rid", rid}, {"request", wire::encode(r.request)}};
+  // The deadline runs from the client's request, not from this engine's
+  // receipt: a request sent again after a crash carries what is left of it.
+  const double left = std::max(1e-3, std::chrono::duration<double>(r.deadline - Clock::now()).count());
+  if (r.tensor) {
+    json::object request = wire::encode(*r.tensor);
+    request["timeout_s"] = left;
+    return json::object{{"t", "infer"}, {"rid", rid}, {"request", std::move(request)}};
+  }
+  json::object request = wire::encode(r.request);
+  request["timeout_s"] = left;
+  json::object msg{{"t", "submit"}, {"rid", rid}, {"request", std::move(request)}};
   // After output was sent, the next engine resumes after it.
   if (!r.delivered.empty() || r.prompt_sent) msg["resume"] = wire::encode(wire::ResumeState{r.delivered, r.prompt_sent});
   return msg;

@@ -388,9 +388,13 @@ TEST_F(RemoteServiceTest, ResumesAfterTheTokensSentWhenTheEngineGoes) {
   start_gateway();
   ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
   auto rec = std::make_shared<Recorder>();
-  auto sub = gateway_->submit(request("r1"), rec);
+  CompletionRequest r1 = request("r1");
+  r1.timeout_s = 60;
+  auto sub = gateway_->submit(r1, rec);
   ASSERT_TRUE(sub.ok());
   auto s1 = first.wait_sub(1);
+  ASSERT_TRUE(s1.request.timeout_s.has_value());
+  EXPECT_LE(*s1.request.timeout_s, 60.0);
   s1.sink->push(StartedEvent{});
   s1.sink->push(TextEvent{"ab", 2, 0, {}, {5, 6}});
   ASSERT_TRUE(rec->wait_count(2));
@@ -402,6 +406,10 @@ TEST_F(RemoteServiceTest, ResumesAfterTheTokensSentWhenTheEngineGoes) {
   auto s2 = second.wait_sub(1);
   EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
   EXPECT_EQ(s2.request.request_id, "r1");
+  // Its deadline runs from the client's request: the new engine gets what is left.
+  ASSERT_TRUE(s2.request.timeout_s.has_value());
+  EXPECT_LT(*s2.request.timeout_s, *s1.request.timeout_s);
+  EXPECT_GT(*s2.request.timeout_s, 0.0);
   s2.sink->push(StartedEvent{});  // not shown twice
   s2.sink->push(TextEvent{"c", 1, 0, {}, {7}});
   s2.sink->push(FinishedEvent{"length", {3, 3}, {}, 0});
@@ -429,10 +437,12 @@ TEST_F(RemoteServiceTest, AResumedRequestTheNewEngineHasNoRoomForIsOfferedAgainN
   FakeService& second = new_fake();
   second.refuse_first = 2;
   second.first_refusal.retry_after_s = 0.05;
+  second.first_refusal.retry_token = "booked-1";
   start_engine(second);
   auto s2 = second.wait_sub(1);
   EXPECT_EQ(second.refused.load(), 2);
   EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(s2.request.retry.token, "booked-1");  // it claims the place the engine booked for it
   EXPECT_EQ(rec->count(), 2u);  // the client saw nothing of the refusals
   s2.sink->push(TextEvent{"c", 1, 0, {}, {7}});
   s2.sink->push(FinishedEvent{"length", {3, 3}, {}, 0});
