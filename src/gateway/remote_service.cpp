@@ -272,6 +272,10 @@ struct RemoteService::Slot {
   /// its last status: placement counts them until a status includes them.
   std::int64_t placed_bytes = 0;
   int placed_requests = 0;
+  /// This gateway's requests admitted (first started) and completed there
+  /// since its last state: counted into /v1/admission until the next state
+  /// holds them, and carried over when the engine dies before sending one.
+  AdmissionState unreported;
   double engine_started_at = 0;      // unix seconds, from the engine's hello
 
   std::string label() const {
@@ -285,6 +289,7 @@ struct RemoteService::Slot {
   /// reply): what placement counted since the last one is in it now.
   void learn(std::optional<AdmissionState> reported) {
     last_state = std::move(reported);
+    unreported = AdmissionState{};
     placed_bytes = 0;
     placed_requests = 0;
   }
@@ -1098,6 +1103,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   EngineEvent e = std::move(event).value();
   bool forward = true;
   if (std::holds_alternative<StartedEvent>(e)) {
+    if (!r->started_here && !r->ended) ++s->unreported.admitted;
     r->started_here = true;
     forward = !r->started_sent;
     r->started_sent = true;
@@ -1119,6 +1125,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   if (is_terminal(e)) {
     s->inflight.erase(r->rid);
     if (r->ended) return;
+    if (std::holds_alternative<FinishedEvent>(e)) ++s->unreported.completed;
     r->ended = true;
     --active_;
     if (active_ == 0) cv_.notify_all();  // wait_idle(); nothing else waits for a request's end
@@ -1149,9 +1156,11 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     label = s->label();
     stopping_now = stopping_;
     s->channel.reset();
+    // Counters of this process carry over to the next one; while it is
+    // away only its devices are shown, so nothing is counted twice.
+    add_counters(s->carried, s->unreported);
+    s->unreported = AdmissionState{};
     if (s->last_state) {
-      // Counters of this process carry over to the next one; while it is
-      // away only its devices are shown, so nothing is counted twice.
       add_counters(s->carried, *s->last_state);
       AdmissionState shown;
       shown.policy = s->last_state->policy;
@@ -1746,6 +1755,7 @@ AdmissionState RemoteService::admission_state() const {
     }
     add_counters(out, st);
     add_counters(out, c);
+    add_counters(out, s->unreported);
     out.retry_bookings += st.retry_bookings;
     out.retry_places += st.retry_places;
   }

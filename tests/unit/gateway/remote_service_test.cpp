@@ -451,6 +451,37 @@ TEST_F(RemoteServiceTest, AResumedRequestTheNewEngineHasNoRoomForIsOfferedAgainN
   EXPECT_TRUE(std::holds_alternative<FinishedEvent>(rec->events.back()));
 }
 
+TEST_F(RemoteServiceTest, ACompletionTheEngineDiedBeforeReportingIsStillCounted) {
+  // No heartbeats: the engine's only state is its hello's (nothing completed).
+  FakeService& fake = new_fake();
+  start_engines_and_gateway({&fake});
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(gateway_->submit(request("r1"), rec).ok());
+  auto s1 = fake.wait_sub(1);
+  s1.sink->push(StartedEvent{});
+  s1.sink->push(TextEvent{"a", 1, 0, {}, {5}});
+  s1.sink->push(FinishedEvent{"length", {3, 1}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  more_engines_[0]->stop();  // dies before any state holds the completion
+  EXPECT_EQ(gateway_->admission_state().completed, 1);
+}
+
+TEST_F(RemoteServiceTest, ACompletionTheEngineReportedIsCountedOnce) {
+  FakeService& fake = new_fake();
+  start_engines_and_gateway({&fake});
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(gateway_->submit(request("r1"), rec).ok());
+  auto s1 = fake.wait_sub(1);
+  s1.sink->push(StartedEvent{});
+  s1.sink->push(FinishedEvent{"length", {3, 0}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  // The fake counts its one submission as completed: the state the gateway
+  // asks for now holds it, and what the gateway counted itself is dropped.
+  EXPECT_EQ(gateway_->admission_state().completed, 1);
+  more_engines_[0]->stop();
+  EXPECT_EQ(gateway_->admission_state().completed, 1);
+}
+
 TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {
   FakeService& first = new_fake();
   start_engine(first);
