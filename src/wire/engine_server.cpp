@@ -163,6 +163,12 @@ void EngineServer::accept_loop() {
       if (!uid || *uid != ::geteuid()) {
         spdlog::warn("engine socket: refused a connection from uid {} (the engine runs as uid {})",
                      uid ? std::to_string(*uid) : "unknown", ::geteuid());
+        // The peer is told why; what it sent is discarded unread (a bounded
+        // wait for its hello, so the refusal is not lost to a reset).
+        (void)write_one(fd, json::object{{"t", "refused"},
+                                          {"reason", "this engine serves only its own user (uid " +
+                                                         std::to_string(::geteuid()) + ")"}});
+        (void)read_one(fd, 1.0, 64 * 1024);
         ::close(fd);
         return;
       }

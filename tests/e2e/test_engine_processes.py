@@ -432,9 +432,15 @@ c.connect(sys.argv[1])
 hello = ('{"t":"hello","v":3,"secret":"%s"}' % os.environ["SECRET"]).encode()
 try:
     c.sendall(struct.pack(">I", len(hello)) + hello)
-    print("closed" if c.recv(1) == b"" else "answered")
+    data = b""
+    while True:
+        chunk = c.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    print(data[4:].decode() if len(data) > 4 else "closed")
 except ConnectionError:
-    print("closed")
+    print("reset")
 """
 
 
@@ -442,7 +448,8 @@ except ConnectionError:
 def test_engine_socket_refuses_a_connection_from_another_user():
     """The engine checks its peer's uid (SO_PEERCRED) before it reads a byte:
     even with its folder and socket opened to everyone (a mistaken chmod),
-    and with the right secret, a process of another user is closed and logged."""
+    and with the right secret, a process of another user is told why, closed
+    and logged."""
     s = Server()
     try:
         sock_path = engines(s)[0]["address"][len("unix:"):]
@@ -457,7 +464,9 @@ def test_engine_socket_refuses_a_connection_from_another_user():
         finally:
             os.chmod(sock_path, 0o600)
             os.chmod(folder, 0o700)
-        assert peer.returncode == 0 and peer.stdout.strip() == "closed", peer.stdout + peer.stderr
+        assert peer.returncode == 0, peer.stdout + peer.stderr
+        answer = json.loads(peer.stdout)
+        assert answer["t"] == "refused" and f"uid {os.geteuid()}" in answer["reason"], answer
         wait_until(lambda: "refused a connection from uid 65534" in s.logs(), what="the refusal in the engine's log")
         assert engines(s)[0]["restarts"] == 0
         assert complete(s, "Hello", False, 4)[0] == 200
