@@ -87,11 +87,49 @@ template <typename T>
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/// out[h][c] = Σ over keys in order of p[h][j] * v[j][h / group][c] for the
+/// H heads h0..h0+H-1 at once: each head's output is one chain of
+/// multiply-adds per element, as head by head, but H heads' chains are
+/// interleaved so the adds do not wait on each other's latency.
+template <int V, int H>
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline void weighted_values_f32_avx2(
+    const DecodeSequence<float>& s, std::int64_t h0, std::int64_t group, std::int64_t row, std::int64_t keys,
+    const float* scores) {
+  __m256 out[H][V];
+  #pragma GCC unroll 8
+  for (int h = 0; h < H; ++h) {
+    #pragma GCC unroll 16
+    for (int c = 0; c < V; ++c) out[h][c] = _mm256_setzero_ps();
+  }
+  const float* v[H];
+  const float* p[H];
+  #pragma GCC unroll 8
+  for (int h = 0; h < H; ++h) {
+    v[h] = s.v_cache + ((h0 + h) / group) * (8 * V);
+    p[h] = scores + (h0 + h) * keys;
+  }
+  for (std::int64_t i = 0; i < keys; ++i) {
+    #pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      const __m256 pv = _mm256_broadcast_ss(p[h] + i);
+      const float* vi = v[h] + i * row;
+      #pragma GCC unroll 16
+      for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8 * c), out[h][c]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int h = 0; h < H; ++h) {
+    #pragma GCC unroll 16
+    for (int c = 0; c < V; ++c) _mm256_storeu_ps(s.out + (h0 + h) * (8 * V) + 8 * c, out[h][c]);
+  }
+}
+
 /// attend_sequence for float32 with AVX2+FMA, head_dim 8, 16, 32, 64 or
 /// 128: scores of eight keys at once per head (eight accumulators,
-/// one transposed reduction), the same softmax, and each head's
-/// output held in registers over the keys. Each value is summed in a fixed
-/// order that depends on the sequence's own length only.
+/// one transposed reduction), the same softmax (its division eight at a
+/// time, exact either way), and the heads' outputs held in registers over
+/// the keys, several heads at once when their accumulators fit. Each value
+/// is summed in a fixed order that depends on the sequence's own length only.
 template <int V>  // head_dim / 8
 [[gnu::target("avx2,fma")]] void attend_sequence_f32_avx2(const DecodeSequence<float>& s,
                                                          const DecodeAttentionShape& shape, float* scores) {
@@ -125,19 +163,27 @@ template <int V>  // head_dim / 8
       for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
       p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
     }
-    softmax_in_place(p, keys);
-    // out[c] = Σ over keys in order of p[j] * v[j][c], in registers.
-    __m256 out[V];
-    for (int c = 0; c < V; ++c) out[c] = _mm256_setzero_ps();
-    const float* v = s.v_cache + (h / group) * hd;
+    // softmax_in_place, with its division eight at a time.
+    float max = -INFINITY;
+    for (std::int64_t i = 0; i < keys; ++i) max = std::max(max, p[i]);
+    float total = 0;
     for (std::int64_t i = 0; i < keys; ++i) {
-      const __m256 pv = _mm256_broadcast_ss(p + i);
-      const float* vi = v + i * row;
-      #pragma GCC unroll 8
-      for (int c = 0; c < V; ++c) out[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8 * c), out[c]);
+      p[i] = std::exp(p[i] - max);
+      total += p[i];
     }
-    for (std::int64_t c = 0; c < V; ++c) _mm256_storeu_ps(s.out + h * hd + 8 * c, out[c]);
+    const __m256 total_v = _mm256_set1_ps(total);
+    std::int64_t i = 0;
+    for (; i + 8 <= keys; i += 8) _mm256_storeu_ps(p + i, _mm256_div_ps(_mm256_loadu_ps(p + i), total_v));
+    for (; i < keys; ++i) p[i] /= total;
   }
+  // Heads at once: as many as keep their accumulators and a broadcast each
+  // within the 16 vector registers.
+  constexpr int kHeads = V >= 8 ? 1 : 8 / V > 4 ? 4 : 8 / V;
+  std::int64_t h = 0;
+  if constexpr (kHeads > 1) {
+    for (; h + kHeads <= heads; h += kHeads) weighted_values_f32_avx2<V, kHeads>(s, h, group, row, keys, scores);
+  }
+  for (; h < heads; ++h) weighted_values_f32_avx2<V, 1>(s, h, group, row, keys, scores);
 }
 
 #endif
