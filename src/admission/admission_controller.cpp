@@ -3,6 +3,8 @@
 // in admission_state.hpp and admission_queries.cpp.
 #include "admission/admission_controller.hpp"
 
+#include <algorithm>
+
 #include "admission/admission_state.hpp"
 
 namespace vg {
@@ -89,6 +91,11 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   }
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
   if (eo.sequences < 1) return Error(ErrorCode::kInvalidRequest, "a request runs at least one sequence");
+  // Nothing ran or waited until now: the time since the last completion was
+  // idle, not slow draining (Retry-After after a quiet spell).
+  if (s.queue.empty() && std::none_of(s.holders.begin(), s.holders.end(), [](const auto& h) { return !h.second.extra; })) {
+    s.drain.resume(now);
+  }
   QueuedRequest request{id, cost_bytes, now, eo.priority, eo.model, eo.sequences};
   const bool bookable = s.booking_on() && eo.retry != nullptr;
   std::optional<TimePoint> promised;

@@ -13,13 +13,21 @@ double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
 void DrainRateEstimator::record(TimePoint now) {
-  samples_.push_back(now);
-  last_ = last_ ? std::max(*last_, now) : now;
+  const TimePoint b = busy(now);
+  samples_.push_back(b);
+  last_ = last_ ? std::max(*last_, b) : b;
+  last_wall_ = last_wall_ ? std::max(*last_wall_, now) : now;
   while (samples_.size() > std::max<std::size_t>(options_.max_samples, 1)) samples_.pop_front();
 }
 
-std::optional<double> DrainRateEstimator::rate_per_s(TimePoint now) const {
+void DrainRateEstimator::resume(TimePoint now) {
+  if (last_wall_ && now - *last_wall_ > options_.idle_after) idle_ += now - *last_wall_ - options_.idle_after;
+  last_wall_ = last_wall_ ? std::max(*last_wall_, now) : now;
+}
+
+std::optional<double> DrainRateEstimator::rate_per_s(TimePoint wall_now) const {
   if (!last_) return std::nullopt;
+  const TimePoint now = busy(wall_now);
   std::size_t n = 0;
   std::optional<TimePoint> oldest;
   for (TimePoint t : samples_) {

@@ -21,6 +21,9 @@ class DrainRateEstimator {
     Duration window = std::chrono::seconds(30);  ///< completions older than this are forgotten
     std::size_t max_samples = 256;               ///< most recent completions kept
     Duration min_span = std::chrono::seconds(1);  ///< shortest time a rate is measured over
+    /// A wait for work longer than this (resume()) counts as idle beyond it;
+    /// up to it, as the time a busy device also has between completions.
+    Duration idle_after = std::chrono::seconds(1);
   };
 
   DrainRateEstimator() : DrainRateEstimator(Options{}) {}
@@ -29,17 +32,30 @@ class DrainRateEstimator {
   /// One request completed (its lease was or will be released) at `now`.
   void record(TimePoint now);
 
-  /// Completions per second at `now`:
+  /// Work arrived at `now` after the device had none (nothing running or
+  /// waiting): the time since the last completion (or the last resume, if
+  /// later), less `idle_after`, was idle, and idle time is not counted as
+  /// draining. Without it a device that sat idle between two bursts would
+  /// seem to drain slowly, and advise a Retry-After too long by the idle time.
+  void resume(TimePoint now);
+
+  /// Completions per second at `now`, over busy time (wall time less the
+  /// idle gaps resume() reported):
   ///  - nothing ever recorded: nullopt (callers use their fallback);
   ///  - n completions inside the window: n / max(now − oldest of them, min_span);
   ///  - none inside the window: 1 / (now − last completion), i.e. the rate
-  ///    keeps falling while the device completes nothing.
+  ///    keeps falling while the device has work and completes nothing.
   std::optional<double> rate_per_s(TimePoint now) const;
 
  private:
+  /// `t` on the busy clock: wall time less the idle gaps before it.
+  TimePoint busy(TimePoint t) const { return t - idle_; }
+
   Options options_;
-  std::deque<TimePoint> samples_;  // completion times, oldest first
-  std::optional<TimePoint> last_;
+  std::deque<TimePoint> samples_;  // completion times on the busy clock, oldest first
+  std::optional<TimePoint> last_;  // on the busy clock
+  std::optional<TimePoint> last_wall_;  // the last completion or resume, wall time
+  Duration idle_{0};               // idle time reported so far
 };
 
 struct RetryAfterOptions {

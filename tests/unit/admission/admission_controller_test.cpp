@@ -225,6 +225,41 @@ TEST(AdmissionController, ExpireReportsQueueWaitLimitWithRetryAfter) {
   EXPECT_EQ(snap.queue_depth, 0);
 }
 
+// A quiet spell between two bursts is not slow draining: the Retry-After of
+// a refusal after it is the one given after a pause of 1 s (idle_after).
+TEST(AdmissionController, RetryAfterIgnoresTheTimeTheDeviceSatIdle) {
+  const auto retry_after_of_a_burst_at = [](Duration pause) {
+    auto c = make(options(100, 1));
+    ManualClock clock;
+    const TimePoint t0 = clock.now();
+    // Four requests one after another, 2 s each: completions at 2, 4, 6, 8 s.
+    for (RequestId id = 1; id <= 4; ++id) {
+      const TimePoint start = t0 + std::chrono::seconds(2 * (id - 1));
+      EXPECT_TRUE(c->enqueue(id, 100, start).ok());
+      auto g = c->grant(start);
+      EXPECT_EQ(g.size(), 1u);
+      c->record_completion(start + 2s);
+      g[0].lease.release();
+    }
+    // Then, after `pause` with nothing to do: one runs, one waits, one is refused.
+    const TimePoint burst = t0 + 8s + pause;
+    EXPECT_TRUE(c->enqueue(10, 100, burst).ok());
+    auto running = c->grant(burst);
+    EXPECT_EQ(running.size(), 1u);
+    EXPECT_TRUE(c->enqueue(11, 100, burst).ok());
+    auto refused = c->enqueue(12, 100, burst);
+    EXPECT_FALSE(refused.ok());
+    if (refused.ok()) return -1.0;
+    EXPECT_EQ(refused.error().code, ErrorCode::kOverloaded);
+    return refused.error().retry_after_s.value_or(-1.0);
+  };
+  const double after_1s = retry_after_of_a_burst_at(1s);
+  EXPECT_GE(after_1s, 1.0);
+  EXPECT_LE(after_1s, 10.0);  // 3 requests at 4 completions in 7 s
+  EXPECT_EQ(retry_after_of_a_burst_at(20s), after_1s);   // inside the 30 s window
+  EXPECT_EQ(retry_after_of_a_burst_at(300s), after_1s);  // long after it
+}
+
 TEST(AdmissionController, NextWakeupIncludesTheBypassWindow) {
   auto c = make(options(1000));
   ManualClock clock;

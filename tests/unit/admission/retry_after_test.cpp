@@ -92,6 +92,25 @@ TEST(DrainRateEstimator, ForgetsOldCompletionsButKeepsFalling) {
   EXPECT_DOUBLE_EQ(*e.rate_per_s(start + 1900ms + 20s), 1.0 / 20.0);
 }
 
+TEST(DrainRateEstimator, IdleTimeReportedByResumeIsNotDrainTime) {
+  DrainRateEstimator e;  // idle_after 1 s
+  const TimePoint start = TimePoint{} + 1h;
+  for (int i = 0; i < 10; ++i) e.record(start + std::chrono::milliseconds(500 * i));  // 0 .. 4.5 s
+  // Nothing to do from 4.5 s; work arrives at 24.5 s: 19 of those 20 s are
+  // idle, so at 25 s the rate is what it was at 6 s.
+  const double at_6s = *e.rate_per_s(start + 6s);
+  EXPECT_DOUBLE_EQ(at_6s, 10.0 / 6.0);
+  e.resume(start + 24500ms);
+  EXPECT_DOUBLE_EQ(*e.rate_per_s(start + 25s), at_6s);
+  // While there is work and nothing completes, the rate still falls.
+  EXPECT_DOUBLE_EQ(*e.rate_per_s(start + 35s), 10.0 / 16.0);
+  // A resume within idle_after of the last event changes nothing.
+  DrainRateEstimator f;
+  for (int i = 0; i < 10; ++i) f.record(start + std::chrono::milliseconds(500 * i));
+  f.resume(start + 5500ms);
+  EXPECT_DOUBLE_EQ(*f.rate_per_s(start + 6s), at_6s);
+}
+
 TEST(DrainRateEstimator, KeepsOnlyTheNewestSamples) {
   DrainRateEstimator::Options o;
   o.max_samples = 4;
