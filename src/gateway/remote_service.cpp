@@ -383,8 +383,10 @@ struct RemoteService::Req final : RequestHandle {
   Slot* move_to = nullptr;
   bool moved = false;         // taken back from its engine's queue: placed again as a move, not a crash
   bool stays = false;         // its engine admitted it before it could be taken back
-  /// Pending: not sent again before this (an engine refused it as overloaded).
+  /// Pending: not sent again before this (an engine refused it as
+  /// overloaded), except to another engine with room for it now.
   TimePoint not_before{};
+  Slot* refused_by = nullptr;  // the engine that refused it last (its booked place is there)
   int crashes = 0;
   /// Crashes while its submit waited for the engine's answer: counted apart,
   /// so an innocent request sent again beside a suspect is not failed by
@@ -774,10 +776,15 @@ void RemoteService::resubmit_pending(TimePoint now) {
     // A moved request goes where room was found for it, while that engine
     // is ready; any other to an engine whose devices can hold it.
     Slot* s = r->move_to && r->move_to->ready() ? r->move_to : pick(r->request.model, {}, r->cost_bytes);
-    if (!s || (r->suspect && suspect_busy.count(s)) || now < r->not_before) {
+    // Refused by a full engine: sent back there at its Retry-After, or
+    // before that to another engine that has room for it now (a restarted
+    // engine, one whose queue emptied).
+    if (s && now < r->not_before) s = room_now(*r, r->refused_by);
+    if (!s || (r->suspect && suspect_busy.count(s))) {
       keep.push_back(r);
       continue;
     }
+    if (s != r->refused_by) r->request.retry.token.clear();  // a place booked elsewhere
     if (r->move_to && r->move_to != s) unplace(*r->move_to, r->cost_bytes);
     if (r->move_to != s) count_placed(*s, r->cost_bytes);  // a move's hold already counts it there
     if (r->suspect) suspect_busy.insert(s);
@@ -814,6 +821,25 @@ void RemoteService::resubmit_pending(TimePoint now) {
   }
 }
 
+RemoteService::Slot* RemoteService::room_now(const Req& r, const Slot* except) const {
+  // mu_ held. The engine with the most free budget among those with nothing
+  // waiting, a free sequence slot and room for the request's cost.
+  Slot* best = nullptr;
+  std::int64_t most = 0;
+  for (auto& s : slots_) {
+    if (s.get() == except || !s->ready() || !s->serves(r.request.model) || !s->last_state ||
+        s->last_state->queue_depth > 0 || s->free_slots() <= 0) {
+      continue;
+    }
+    const std::int64_t free = s->free_budget();
+    if (free >= r.cost_bytes && (!best || free > most)) {
+      best = s.get();
+      most = free;
+    }
+  }
+  return best;
+}
+
 void RemoteService::rebalance() {
   // mu_ held. Several engines of a model (one per device): a request of
   // this gateway waiting in one engine's queue is taken back and placed on
@@ -827,19 +853,7 @@ void RemoteService::rebalance() {
           r->suspect || r->cost_bytes <= 0) {
         continue;
       }
-      Slot* to = nullptr;
-      std::int64_t most = 0;
-      for (auto& s : slots_) {
-        if (s == from || !s->ready() || !s->serves(r->request.model) || !s->last_state ||
-            s->last_state->queue_depth > 0 || s->free_slots() <= 0) {
-          continue;
-        }
-        const std::int64_t free = s->free_budget();
-        if (free >= r->cost_bytes && (!to || free > most)) {
-          to = s.get();
-          most = free;
-        }
-      }
+      Slot* to = room_now(*r, from.get());
       if (!to) continue;
       r->withdrawing = true;
       r->move_to = to;
@@ -1001,7 +1015,8 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         unplace(*s, r->cost_bytes);
         r->slot = nullptr;
         const double wait = std::max(0.05, error.retry_after_s.value_or(0.2));
-        if (!error.retry_token.empty()) r->request.retry.token = error.retry_token;
+        r->request.retry.token = error.retry_token;
+        r->refused_by = s;
         r->not_before = Clock::now() + dur(wait);
         spdlog::info("request {}: engine {} has no room for it now ({}); offering it again in {:.2f} s", r->id_,
                      s->label(), error.message, wait);

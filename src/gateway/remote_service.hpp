@@ -148,6 +148,10 @@ class RemoteService final : public Service {
   /// their model with room for them and nothing waiting (withdraw, then
   /// placed again). Requires mu_.
   void rebalance();
+  /// The ready engine of `r`'s model, other than `except`, with nothing
+  /// waiting, a free sequence slot and free budget for `r`'s cost (the most
+  /// free budget among them); null when none. Requires mu_.
+  Slot* room_now(const Req& r, const Slot* except) const;
   /// Loads the prompt encoder of each language model in `models` (an
   /// accepted engine's hello) from the folder the engine loaded it from,
   /// unless one for the same folder, vocabulary and EOS id is loaded. A

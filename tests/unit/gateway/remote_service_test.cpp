@@ -80,6 +80,7 @@ class FakeService final : public Service {
     if (refuse) return *refuse;
     if (refused.load() < refuse_first) {
       ++refused;
+      notify();
       return first_refusal;
     }
     Sub s{request, sink};
@@ -143,6 +144,10 @@ class FakeService final : public Service {
     std::unique_lock lk(mu_);
     EXPECT_TRUE(cv_.wait_for(lk, 10s, [&] { return subs_.size() >= n; })) << "no submission " << n;
     return subs_.size() >= n ? subs_[n - 1] : Sub{};
+  }
+  bool wait_refused(int n) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 10s, [&] { return refused.load() >= n; });
   }
   bool wait_withdraw_asked() {
     std::unique_lock lk(mu_);
@@ -449,6 +454,48 @@ TEST_F(RemoteServiceTest, AResumedRequestTheNewEngineHasNoRoomForIsOfferedAgainN
   ASSERT_TRUE(rec->wait_terminal());
   EXPECT_EQ(rec->text(), "abc");
   EXPECT_TRUE(std::holds_alternative<FinishedEvent>(rec->events.back()));
+}
+
+TEST_F(RemoteServiceTest, ARequestHeldAfterARefusalGoesToAnEngineWithRoomBeforeItsRetryAfter) {
+  // Two engines; the request runs on the first, which goes away. The second
+  // is full: it refuses with a Retry-After of 60 s and a booked place. The
+  // first comes back empty: the request goes there at once, without the
+  // other engine's token.
+  FakeService& a = new_fake();
+  FakeService& b = new_fake();
+  a.budget_bytes = 1'000'000;
+  b.budget_bytes = 500'000;  // less free budget: the request is placed on a
+  b.refuse_first = 1;
+  b.first_refusal.retry_after_s = 60;
+  b.first_refusal.retry_token = "booked-on-b";
+  start_engines_and_gateway({&a, &b});
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(gateway_->submit(request("r1"), rec).ok());
+  auto s1 = a.wait_sub(1);
+  s1.sink->push(StartedEvent{});
+  s1.sink->push(TextEvent{"ab", 2, 0, {}, {5, 6}});
+  ASSERT_TRUE(rec->wait_count(2));
+  const std::string a_socket = (dir_ / "e0.sock").string();
+  more_engines_[0]->stop();
+  ASSERT_TRUE(b.wait_refused(1));  // b is offered it and refuses
+  FakeService& a2 = new_fake();
+  a2.budget_bytes = 1'000'000;
+  wire::EngineServer::Options o;
+  o.socket_path = a_socket;
+  o.secret = "s3cret";
+  o.devices = {"virt:0"};
+  o.heartbeat = std::chrono::hours(1);
+  auto restarted = wire::EngineServer::start(o, a2);
+  ASSERT_TRUE(restarted.ok()) << restarted.error().message;
+  more_engines_.push_back(std::move(restarted).value());
+  auto s2 = a2.wait_sub(1);  // within 10 s: long before b's 60 s
+  EXPECT_EQ(s2.request.request_id, "r1");
+  EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_TRUE(s2.request.retry.token.empty());  // b's booked place is b's
+  EXPECT_EQ(b.submissions(), 0u);
+  s2.sink->push(FinishedEvent{"length", {3, 2}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->text(), "ab");
 }
 
 TEST_F(RemoteServiceTest, ACompletionTheEngineDiedBeforeReportingIsStillCounted) {
