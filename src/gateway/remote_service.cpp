@@ -240,6 +240,7 @@ struct RemoteService::Slot {
   const char* state = "starting";
   pid_t pid = 0;                     // the engine's process (0: none known)
   bool child = false;                // started by this gateway (waitpid reaps it)
+  bool heartbeat_kill = false;       // killed for a missed heartbeat, not yet reaped
   int restarts = 0;
   std::string last_exit;
   double started_at = 0;
@@ -494,9 +495,9 @@ void RemoteService::reap_children(TimePoint now) {
       if (s->pid != pid) continue;
       s->pid = 0;
       s->child = false;
-      if (s->last_exit.empty() || s->last_exit.rfind("no heartbeat", 0) != 0 || s->channel) {
-        s->last_exit = exit_text(status);
-      }
+      // Killed for a missed heartbeat: that is why it ended (SIGKILL says less).
+      if (!s->heartbeat_kill) s->last_exit = exit_text(status);
+      s->heartbeat_kill = false;
       if (stopping_) break;
       const bool unusable = WIFEXITED(status) && (WEXITSTATUS(status) == 1 || WEXITSTATUS(status) == 2);
       if (unusable && s->connected == TimePoint{}) {
@@ -540,7 +541,10 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     if (now - s.last_heard > dur(options_.heartbeat_timeout_s)) {
       s.last_exit = fmt::format("no heartbeat for {:.1f} s", secs(now - s.last_heard));
       spdlog::error("engine on {} (pid {}): {}; killing it", s.label(), s.pid, s.last_exit);
-      if (s.pid > 0 && !s.ep.command.empty()) ::kill(s.pid, SIGKILL);
+      if (s.pid > 0 && !s.ep.command.empty()) {
+        s.heartbeat_kill = s.child;  // its exit, reaped here, keeps this reason
+        ::kill(s.pid, SIGKILL);
+      }
       s.channel->close(s.last_exit);  // on_close moves its requests
     }
     return;
