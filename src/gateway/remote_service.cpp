@@ -765,13 +765,14 @@ void RemoteService::resubmit_pending(TimePoint now) {
     if (r->ended) continue;
     if (r->cancelled) {
       r->ended = true;
+      ++ended_here_.cancelled;
       fail.emplace_back(r, FailedEvent{Error(ErrorCode::kCancelled, "client closed the connection"), {}, {}});
       continue;
     }
-    // A moved request was accepted before the drain began: it runs.
-    if (now >= r->deadline || (draining_ && !r->moved)) {
-      Error e(ErrorCode::kOverloaded, draining_ ? "server is shutting down"
-                                               : "no engine took the request again before its deadline");
+    // Every request held here was accepted by an engine before (a crash's,
+    // a move's): during a drain it still runs, within the shutdown grace.
+    if (now >= r->deadline) {
+      Error e(ErrorCode::kOverloaded, "no engine took the request again before its deadline");
       e.retry_after_s = retry_after_s();
       r->ended = true;
       fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
@@ -1778,6 +1779,7 @@ AdmissionState RemoteService::admission_state() const {
     out.retry_bookings += st.retry_bookings;
     out.retry_places += st.retry_places;
   }
+  add_counters(out, ended_here_);
   // Requests the gateway holds for an engine to take again are queued too.
   out.queued += static_cast<int>(pending_.size());
   out.queue_depth += static_cast<int>(pending_.size());

@@ -202,6 +202,9 @@ class RemoteService final : public Service {
   /// condition variable (with mu_), so an answer wakes its submit alone.
   std::map<std::uint64_t, std::condition_variable*> awaiting_;
   int active_ = 0;                                  // guarded by mu_: requests without their terminal event
+  /// Guarded by mu_: ends of requests no engine held (cancelled while held
+  /// here for an engine to take them again), counted into /v1/admission.
+  AdmissionState ended_here_;
   bool draining_ = false;                           // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::optional<std::string> fatal_;                // guarded by mu_
