@@ -268,20 +268,9 @@ class RemoteServiceTest : public ::testing::Test {
     RemoteService::Options g;
     g.heartbeat_timeout_s = 30;
     for (std::size_t i = 0; i < services.size(); ++i) {
-      const std::string path = (dir_ / ("e" + std::to_string(i) + ".sock")).string();
-      std::ofstream(path + ".secret") << "s3cret";
-      wire::EngineServer::Options o;
-      o.socket_path = path;
-      o.secret = "s3cret";
-      o.devices = {"virt:" + std::to_string(i)};
-      // No heartbeats: the tests say when the gateway learns an engine's
-      // state (admission_state()), so a status never lands between their steps.
-      o.heartbeat = std::chrono::hours(1);
-      auto s = wire::EngineServer::start(o, *services[i]);
-      ASSERT_TRUE(s.ok()) << s.error().message;
-      more_engines_.push_back(std::move(s).value());
       EngineEndpoint ep;
-      ep.socket_path = path;
+      ep.socket_path = start_numbered_engine(i, *services[i]);
+      if (ep.socket_path.empty()) return;
       g.engines.push_back(ep);
     }
     auto gw = RemoteService::create(g);
@@ -290,6 +279,41 @@ class RemoteServiceTest : public ::testing::Test {
     gateway_->start();
     ASSERT_TRUE(gateway_->wait_ready(Clock::now() + 10s));
     (void)gateway_->admission_state();  // every engine's state known, as after its first heartbeat
+  }
+
+  /// Engine i (socket e<i>.sock, device virt:<i>) behind `service`, kept in
+  /// more_engines_; again on the same socket after it stopped, as a
+  /// restarted engine. Its socket path; empty (and a test failure) when it
+  /// could not start.
+  std::string start_numbered_engine(std::size_t i, FakeService& service) {
+    const std::string path = (dir_ / ("e" + std::to_string(i) + ".sock")).string();
+    std::ofstream(path + ".secret") << "s3cret";
+    wire::EngineServer::Options o;
+    o.socket_path = path;
+    o.secret = "s3cret";
+    o.devices = {"virt:" + std::to_string(i)};
+    // No heartbeats: the tests say when the gateway learns an engine's
+    // state (admission_state()), so a status never lands between their steps.
+    o.heartbeat = std::chrono::hours(1);
+    auto s = wire::EngineServer::start(o, service);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    if (!s.ok()) return {};
+    more_engines_.push_back(std::move(s).value());
+    return path;
+  }
+
+  /// Submits request r1 through the gateway and lets the fake engine run it
+  /// to its end (started, one token, finished); returns what its client got.
+  std::shared_ptr<Recorder> run_one_to_the_end(FakeService& fake) {
+    auto rec = std::make_shared<Recorder>();
+    EXPECT_TRUE(gateway_->submit(request("r1"), rec).ok());
+    auto s1 = fake.wait_sub(1);
+    if (!s1.sink) return rec;
+    s1.sink->push(StartedEvent{});
+    s1.sink->push(TextEvent{"a", 1, 0, {}, {5}});
+    s1.sink->push(FinishedEvent{"length", {3, 1}, {}, 0});
+    EXPECT_TRUE(rec->wait_terminal());
+    return rec;
   }
 
   /// A fake engine's service; it outlives the EngineServer serving it.
@@ -475,19 +499,11 @@ TEST_F(RemoteServiceTest, ARequestHeldAfterARefusalGoesToAnEngineWithRoomBeforeI
   s1.sink->push(StartedEvent{});
   s1.sink->push(TextEvent{"ab", 2, 0, {}, {5, 6}});
   ASSERT_TRUE(rec->wait_count(2));
-  const std::string a_socket = (dir_ / "e0.sock").string();
   more_engines_[0]->stop();
   ASSERT_TRUE(b.wait_refused(1));  // b is offered it and refuses
   FakeService& a2 = new_fake();
   a2.budget_bytes = 1'000'000;
-  wire::EngineServer::Options o;
-  o.socket_path = a_socket;
-  o.secret = "s3cret";
-  o.devices = {"virt:0"};
-  o.heartbeat = std::chrono::hours(1);
-  auto restarted = wire::EngineServer::start(o, a2);
-  ASSERT_TRUE(restarted.ok()) << restarted.error().message;
-  more_engines_.push_back(std::move(restarted).value());
+  ASSERT_FALSE(start_numbered_engine(0, a2).empty());  // a restarted on its socket
   auto s2 = a2.wait_sub(1);  // within 10 s: long before b's 60 s
   EXPECT_EQ(s2.request.request_id, "r1");
   EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
@@ -502,13 +518,7 @@ TEST_F(RemoteServiceTest, ACompletionTheEngineDiedBeforeReportingIsStillCounted)
   // No heartbeats: the engine's only state is its hello's (nothing completed).
   FakeService& fake = new_fake();
   start_engines_and_gateway({&fake});
-  auto rec = std::make_shared<Recorder>();
-  ASSERT_TRUE(gateway_->submit(request("r1"), rec).ok());
-  auto s1 = fake.wait_sub(1);
-  s1.sink->push(StartedEvent{});
-  s1.sink->push(TextEvent{"a", 1, 0, {}, {5}});
-  s1.sink->push(FinishedEvent{"length", {3, 1}, {}, 0});
-  ASSERT_TRUE(rec->wait_terminal());
+  run_one_to_the_end(fake);
   more_engines_[0]->stop();  // dies before any state holds the completion
   EXPECT_EQ(gateway_->admission_state().completed, 1);
 }
@@ -516,12 +526,7 @@ TEST_F(RemoteServiceTest, ACompletionTheEngineDiedBeforeReportingIsStillCounted)
 TEST_F(RemoteServiceTest, ACompletionTheEngineReportedIsCountedOnce) {
   FakeService& fake = new_fake();
   start_engines_and_gateway({&fake});
-  auto rec = std::make_shared<Recorder>();
-  ASSERT_TRUE(gateway_->submit(request("r1"), rec).ok());
-  auto s1 = fake.wait_sub(1);
-  s1.sink->push(StartedEvent{});
-  s1.sink->push(FinishedEvent{"length", {3, 0}, {}, 0});
-  ASSERT_TRUE(rec->wait_terminal());
+  run_one_to_the_end(fake);
   // The fake counts its one submission as completed: the state the gateway
   // asks for now holds it, and what the gateway counted itself is dropped.
   EXPECT_EQ(gateway_->admission_state().completed, 1);
