@@ -295,7 +295,8 @@ bool DecoderModel::uses_host_decode() const {
 }
 
 bool DecoderModel::uses_host_gemm() const {
-  return uses_host_decode() && dtype_ == at::kFloat && host_cpu_has_avx2_fma();
+  return config_.host_decode_kernel && torch_device().is_cpu() && (dtype_ == at::kFloat || dtype_ == at::kBFloat16) &&
+         host_cpu_has_avx2_fma();
 }
 
 at::Tensor DecoderModel::conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const {
@@ -309,16 +310,24 @@ at::Tensor DecoderModel::linear(const at::Tensor& a, const at::Tensor& w, const 
 }
 
 at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w_in, const at::Tensor& bias) const {
-  const at::Tensor a = a_in.contiguous();
+  // bfloat16: the activations and bias widened to float (exact), the weights
+  // read in place; the float sums rounded to bfloat16 once, at the end.
+  const bool bf16 = w_in.scalar_type() == at::kBFloat16;
+  const at::Tensor a = bf16 ? a_in.to(at::kFloat).contiguous() : a_in.contiguous();
   const at::Tensor& w = w_in;  // contiguous (the callers check)
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = !bias.defined() ? bias : bf16 ? bias.to(at::kFloat).contiguous() : bias.contiguous();
   const std::int64_t rows = a.size(0);
   const std::int64_t k = a.size(1);
   const std::int64_t n = w.size(0);
   at::Tensor out = at::empty({rows, n}, a.options());
-  if (rows == 0 || n == 0) return out;
-  const HostGemm g{a.data_ptr<float>(), rows, k, k, w.data_ptr<float>(), n,
-                   b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>(), n};
+  if (rows == 0 || n == 0) return bf16 ? out.to(at::kBFloat16) : out;
+  HostGemm g{a.data_ptr<float>(), rows, k, k, nullptr, n, b.defined() ? b.data_ptr<float>() : nullptr,
+             out.data_ptr<float>(), n};
+  if (bf16) {
+    g.w_bf16 = reinterpret_cast<const std::uint16_t*>(w.data_ptr<at::BFloat16>());
+  } else {
+    g.w = w.data_ptr<float>();
+  }
   // Column panels of kHostGemmColumnAlign; a thread gets 64k multiply-adds at the least.
   const std::int64_t panels = (n + kHostGemmColumnAlign - 1) / kHostGemmColumnAlign;
   const std::int64_t per_panel = std::max<std::int64_t>(1, rows * k * kHostGemmColumnAlign);
@@ -326,7 +335,7 @@ at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w
   at::parallel_for(0, panels, grain, [&](std::int64_t begin, std::int64_t end) {
     gemm_nk(g, begin * kHostGemmColumnAlign, std::min(n, end * kHostGemmColumnAlign));
   });
-  return out;
+  return bf16 ? out.to(at::kBFloat16) : out;
 }
 
 Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
@@ -543,6 +552,7 @@ at::Tensor DecoderModel::attend_decode_group(const at::Tensor& q, const at::Tens
   const at::Tensor y = at::matmul(at::softmax(scores, -1), values_padded);  // [kv_heads, n, per_kv, 1, head_dim]
   return y.permute({1, 0, 2, 3, 4}).reshape({n, config_.n_head * head_dim});
 }
+
 
 void DecoderModel::write_decode_kv(const Plan& plan) const {
   const std::int64_t n = plan.n_decode;

@@ -199,7 +199,9 @@ class DecoderModel : public Model {
   /// float64 weights in host memory, unless config().host_decode_kernel is off.
   bool uses_host_decode() const;
   /// Whether conv1d() and linear() run host_gemm.hpp's batch-invariant
-  /// kernels: the host decode path in float32 on a CPU with AVX2 and FMA.
+  /// kernels: float32 or bfloat16 weights in host memory on a CPU with AVX2
+  /// and FMA, unless config().host_decode_kernel is off (libtorch's CPU
+  /// bfloat16 product is a scalar loop, ~40x slower here than this kernel).
   /// Elsewhere they run BLAS or the device's kernels (at::addmm,
   /// at::linear), whose products are batch-invariant too.
   bool uses_host_gemm() const;

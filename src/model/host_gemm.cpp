@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -19,26 +20,44 @@ namespace {
 /// ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)): the order the AVX2 reduction adds in.
 float sum_partials(const float* p) { return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7])); }
 
-float dot_portable(const float* a, const float* w, std::int64_t k) {
+/// A weight as float: itself, or a bfloat16 (its bits, the upper half of a float's) widened exactly.
+inline float weight_value(float w) { return w; }
+inline float weight_value(std::uint16_t w) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(w) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <typename W>
+float dot_portable(const float* a, const W* w, std::int64_t k) {
   float p[8] = {};
   std::int64_t j = 0;
   for (; j + 8 <= k; j += 8) {
-    for (int l = 0; l < 8; ++l) p[l] = std::fma(a[j + l], w[j + l], p[l]);
+    for (int l = 0; l < 8; ++l) p[l] = std::fma(a[j + l], weight_value(w[j + l]), p[l]);
   }
   const std::int64_t tail = k - j;
-  for (int l = 0; l < 8; ++l) p[l] = l < tail ? std::fma(a[j + l], w[j + l], p[l]) : std::fma(0.0f, 0.0f, p[l]);
+  for (int l = 0; l < 8; ++l) {
+    p[l] = l < tail ? std::fma(a[j + l], weight_value(w[j + l]), p[l]) : std::fma(0.0f, 0.0f, p[l]);
+  }
   return sum_partials(p);
 }
 
-void nk_portable_columns(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
+template <typename W>
+void nk_portable_columns(const HostGemm& g, const W* weights, std::int64_t col_begin, std::int64_t col_end) {
   for (std::int64_t r = 0; r < g.rows; ++r) {
     const float* a = g.a + r * g.lda;
     float* out = g.out + r * g.ldo;
     for (std::int64_t c = col_begin; c < col_end; ++c) {
-      const float acc = dot_portable(a, g.w + c * g.k, g.k);
+      const float acc = dot_portable(a, weights + c * g.k, g.k);
       out[c] = g.bias != nullptr ? acc + g.bias[c] : acc;
     }
   }
+}
+
+void nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
+  if (g.w_bf16 != nullptr) return nk_portable_columns(g, g.w_bf16, col_begin, col_end);
+  nk_portable_columns(g, g.w, col_begin, col_end);
 }
 
 #if VG_HOST_GEMM_AVX2
@@ -52,11 +71,28 @@ void nk_portable_columns(const HostGemm& g, std::int64_t col_begin, std::int64_t
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+/// Eight weights from p as floats (bfloat16 widened exactly).
+[[gnu::target("avx2,fma")]] inline __m256 load_weights(const float* p) { return _mm256_loadu_ps(p); }
+[[gnu::target("avx2,fma")]] inline __m256 load_weights(const std::uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+/// The first `n` (< 8) weights from p, zeros after.
+[[gnu::target("avx2,fma")]] inline __m256 load_weights_tail(const float* p, __m256i mask, std::int64_t) {
+  return _mm256_maskload_ps(p, mask);
+}
+[[gnu::target("avx2,fma")]] inline __m256 load_weights_tail(const std::uint16_t* p, __m256i, std::int64_t n) {
+  std::uint16_t tail[8] = {};
+  std::memcpy(tail, p, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+  return load_weights(tail);
+}
+
 /// R rows x C outputs from column c0: one 8-lane accumulator per output.
 /// `next`: the weights of the next C outputs (or null), fetched into the
 /// cache meanwhile, a line per row every 16 floats of k.
-template <int R, int C>
-[[gnu::target("avx2,fma")]] void nk_tile(const HostGemm& g, std::int64_t r0, std::int64_t c0, const float* next) {
+template <int R, int C, typename W>
+[[gnu::target("avx2,fma")]] void nk_tile(const HostGemm& g, const W* weights, std::int64_t r0, std::int64_t c0,
+                                         const W* next) {
   __m256 acc[R][C];
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -64,10 +100,11 @@ template <int R, int C>
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   }
   const float* a = g.a + r0 * g.lda;
-  const float* w = g.w + c0 * g.k;
+  const W* w = weights + c0 * g.k;
+  constexpr std::int64_t kPerLine = 64 / static_cast<std::int64_t>(sizeof(W));
   std::int64_t j = 0;
   for (; j + 8 <= g.k; j += 8) {
-    if (next != nullptr && (j & 15) == 0) {
+    if (next != nullptr && (j & (kPerLine - 1)) == 0) {
       #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(next + c * g.k + j), _MM_HINT_T0);
     }
@@ -76,7 +113,7 @@ template <int R, int C>
     for (int r = 0; r < R; ++r) av[r] = _mm256_loadu_ps(a + r * g.lda + j);
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const __m256 wv = _mm256_loadu_ps(w + c * g.k + j);
+      const __m256 wv = load_weights(w + c * g.k + j);
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(av[r], wv, acc[r][c]);
     }
@@ -89,7 +126,7 @@ template <int R, int C>
     for (int r = 0; r < R; ++r) av[r] = _mm256_maskload_ps(a + r * g.lda + j, mask);
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const __m256 wv = _mm256_maskload_ps(w + c * g.k + j, mask);
+      const __m256 wv = load_weights_tail(w + c * g.k + j, mask, g.k - j);
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(av[r], wv, acc[r][c]);
     }
@@ -108,14 +145,14 @@ template <int R, int C>
 /// Every row for outputs [c0, c0 + C); the first row tile fetches the
 /// weights of the next C outputs when `more` (the others find this block's in
 /// the cache).
-template <int C>
-[[gnu::target("avx2,fma")]] void nk_column_block(const HostGemm& g, std::int64_t c0, bool more) {
-  const float* next = more ? g.w + (c0 + C) * g.k : nullptr;
+template <int C, typename W>
+[[gnu::target("avx2,fma")]] void nk_column_block(const HostGemm& g, const W* weights, std::int64_t c0, bool more) {
+  const W* next = more ? weights + (c0 + C) * g.k : nullptr;
   std::int64_t r = 0;
-  for (; r + 3 <= g.rows; r += 3, next = nullptr) nk_tile<3, C>(g, r, c0, next);
+  for (; r + 3 <= g.rows; r += 3, next = nullptr) nk_tile<3, C>(g, weights, r, c0, next);
   switch (g.rows - r) {
-    case 2: nk_tile<2, C>(g, r, c0, next); break;
-    case 1: nk_tile<1, C>(g, r, c0, next); break;
+    case 2: nk_tile<2, C>(g, weights, r, c0, next); break;
+    case 1: nk_tile<1, C>(g, weights, r, c0, next); break;
     default: break;
   }
 }
@@ -123,14 +160,21 @@ template <int C>
 // Twelve accumulators for three rows and more (of the 16 AVX2 registers: three
 // for the rows, one for the weights), at least eight with fewer rows (FMA
 // latency x ports).
-[[gnu::target("avx2,fma")]] void nk_avx2(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
+template <typename W>
+[[gnu::target("avx2,fma")]] void nk_avx2_columns(const HostGemm& g, const W* weights, std::int64_t col_begin,
+                                                 std::int64_t col_end) {
   std::int64_t c = col_begin;
   if (g.rows >= 2) {
-    for (; c + 4 <= col_end; c += 4) nk_column_block<4>(g, c, c + 8 <= col_end);
+    for (; c + 4 <= col_end; c += 4) nk_column_block<4>(g, weights, c, c + 8 <= col_end);
   } else {
-    for (; c + 8 <= col_end; c += 8) nk_column_block<8>(g, c, c + 16 <= col_end);
+    for (; c + 8 <= col_end; c += 8) nk_column_block<8>(g, weights, c, c + 16 <= col_end);
   }
-  for (; c < col_end; ++c) nk_column_block<1>(g, c, c + 2 <= col_end);
+  for (; c < col_end; ++c) nk_column_block<1>(g, weights, c, c + 2 <= col_end);
+}
+
+void nk_avx2(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
+  if (g.w_bf16 != nullptr) return nk_avx2_columns(g, g.w_bf16, col_begin, col_end);
+  nk_avx2_columns(g, g.w, col_begin, col_end);
 }
 
 #endif  // VG_HOST_GEMM_AVX2
@@ -150,12 +194,12 @@ void gemm_nk(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
 #if VG_HOST_GEMM_AVX2
   if (host_cpu_has_avx2_fma()) return nk_avx2(g, col_begin, col_end);
 #endif
-  nk_portable_columns(g, col_begin, col_end);
+  nk_portable(g, col_begin, col_end);
 }
 
 namespace detail {
 void gemm_nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end) {
-  nk_portable_columns(g, col_begin, col_end);
+  nk_portable(g, col_begin, col_end);
 }
 }  // namespace detail
 

@@ -13,7 +13,8 @@
 // on k alone — never on the number of rows, on which rows or columns share a
 // call, on the column range a thread gets, or on the instruction set (the
 // AVX2 kernel and the portable one round identically: fused multiply-add,
-// lane for lane). So a sequence gets bit-identical logits whatever it is
+// lane for lane). Weights may also be bfloat16 (read in place, widened to
+// float as they are loaded: half the bytes a decode step reads). So a sequence gets bit-identical logits whatever it is
 // batched with, and a prompt prefilled as one chunk gives the rows a
 // token-by-token decode gives. Torch-free; no allocation; safe to call from
 // several threads on disjoint column ranges.
@@ -34,6 +35,10 @@ struct HostGemm {
   const float* bias = nullptr;  ///< [n], or null for none
   float* out = nullptr;         ///< [rows, n], row stride ldo (elements); may not alias a or w
   std::int64_t ldo = 0;
+  /// Instead of w (null then): the same [n, k] weights in bfloat16, each
+  /// element's bits the upper 16 of the float it stands for, widened exactly
+  /// as they are read, so the sums are those of w holding the widened values.
+  const std::uint16_t* w_bf16 = nullptr;
 };
 
 /// Columns whose start a column range should be a multiple of when a

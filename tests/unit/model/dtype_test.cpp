@@ -21,9 +21,9 @@ struct Loaded {
   std::int64_t resident = 0;  ///< device bytes after loading
 };
 
-Loaded load(const std::filesystem::path& dir, const std::string& dtype) {
+Loaded load(const std::filesystem::path& dir, const std::string& dtype, bool host_kernel = true) {
   Loaded l{std::move(VirtualDevice::create(0, 1LL << 30)).value(), nullptr};
-  auto m = Model::load({dir, l.device.get(), dtype});
+  auto m = Model::load({dir, l.device.get(), dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << dtype << ": " << m.error().message;
   if (m.ok()) l.model = std::move(m).value();
   l.resident = l.device->memory().used;
@@ -79,6 +79,29 @@ TEST_F(DtypeTest, Bfloat16StepsStayCloseToFloat32) {
     // bfloat16 keeps 8 significant bits: a few percent of the logit range.
     EXPECT_LE(testing::max_abs_diff(a->at(0), b->at(0)), 0.05f * scale);
     EXPECT_GT(testing::max_abs_diff(a->at(0), b->at(0)), 0.0f);  // it really computed in bfloat16
+  }
+}
+
+// The host kernels read bfloat16 weights in place for the products (in
+// float, rounded once); libtorch's bfloat16 product rounds its own way. Both
+// stay within bfloat16's precision of each other, on the same device bytes.
+TEST_F(DtypeTest, Bfloat16HostProductsAgreeWithLibtorchs) {
+  Loaded host = load(dir_.path(), "bfloat16", /*host_kernel=*/true);
+  Loaded aten = load(dir_.path(), "bfloat16", /*host_kernel=*/false);
+  ASSERT_TRUE(host.model && aten.model);
+  EXPECT_EQ(host.resident, aten.resident);
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back((i * 17 + 5) % 256);
+  auto ch = std::move(host.model->new_cache(21)).value();
+  auto ca = std::move(aten.model->new_cache(21)).value();
+  for (auto chunk : {std::span<const std::int32_t>(ids).first(19), std::span<const std::int32_t>(ids).last(1)}) {
+    const StepInput in_h{ch.get(), chunk}, in_a{ca.get(), chunk};
+    auto a = host.model->step(std::span(&in_h, 1));
+    auto b = aten.model->step(std::span(&in_a, 1));
+    ASSERT_TRUE(a.ok() && b.ok());
+    float scale = 0;
+    for (float x : b->at(0)) scale = std::max(scale, std::abs(x));
+    EXPECT_LE(testing::max_abs_diff(a->at(0), b->at(0)), 0.05f * scale);
   }
 }
 

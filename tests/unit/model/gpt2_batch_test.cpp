@@ -271,6 +271,15 @@ TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
   expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/false, "bfloat16");
 }
 
+// bfloat16 weights with host kernels where they exist: the products read the
+// bfloat16 weights in place through host_gemm.hpp (batch-invariant), the
+// attention is the tensor path's.
+TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneWithHostProducts) {
+  TempDir dir;
+  ASSERT_EQ(write_two_layer_gpt2(dir.path()), 0);
+  expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/true, "bfloat16");
+}
+
 TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTinylm) {
   const std::filesystem::path dir = testing::trained_tinylm();
   if (dir.empty()) GTEST_SKIP() << "models/tinylm has no trained model yet";

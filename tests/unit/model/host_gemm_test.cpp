@@ -124,5 +124,33 @@ TEST(HostGemm, TheAvx2KernelEqualsThePortableOneBitForBit) {
   }
 }
 
+// Bfloat16 weights read in place give the sums of float weights holding the
+// same values, bit for bit, in both kernels (k around the lane tail, where
+// the bfloat16 kernel reads its last weights another way).
+TEST(HostGemm, Bfloat16WeightsGiveTheSumsOfTheirFloatValues) {
+  unsigned seed = 200;
+  for (std::int64_t rows : {1, 2, 3, 4, 7}) {
+    for (std::int64_t k : {1, 7, 8, 9, 64, 131}) {
+      Problem p(rows, k, 37, seed++);
+      std::vector<std::uint16_t> bits(p.w.size());
+      for (std::size_t i = 0; i < p.w.size(); ++i) {
+        std::uint32_t u = 0;
+        std::memcpy(&u, &p.w[i], sizeof u);
+        bits[i] = static_cast<std::uint16_t>(u >> 16);  // truncated: any bfloat16 value will do
+        u = static_cast<std::uint32_t>(bits[i]) << 16;
+        std::memcpy(&p.w[i], &u, sizeof u);  // the float the bfloat16 stands for
+      }
+      for (const auto kernel : {+kFast, +kPortable}) {
+        const std::vector<float> with_floats = p.run(kernel, 0, rows, 0, p.n);
+        std::vector<float> with_bf16(with_floats.size(), NAN);
+        HostGemm g{p.a.data(), rows, k, k, nullptr, p.n, p.bias.data(), with_bf16.data(), p.n};
+        g.w_bf16 = bits.data();
+        kernel(g, 0, p.n);
+        EXPECT_TRUE(same_bits(with_floats, with_bf16)) << rows << "x" << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vg
