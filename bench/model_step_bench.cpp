@@ -14,8 +14,11 @@
 // the compute dtype, `--path=tensor` runs float32/float64 on the tensor path
 // (the one CUDA and bfloat16 run) instead of the host decode kernel,
 // `--threads=N` the intra-op threads (default 1), `--op-names` prints the
-// ops of each BM_DecodeStep run by name (per step, most frequent first, to
-// stderr); other flags go to Google Benchmark.
+// ops of each BM_DecodeStep run by name (per step, most frequent first) and
+// the wall time per step in each top-level op (with the observer's own cost
+// in it), to stderr; `--malloc-defaults` leaves glibc's malloc thresholds
+// as they are (the server sets them: retain_freed_host_memory); other flags
+// go to Google Benchmark.
 //
 // What the machine can do, in the same run and on the same threads:
 // BM_StreamRead (a sum over 512 MiB: bytes read per second) and
@@ -87,17 +90,25 @@ bool is_view_or_allocation(std::string_view name) {
 }
 /// With --op-names: ops by name since the last reset (all, nested included).
 bool g_count_names = false;
+/// Whether a measured step is running (names and times are of its ops only,
+/// not of the prefills that refill a batch).
+std::atomic<bool> g_in_step{false};
 std::mutex g_names_mutex;
 std::map<std::string, std::int64_t> g_names;
+/// With --op-names: wall time in top-level ops by name (nanoseconds), and
+/// the start of each open op on this thread.
+std::map<std::string, std::int64_t> g_top_ns;
+thread_local std::vector<std::chrono::steady_clock::time_point> t_started;
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   g_ops.fetch_add(1, std::memory_order_relaxed);
   if (t_depth++ == 0) g_top_ops.fetch_add(1, std::memory_order_relaxed);
   if (!t_has_child.empty()) t_has_child.back() = true;
   t_has_child.push_back(false);
-  if (g_count_names) {
+  if (g_count_names && g_in_step.load(std::memory_order_relaxed)) {
     const std::lock_guard lock(g_names_mutex);
     ++g_names[fn.name()];
+    t_started.push_back(std::chrono::steady_clock::now());
   }
   return nullptr;
 }
@@ -110,15 +121,33 @@ void print_op_names(int batch, std::int64_t steps) {
     g_names.clear();
   }
   std::sort(by_count.rbegin(), by_count.rend());
+  const auto per_step = [&](std::int64_t n) { return static_cast<double>(n) / static_cast<double>(std::max<std::int64_t>(steps, 1)); };
   std::cerr << "ops per decode step at batch " << batch << ":";
-  for (const auto& [n, name] : by_count) {
-    std::cerr << " " << name << "=" << static_cast<double>(n) / static_cast<double>(std::max<std::int64_t>(steps, 1));
+  for (const auto& [n, name] : by_count) std::cerr << " " << name << "=" << per_step(n);
+  std::cerr << "\n";
+  std::vector<std::pair<std::int64_t, std::string>> by_time;
+  {
+    const std::lock_guard lock(g_names_mutex);
+    for (const auto& [name, ns] : g_top_ns) by_time.emplace_back(ns, name);
+    g_top_ns.clear();
   }
+  std::sort(by_time.rbegin(), by_time.rend());
+  std::cerr << "microseconds per decode step in top-level ops at batch " << batch << ":";
+  for (const auto& [ns, name] : by_time) std::cerr << " " << name << "=" << per_step(ns) / 1e3;
   std::cerr << "\n";
 }
 
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   --t_depth;
+  if (g_count_names && !t_started.empty()) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                         t_started.back()).count();
+    t_started.pop_back();
+    if (t_depth == 0) {
+      const std::lock_guard lock(g_names_mutex);
+      g_top_ns[fn.name()] += ns;
+    }
+  }
   if (t_has_child.empty()) return;  // started before the observer was installed
   const bool leaf = !t_has_child.back();
   t_has_child.pop_back();
@@ -166,6 +195,7 @@ void BM_DecodeStep(benchmark::State& state) {
   if (g_count_names) {
     const std::lock_guard lock(g_names_mutex);
     g_names.clear();
+    g_top_ns.clear();
   }
   for (auto _ : state) {
     if (!b->room(1)) {
@@ -176,7 +206,9 @@ void BM_DecodeStep(benchmark::State& state) {
     std::vector<StepInput> inputs;
     for (int i = 0; i < batch; ++i) inputs.push_back({b->caches[static_cast<std::size_t>(i)].get(), std::span(&b->next[static_cast<std::size_t>(i)], 1)});
     const OpCount before;
+    g_in_step.store(true, std::memory_order_relaxed);
     auto r = g_model->step(inputs);
+    g_in_step.store(false, std::memory_order_relaxed);
     ops += g_ops.load() - before.ops;
     top += g_top_ops.load() - before.top;
     kernels += g_kernel_ops.load() - before.kernels;
@@ -406,6 +438,7 @@ int main(int argc, char** argv) {
   std::filesystem::path model_dir;
   std::string dtype = "float32";
   bool host_kernel = true;
+  bool malloc_defaults = false;
   int threads = 1;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
@@ -418,6 +451,8 @@ int main(int argc, char** argv) {
       host_kernel = arg.substr(7) != "tensor";
     } else if (arg == "--op-names") {
       vg::g_count_names = true;
+    } else if (arg == "--malloc-defaults") {
+      malloc_defaults = true;
     } else if (arg.rfind("--threads=", 0) == 0) {
       threads = std::stoi(arg.substr(10));
     } else {
@@ -435,6 +470,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (!malloc_defaults) vg::retain_freed_host_memory();  // as the server does
   vg::set_compute_threads(threads);
   vg::g_device = std::move(vg::VirtualDevice::create(0, 4LL << 30)).value();
   vg::DeviceScope scope(vg::g_device.get());
@@ -445,7 +481,8 @@ int main(int argc, char** argv) {
   }
   vg::g_model = std::move(model).value();
   std::cerr << vg::torch_runtime_description() << ", dtype " << dtype << ", "
-            << (host_kernel ? "host decode kernel where the dtype has one" : "tensor path") << "\n";
+            << (host_kernel ? "host decode kernel where the dtype has one" : "tensor path")
+            << (malloc_defaults ? ", glibc malloc's default thresholds" : "") << "\n";
   const at::CallbackHandle observer = at::addGlobalCallback(
       at::RecordFunctionCallback(vg::on_op_start, vg::on_op_end).scopes({at::RecordScope::FUNCTION}));
   int rest_argc = static_cast<int>(rest.size());

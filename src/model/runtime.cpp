@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <thread>
@@ -17,6 +18,14 @@ void set_compute_threads(int threads) {
   // threads spin; bound it too when the loaded BLAS is OpenBLAS.
   using SetThreads = void (*)(int);
   if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
+}
+
+void retain_freed_host_memory() {
+#if defined(__GLIBC__)
+  // Fixed values also turn off glibc's adaptive thresholds (mallopt(3)).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest on 64-bit hosts
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
 }
 
 std::string torch_runtime_description() {

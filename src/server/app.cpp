@@ -317,6 +317,7 @@ int run_server(const ServeConfig& config) {
   std::unique_ptr<gateway::RemoteService> remote;
   Backend backend;
   if (in_process) {
+    retain_freed_host_memory();
     set_compute_threads(config.threads);
     spdlog::info("vramgate starting in one process: {}", torch_runtime_description());
     auto service = InferenceService::create(config, &metrics);
@@ -500,6 +501,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     }
   }
 #endif
+  retain_freed_host_memory();
   set_compute_threads(config.threads);
   spdlog::info("vramgate engine starting (pid {}): {}", ::getpid(), torch_runtime_description());
   if (config.test_engine_crash_at_start) {

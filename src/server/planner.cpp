@@ -76,6 +76,7 @@ Plan make_plan(const PlanInputs& inputs, std::span<const int> prompt_tokens, std
 
 Result<Plan> measure_plan(const ServeConfig& config, std::span<const int> prompt_tokens,
                           std::span<const int> max_tokens) {
+  retain_freed_host_memory();
   set_compute_threads(config.threads);
   auto setup = load_profiled_model(config);
   if (!setup.ok()) return std::move(setup).error();

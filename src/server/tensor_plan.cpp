@@ -39,6 +39,7 @@ TensorPlan make_tensor_plan(const TensorModelSpec& spec, TensorPlan plan) {
 }
 
 Result<TensorPlan> measure_tensor_plan(const ServeConfig& config) {
+  retain_freed_host_memory();
   set_compute_threads(config.threads);
   auto setup = load_profiled_model(config);
   if (!setup.ok()) return std::move(setup).error();
