@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <new>
 #include <span>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -291,7 +293,8 @@ Result<std::vector<float>> DecoderModel::forward_full(std::span<const std::int32
 }
 
 bool DecoderModel::uses_host_decode() const {
-  return config_.host_decode_kernel && torch_device().is_cpu() && (dtype_ == at::kFloat || dtype_ == at::kDouble);
+  return config_.host_decode_kernel && torch_device().is_cpu() &&
+         (dtype_ == at::kFloat || dtype_ == at::kDouble || dtype_ == at::kBFloat16);
 }
 
 bool DecoderModel::uses_host_gemm() const {
@@ -447,8 +450,9 @@ at::Tensor DecoderModel::attention(const at::Tensor& q, const at::Tensor& k, con
   std::vector<at::Tensor> y;  // attention output pieces in row order
   y.reserve(plan.segments.size() - first + 1);
   if (plan.n_decode > 0 && plan.host_decode) {
-    y.push_back(dtype_ == at::kFloat ? attend_decode<float>(q, k, v, layer, plan)
-                                     : attend_decode<double>(q, k, v, layer, plan));
+    y.push_back(dtype_ == at::kFloat    ? attend_decode<float>(q, k, v, layer, plan)
+                : dtype_ == at::kDouble ? attend_decode<double>(q, k, v, layer, plan)
+                                        : attend_decode<float, std::uint16_t>(q, k, v, layer, plan));
   } else if (plan.n_decode > 0) {
     y.push_back(attend_decode_batch(q, k, v, layer, plan));
   }
@@ -469,30 +473,47 @@ at::Tensor DecoderModel::attention(const at::Tensor& q, const at::Tensor& k, con
   return y.size() == 1 ? y[0] : at::cat(y, 0);  // [rows, n_head * head_dim]
 }
 
-template <typename T>
+namespace {
+
+/// A host tensor's elements as C (std::uint16_t: the bits of a bfloat16 tensor).
+template <typename C>
+C* elements(const at::Tensor& t) {
+  if constexpr (std::is_same_v<C, std::uint16_t>) {
+    return reinterpret_cast<std::uint16_t*>(t.data_ptr<at::BFloat16>());
+  } else {
+    return t.data_ptr<C>();
+  }
+}
+
+}  // namespace
+
+template <typename T, typename C>
 at::Tensor DecoderModel::attend_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
                                        const Plan& plan) const {
+  constexpr bool kWidened = !std::is_same_v<T, C>;  // bfloat16 cache, float32 arithmetic
   const DecodeAttentionShape shape{config_.n_head, config_.n_kv_head, config_.head_dim};
   const std::int64_t q_dim = shape.n_head * shape.head_dim;
   const std::int64_t kv_dim = shape.n_kv_head * shape.head_dim;
-  // Decode rows come first; contiguous [n_decode, heads, head_dim] copies.
-  const at::Tensor qd = q.narrow(0, 0, plan.n_decode).contiguous();
+  // Decode rows come first; contiguous [n_decode, heads, head_dim] copies
+  // (queries widened to float32 when the cache is bfloat16: exact).
+  const at::Tensor q_narrow = q.narrow(0, 0, plan.n_decode);
+  const at::Tensor qd = kWidened ? q_narrow.to(at::kFloat).contiguous() : q_narrow.contiguous();
   const at::Tensor kd = k.narrow(0, 0, plan.n_decode).contiguous();
   const at::Tensor vd = v.narrow(0, 0, plan.n_decode).contiguous();
-  const at::Tensor out = at::empty({plan.n_decode, q_dim}, q.options());
+  const at::Tensor out = at::empty({plan.n_decode, q_dim}, qd.options());
   const T* q_row = qd.data_ptr<T>();
-  const T* k_row = kd.data_ptr<T>();
-  const T* v_row = vd.data_ptr<T>();
+  const C* k_row = elements<C>(kd);
+  const C* v_row = elements<C>(vd);
   T* out_row = out.data_ptr<T>();
-  std::vector<DecodeSequence<T>> sequences;
+  std::vector<DecodeSequence<T, C>> sequences;
   sequences.reserve(static_cast<std::size_t>(plan.n_decode));
   for (std::int64_t i = 0; i < plan.n_decode; ++i, q_row += q_dim, k_row += kv_dim, v_row += kv_dim, out_row += q_dim) {
     const Segment& s = plan.segments[static_cast<std::size_t>(i)];
-    sequences.push_back({q_row, k_row, v_row, s.cache->k(layer).data_ptr<T>(), s.cache->v(layer).data_ptr<T>(),
+    sequences.push_back({q_row, k_row, v_row, elements<C>(s.cache->k(layer)), elements<C>(s.cache->v(layer)),
                          s.cache->capacity(), s.pos0, out_row});
   }
-  decode_attention<T>(sequences, shape);
-  return out;
+  decode_attention<T, C>(sequences, shape);
+  return kWidened ? out.to(q.scalar_type()) : out;  // one rounding to bfloat16
 }
 
 at::Tensor DecoderModel::attend_decode_batch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,

@@ -195,8 +195,9 @@ class DecoderModel : public Model {
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
   Plan plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
-  /// Whether decode segments attend through the host kernel: float32 or
-  /// float64 weights in host memory, unless config().host_decode_kernel is off.
+  /// Whether decode segments attend through the host kernel: float32,
+  /// float64 or bfloat16 weights in host memory, unless
+  /// config().host_decode_kernel is off.
   bool uses_host_decode() const;
   /// Whether conv1d() and linear() run host_gemm.hpp's batch-invariant
   /// kernels: float32 or bfloat16 weights in host memory on a CPU with AVX2
@@ -219,7 +220,9 @@ class DecoderModel : public Model {
   /// segment's position (one unbind_copy over all segments).
   void write_decode_kv(const Plan& plan) const;
   /// The decode segments in one decode_attention call: -> [n_decode, n_head * head_dim].
-  template <typename T>
+  /// T: the arithmetic type; C: the KV cache's (std::uint16_t: bfloat16
+  /// bits, with q widened to float32 and the output rounded to bfloat16).
+  template <typename T, typename C = T>
   at::Tensor attend_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
                            const Plan& plan) const;
   /// One segment: q [t, n_head, head_dim], k and v [keys, n_kv_head,

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -16,17 +17,27 @@
 namespace vg {
 namespace {
 
+/// A stored key or value as the arithmetic type: bfloat16 bits are the upper
+/// half of a float32, so widening is exact.
+[[gnu::always_inline]] inline float widen(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+template <typename T>
+[[gnu::always_inline]] inline T widen(T value) {
+  return value;
+}
+
 /// Dot product with eight independent partial sums (vectorizable without
 /// reassociation), combined in a fixed order.
-template <typename T>
-[[gnu::always_inline]] inline T dot(const T* a, const T* b, std::int64_t n) {
+template <typename T, typename C>
+[[gnu::always_inline]] inline T dot(const T* a, const C* b, std::int64_t n) {
   T partial[8] = {};
   std::int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    for (int u = 0; u < 8; ++u) partial[u] += a[j + u] * b[j + u];
+    for (int u = 0; u < 8; ++u) partial[u] += a[j + u] * widen(b[j + u]);
   }
   T sum = 0;
-  for (; j < n; ++j) sum += a[j] * b[j];
+  for (; j < n; ++j) sum += a[j] * widen(b[j]);
   for (int u = 0; u < 8; ++u) sum += partial[u];
   return sum;
 }
@@ -49,8 +60,8 @@ template <typename T>
 /// (position + 1) values. Keys and values are read position by position
 /// (each position's heads are contiguous in the cache); each score, softmax
 /// and output element is summed in the same order as a head-by-head loop.
-template <typename T>
-[[gnu::always_inline]] inline void attend_sequence(const DecodeSequence<T>& s, const DecodeAttentionShape& shape,
+template <typename T, typename C>
+[[gnu::always_inline]] inline void attend_sequence(const DecodeSequence<T, C>& s, const DecodeAttentionShape& shape,
                                                    T* scores) {
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads = shape.n_head;
@@ -59,24 +70,31 @@ template <typename T>
   const std::int64_t keys = s.position + 1;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   for (std::int64_t j = 0; j < keys; ++j) {
-    const T* kj = s.k_cache + j * row;
+    const C* kj = s.k_cache + j * row;
     for (std::int64_t h = 0; h < heads; ++h) scores[h * keys + j] = dot(s.q + h * hd, kj + (h / group) * hd, hd) * scale;
   }
   for (std::int64_t h = 0; h < heads; ++h) softmax_in_place(scores + h * keys, keys);
   // out[h][c] = sum over j in order of p[h][j] * v[j][h / group][c].
   std::fill(s.out, s.out + heads * hd, T(0));
   for (std::int64_t j = 0; j < keys; ++j) {
-    const T* vj = s.v_cache + j * row;
+    const C* vj = s.v_cache + j * row;
     for (std::int64_t h = 0; h < heads; ++h) {
       const T p = scores[h * keys + j];
-      const T* v = vj + (h / group) * hd;
+      const C* v = vj + (h / group) * hd;
       T* out = s.out + h * hd;
-      for (std::int64_t c = 0; c < hd; ++c) out[c] += p * v[c];
+      for (std::int64_t c = 0; c < hd; ++c) out[c] += p * widen(v[c]);
     }
   }
 }
 
 #if defined(__x86_64__)
+/// Eight stored keys or values as float32 lanes.
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline __m256 load8(const std::uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
 /// Sums of eight vectors' lanes, as one vector: lane l = Σ lanes of v[l]
 /// (three rounds of pairwise adds).
 [[gnu::target("avx2,fma")]] inline __m256 lane_sums(const __m256* v) {
@@ -91,9 +109,9 @@ template <typename T>
 /// H heads h0..h0+H-1 at once: each head's output is one chain of
 /// multiply-adds per element, as head by head, but H heads' chains are
 /// interleaved so the adds do not wait on each other's latency.
-template <int V, int H>
+template <int V, int H, typename C>
 [[gnu::target("avx2,fma"), gnu::always_inline]] inline void weighted_values_f32_avx2(
-    const DecodeSequence<float>& s, std::int64_t h0, std::int64_t group, std::int64_t row, std::int64_t keys,
+    const DecodeSequence<float, C>& s, std::int64_t h0, std::int64_t group, std::int64_t row, std::int64_t keys,
     const float* scores) {
   __m256 out[H][V];
   #pragma GCC unroll 8
@@ -101,7 +119,7 @@ template <int V, int H>
     #pragma GCC unroll 16
     for (int c = 0; c < V; ++c) out[h][c] = _mm256_setzero_ps();
   }
-  const float* v[H];
+  const C* v[H];
   const float* p[H];
   #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) {
@@ -112,9 +130,9 @@ template <int V, int H>
     #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       const __m256 pv = _mm256_broadcast_ss(p[h] + i);
-      const float* vi = v[h] + i * row;
+      const C* vi = v[h] + i * row;
       #pragma GCC unroll 16
-      for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8 * c), out[h][c]);
+      for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, load8(vi + 8 * c), out[h][c]);
     }
   }
   #pragma GCC unroll 8
@@ -129,9 +147,10 @@ template <int V, int H>
 /// one transposed reduction), the same softmax (its division eight at a
 /// time, exact either way), and the heads' outputs held in registers over
 /// the keys, several heads at once when their accumulators fit. Each value
-/// is summed in a fixed order that depends on the sequence's own length only.
-template <int V>  // head_dim / 8
-[[gnu::target("avx2,fma")]] void attend_sequence_f32_avx2(const DecodeSequence<float>& s,
+/// is summed in a fixed order that depends on the sequence's own length only
+/// (the same for float32 and bfloat16 keys and values).
+template <int V, typename C>  // head_dim / 8, the stored type
+[[gnu::target("avx2,fma")]] void attend_sequence_f32_avx2(const DecodeSequence<float, C>& s,
                                                          const DecodeAttentionShape& shape, float* scores) {
   const std::int64_t hd = 8 * V;
   const std::int64_t heads = shape.n_head;
@@ -142,7 +161,7 @@ template <int V>  // head_dim / 8
   const __m256 scale_v = _mm256_set1_ps(scale);
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* q = s.q + h * hd;
-    const float* k = s.k_cache + (h / group) * hd;
+    const C* k = s.k_cache + (h / group) * hd;
     float* p = scores + h * keys;
     std::int64_t j = 0;
     for (; j + 8 <= keys; j += 8) {
@@ -152,14 +171,14 @@ template <int V>  // head_dim / 8
       for (std::int64_t c = 0; c < V; ++c) {
         const __m256 qv = _mm256_loadu_ps(q + 8 * c);
         #pragma GCC unroll 8
-        for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (j + l) * row + 8 * c), acc[l]);
+        for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, load8(k + (j + l) * row + 8 * c), acc[l]);
       }
       _mm256_storeu_ps(p + j, _mm256_mul_ps(lane_sums(acc), scale_v));
     }
     for (; j < keys; ++j) {
       __m256 acc[8];
       acc[0] = _mm256_setzero_ps();
-      for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + j * row + 8 * c), acc[0]);
+      for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8(k + j * row + 8 * c), acc[0]);
       for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
       p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
     }
@@ -181,9 +200,9 @@ template <int V>  // head_dim / 8
   constexpr int kHeads = V >= 8 ? 1 : 8 / V > 4 ? 4 : 8 / V;
   std::int64_t h = 0;
   if constexpr (kHeads > 1) {
-    for (; h + kHeads <= heads; h += kHeads) weighted_values_f32_avx2<V, kHeads>(s, h, group, row, keys, scores);
+    for (; h + kHeads <= heads; h += kHeads) weighted_values_f32_avx2<V, kHeads, C>(s, h, group, row, keys, scores);
   }
-  for (; h < heads; ++h) weighted_values_f32_avx2<V, 1>(s, h, group, row, keys, scores);
+  for (; h < heads; ++h) weighted_values_f32_avx2<V, 1, C>(s, h, group, row, keys, scores);
 }
 
 #endif
@@ -193,32 +212,52 @@ template <int V>  // head_dim / 8
 [[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f32_generic(const DecodeSequence<float>& s,
                                                                                    const DecodeAttentionShape& shape,
                                                                                    float* scores) {
-  attend_sequence<float>(s, shape, scores);
+  attend_sequence<float, float>(s, shape, scores);
 }
 
-void attend_sequence_f32(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, float* scores) {
+[[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_bf16_generic(
+    const DecodeSequence<float, std::uint16_t>& s, const DecodeAttentionShape& shape, float* scores) {
+  attend_sequence<float, std::uint16_t>(s, shape, scores);
+}
+
+void attend_sequence_generic(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, float* scores) {
+  attend_sequence_f32_generic(s, shape, scores);
+}
+
+void attend_sequence_generic(const DecodeSequence<float, std::uint16_t>& s, const DecodeAttentionShape& shape,
+                             float* scores) {
+  attend_sequence_bf16_generic(s, shape, scores);
+}
+
+template <typename C>
+void attend_sequence_f32(const DecodeSequence<float, C>& s, const DecodeAttentionShape& shape, float* scores) {
 #if defined(__x86_64__)
   if (shape.head_dim % 8 == 0 && host_cpu_has_avx2_fma()) {
     switch (shape.head_dim / 8) {
-      case 1: return attend_sequence_f32_avx2<1>(s, shape, scores);
-      case 2: return attend_sequence_f32_avx2<2>(s, shape, scores);
-      case 4: return attend_sequence_f32_avx2<4>(s, shape, scores);
-      case 8: return attend_sequence_f32_avx2<8>(s, shape, scores);
-      case 16: return attend_sequence_f32_avx2<16>(s, shape, scores);
+      case 1: return attend_sequence_f32_avx2<1, C>(s, shape, scores);
+      case 2: return attend_sequence_f32_avx2<2, C>(s, shape, scores);
+      case 4: return attend_sequence_f32_avx2<4, C>(s, shape, scores);
+      case 8: return attend_sequence_f32_avx2<8, C>(s, shape, scores);
+      case 16: return attend_sequence_f32_avx2<16, C>(s, shape, scores);
       default: break;
     }
   }
 #endif
-  attend_sequence_f32_generic(s, shape, scores);
+  attend_sequence_generic(s, shape, scores);
 }
 
 [[gnu::target_clones("arch=haswell", "default")]] void attend_sequence_f64(const DecodeSequence<double>& s,
                                                                            const DecodeAttentionShape& shape,
                                                                            double* scores) {
-  attend_sequence<double>(s, shape, scores);
+  attend_sequence<double, double>(s, shape, scores);
 }
 
 void attend_sequence_any(const DecodeSequence<float>& s, const DecodeAttentionShape& shape, float* scores) {
+  attend_sequence_f32(s, shape, scores);
+}
+
+void attend_sequence_any(const DecodeSequence<float, std::uint16_t>& s, const DecodeAttentionShape& shape,
+                         float* scores) {
   attend_sequence_f32(s, shape, scores);
 }
 
@@ -228,14 +267,15 @@ void attend_sequence_any(const DecodeSequence<double>& s, const DecodeAttentionS
 
 }  // namespace
 
-template <typename T>
-void decode_attention(std::span<const DecodeSequence<T>> sequences, const DecodeAttentionShape& shape) {
+template <typename T, typename C>
+void decode_attention(std::type_identity_t<std::span<const DecodeSequence<T, C>>> sequences,
+                      const DecodeAttentionShape& shape) {
   const std::int64_t hd = shape.head_dim;
   std::int64_t longest = 0, work = 0;
-  for (const DecodeSequence<T>& s : sequences) {
+  for (const DecodeSequence<T, C>& s : sequences) {
     const std::int64_t row = shape.n_kv_head * hd;
-    std::memcpy(s.k_cache + s.position * row, s.k_new, sizeof(T) * row);
-    std::memcpy(s.v_cache + s.position * row, s.v_new, sizeof(T) * row);
+    std::memcpy(s.k_cache + s.position * row, s.k_new, sizeof(C) * row);
+    std::memcpy(s.v_cache + s.position * row, s.v_new, sizeof(C) * row);
     longest = std::max(longest, s.position + 1);
     work += (s.position + 1) * hd * shape.n_head;
   }
@@ -251,5 +291,7 @@ void decode_attention(std::span<const DecodeSequence<T>> sequences, const Decode
 
 template void decode_attention<float>(std::span<const DecodeSequence<float>>, const DecodeAttentionShape&);
 template void decode_attention<double>(std::span<const DecodeSequence<double>>, const DecodeAttentionShape&);
+template void decode_attention<float, std::uint16_t>(std::span<const DecodeSequence<float, std::uint16_t>>,
+                                                     const DecodeAttentionShape&);
 
 }  // namespace vg

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 namespace vg {
 
@@ -18,13 +19,16 @@ struct DecodeAttentionShape {
 };
 
 /// One sequence's new token and its cache. Rows are contiguous head by head.
-template <typename T>
+/// T is the arithmetic type (float or double); C the type keys and values are
+/// stored in: T, or std::uint16_t holding bfloat16 bits (upper half of a
+/// float32) with T = float, widened exactly as they are read.
+template <typename T, typename C = T>
 struct DecodeSequence {
   const T* q = nullptr;      ///< [n_head, head_dim]
-  const T* k_new = nullptr;  ///< [n_kv_head, head_dim]
-  const T* v_new = nullptr;  ///< [n_kv_head, head_dim]
-  T* k_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
-  T* v_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
+  const C* k_new = nullptr;  ///< [n_kv_head, head_dim]
+  const C* v_new = nullptr;  ///< [n_kv_head, head_dim]
+  C* k_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
+  C* v_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
   std::int64_t capacity = 0;
   std::int64_t position = 0;  ///< where the new token goes (< capacity); keys 0..position are attended
   T* out = nullptr;           ///< [n_head, head_dim]
@@ -34,7 +38,12 @@ struct DecodeSequence {
 /// out = softmax(q K^T / sqrt(head_dim)) V per head over keys 0..position.
 /// Each sequence's result depends only on its own inputs, never on the
 /// others in the call. Runs on the intra-op thread pool when the work is large.
-template <typename T>
-void decode_attention(std::span<const DecodeSequence<T>> sequences, const DecodeAttentionShape& shape);
+/// Instantiated for <float>, <double> and <float, std::uint16_t> (bfloat16
+/// keys and values, float32 scores, softmax and sums in the order float32
+/// uses).
+/// T (and C where it is not T) are named by the caller.
+template <typename T, typename C = T>
+void decode_attention(std::type_identity_t<std::span<const DecodeSequence<T, C>>> sequences,
+                      const DecodeAttentionShape& shape);
 
 }  // namespace vg

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -90,6 +93,52 @@ TEST(DecodeAttention, EachSequenceIsBitIdenticalAloneAndWithOthers) {
     const DecodeSequence<float> s = alone[i].sequence();
     decode_attention<float>(std::span(&s, 1), alone[i].shape);
     EXPECT_EQ(alone[i].out, cases[i].out) << "sequence " << i;
+  }
+}
+
+/// bfloat16 bits of x, rounded to nearest even (x finite).
+std::uint16_t to_bf16(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  return static_cast<std::uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+float from_bf16(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+// bfloat16 keys and values are widened exactly, so a bfloat16 cache gives the
+// float32 kernel's output on the same (bfloat16-representable) values, bit
+// for bit, for every kernel variant; the new key and value land in the cache
+// as their bfloat16 bits.
+TEST(DecodeAttention, Bfloat16CacheGivesTheFloatKernelsOutputOnItsValues) {
+  unsigned seed = 100;
+  for (std::int64_t head_dim : {8, 12, 16, 32, 64, 128}) {
+    for (const auto& [heads, kv_heads] : {std::pair<std::int64_t, std::int64_t>{4, 4}, {4, 2}, {6, 1}}) {
+      for (std::int64_t position : {0, 7, 9, 100}) {
+        Case c(heads, kv_heads, head_dim, position, seed++);
+        std::vector<std::uint16_t> k_new, v_new, k_cache, v_cache;
+        const auto round = [](std::vector<float>& values, std::vector<std::uint16_t>& bits) {
+          for (float& x : values) {
+            bits.push_back(to_bf16(x));
+            x = from_bf16(bits.back());
+          }
+        };
+        round(c.k_new, k_new);
+        round(c.v_new, v_new);
+        round(c.k_cache, k_cache);
+        round(c.v_cache, v_cache);
+        std::vector<float> out(c.out.size(), NAN);
+        const DecodeSequence<float, std::uint16_t> b{c.q.data(),       k_new.data(), v_new.data(), k_cache.data(),
+                                                     v_cache.data(),   position + 1, position,     out.data()};
+        decode_attention<float, std::uint16_t>(std::span(&b, 1), c.shape);
+        const DecodeSequence<float> f = c.sequence();
+        decode_attention<float>(std::span(&f, 1), c.shape);
+        ASSERT_EQ(out, c.out) << "head_dim " << head_dim << ", heads " << heads << "/" << kv_heads << ", position "
+                              << position;
+        const std::int64_t row = kv_heads * head_dim;
+        EXPECT_TRUE(std::equal(k_new.begin(), k_new.end(), k_cache.begin() + position * row));
+        EXPECT_TRUE(std::equal(v_new.begin(), v_new.end(), v_cache.begin() + position * row));
+        EXPECT_NEAR(out[0], c.reference(0, 0), 1e-5);
+      }
+    }
   }
 }
 

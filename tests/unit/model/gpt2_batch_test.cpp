@@ -271,10 +271,11 @@ TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneOnTheTensorPath) {
   expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/false, "bfloat16");
 }
 
-// bfloat16 weights with host kernels where they exist: the products read the
-// bfloat16 weights in place through host_gemm.hpp (batch-invariant), the
-// attention is the tensor path's.
-TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneWithHostProducts) {
+// bfloat16 with the host kernels: the products read the bfloat16 weights in
+// place through host_gemm.hpp and the decode attention reads the bfloat16
+// caches in place through decode_attention (both batch-invariant on any CPU;
+// libtorch's bfloat16 products through oneDNN, on CPUs with AVX-512, are not).
+TEST(Gpt2Batch, Bfloat16GreedyBatchedIsTokenForTokenAloneWithHostKernels) {
   TempDir dir;
   ASSERT_EQ(write_two_layer_gpt2(dir.path()), 0);
   expect_greedy_batched_equals_alone(dir.path(), /*host_kernel=*/true, "bfloat16");
