@@ -11,8 +11,8 @@
 // The model is `--model=DIR` or, by default, a random checkpoint of the
 // tinylm shape (3 layers, 128 wide, 4 heads, 256 positions, vocab 257)
 // written by tools/make_random_gpt2.py. `--dtype=bfloat16|float64` switches
-// the compute dtype, `--path=tensor` runs float32/float64 on the tensor path
-// (the one CUDA and bfloat16 run) instead of the host decode kernel,
+// the compute dtype, `--path=tensor` runs the step on the tensor path (the
+// one CUDA runs: libtorch's ops only) instead of the host kernels,
 // `--threads=N` the intra-op threads (default 1), `--op-names` prints the
 // ops of each BM_DecodeStep run by name (per step, most frequent first) and
 // the wall time per step in each top-level op (with the observer's own cost
