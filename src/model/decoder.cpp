@@ -312,6 +312,20 @@ at::Tensor DecoderModel::linear(const at::Tensor& a, const at::Tensor& w, const 
   return bias.defined() ? at::linear(a, w, bias) : at::linear(a, w);
 }
 
+namespace {
+
+/// A host tensor's elements as C (std::uint16_t: the bits of a bfloat16 tensor).
+template <typename C>
+C* elements(const at::Tensor& t) {
+  if constexpr (std::is_same_v<C, std::uint16_t>) {
+    return reinterpret_cast<std::uint16_t*>(t.data_ptr<at::BFloat16>());
+  } else {
+    return t.data_ptr<C>();
+  }
+}
+
+}  // namespace
+
 at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w_in, const at::Tensor& bias) const {
   // bfloat16: the activations and bias widened to float (exact), the weights
   // read in place; the float sums rounded to bfloat16 once, at the end.
@@ -327,7 +341,7 @@ at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w
   HostGemm g{a.data_ptr<float>(), rows, k, k, nullptr, n, b.defined() ? b.data_ptr<float>() : nullptr,
              out.data_ptr<float>(), n};
   if (bf16) {
-    g.w_bf16 = reinterpret_cast<const std::uint16_t*>(w.data_ptr<at::BFloat16>());
+    g.w_bf16 = elements<std::uint16_t>(w);
   } else {
     g.w = w.data_ptr<float>();
   }
@@ -472,20 +486,6 @@ at::Tensor DecoderModel::attention(const at::Tensor& q, const at::Tensor& k, con
   }
   return y.size() == 1 ? y[0] : at::cat(y, 0);  // [rows, n_head * head_dim]
 }
-
-namespace {
-
-/// A host tensor's elements as C (std::uint16_t: the bits of a bfloat16 tensor).
-template <typename C>
-C* elements(const at::Tensor& t) {
-  if constexpr (std::is_same_v<C, std::uint16_t>) {
-    return reinterpret_cast<std::uint16_t*>(t.data_ptr<at::BFloat16>());
-  } else {
-    return t.data_ptr<C>();
-  }
-}
-
-}  // namespace
 
 template <typename T, typename C>
 at::Tensor DecoderModel::attend_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,

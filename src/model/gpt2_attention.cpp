@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -12,20 +11,19 @@
 #include <immintrin.h>
 #endif
 
+#include "model/bfloat16.hpp"
 #include "model/host_gemm.hpp"  // host_cpu_has_avx2_fma
 
 namespace vg {
 namespace {
 
-/// A stored key or value as the arithmetic type: bfloat16 bits are the upper
-/// half of a float32, so widening is exact.
-[[gnu::always_inline]] inline float widen(std::uint16_t bits) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
+/// A stored key or value as the arithmetic type: itself (float, double) or
+/// bfloat16 bits widened exactly.
 template <typename T>
 [[gnu::always_inline]] inline T widen(T value) {
   return value;
 }
+[[gnu::always_inline]] inline float widen(std::uint16_t bits) { return widen_to_float(bits); }
 
 /// Dot product with eight independent partial sums (vectorizable without
 /// reassociation), combined in a fixed order.
@@ -88,13 +86,6 @@ template <typename T, typename C>
 }
 
 #if defined(__x86_64__)
-/// Eight stored keys or values as float32 lanes.
-[[gnu::target("avx2,fma"), gnu::always_inline]] inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-[[gnu::target("avx2,fma"), gnu::always_inline]] inline __m256 load8(const std::uint16_t* p) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
 /// Sums of eight vectors' lanes, as one vector: lane l = Σ lanes of v[l]
 /// (three rounds of pairwise adds).
 [[gnu::target("avx2,fma")]] inline __m256 lane_sums(const __m256* v) {
@@ -132,7 +123,7 @@ template <int V, int H, typename C>
       const __m256 pv = _mm256_broadcast_ss(p[h] + i);
       const C* vi = v[h] + i * row;
       #pragma GCC unroll 16
-      for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, load8(vi + 8 * c), out[h][c]);
+      for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, load8_as_float(vi + 8 * c), out[h][c]);
     }
   }
   #pragma GCC unroll 8
@@ -171,14 +162,14 @@ template <int V, typename C>  // head_dim / 8, the stored type
       for (std::int64_t c = 0; c < V; ++c) {
         const __m256 qv = _mm256_loadu_ps(q + 8 * c);
         #pragma GCC unroll 8
-        for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, load8(k + (j + l) * row + 8 * c), acc[l]);
+        for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, load8_as_float(k + (j + l) * row + 8 * c), acc[l]);
       }
       _mm256_storeu_ps(p + j, _mm256_mul_ps(lane_sums(acc), scale_v));
     }
     for (; j < keys; ++j) {
       __m256 acc[8];
       acc[0] = _mm256_setzero_ps();
-      for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8(k + j * row + 8 * c), acc[0]);
+      for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8_as_float(k + j * row + 8 * c), acc[0]);
       for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
       p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
     }

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "model/bfloat16.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define VG_HOST_GEMM_AVX2 1
@@ -20,25 +22,16 @@ namespace {
 /// ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)): the order the AVX2 reduction adds in.
 float sum_partials(const float* p) { return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7])); }
 
-/// A weight as float: itself, or a bfloat16 (its bits, the upper half of a float's) widened exactly.
-inline float weight_value(float w) { return w; }
-inline float weight_value(std::uint16_t w) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(w) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 template <typename W>
 float dot_portable(const float* a, const W* w, std::int64_t k) {
   float p[8] = {};
   std::int64_t j = 0;
   for (; j + 8 <= k; j += 8) {
-    for (int l = 0; l < 8; ++l) p[l] = std::fma(a[j + l], weight_value(w[j + l]), p[l]);
+    for (int l = 0; l < 8; ++l) p[l] = std::fma(a[j + l], widen_to_float(w[j + l]), p[l]);
   }
   const std::int64_t tail = k - j;
   for (int l = 0; l < 8; ++l) {
-    p[l] = l < tail ? std::fma(a[j + l], weight_value(w[j + l]), p[l]) : std::fma(0.0f, 0.0f, p[l]);
+    p[l] = l < tail ? std::fma(a[j + l], widen_to_float(w[j + l]), p[l]) : std::fma(0.0f, 0.0f, p[l]);
   }
   return sum_partials(p);
 }
@@ -71,12 +64,6 @@ void nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-/// Eight weights from p as floats (bfloat16 widened exactly).
-[[gnu::target("avx2,fma")]] inline __m256 load_weights(const float* p) { return _mm256_loadu_ps(p); }
-[[gnu::target("avx2,fma")]] inline __m256 load_weights(const std::uint16_t* p) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
 /// The first `n` (< 8) weights from p, zeros after.
 [[gnu::target("avx2,fma")]] inline __m256 load_weights_tail(const float* p, __m256i mask, std::int64_t) {
   return _mm256_maskload_ps(p, mask);
@@ -84,7 +71,7 @@ void nk_portable(const HostGemm& g, std::int64_t col_begin, std::int64_t col_end
 [[gnu::target("avx2,fma")]] inline __m256 load_weights_tail(const std::uint16_t* p, __m256i, std::int64_t n) {
   std::uint16_t tail[8] = {};
   std::memcpy(tail, p, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
-  return load_weights(tail);
+  return load8_as_float(tail);
 }
 
 /// R rows x C outputs from column c0: one 8-lane accumulator per output.
@@ -113,7 +100,7 @@ template <int R, int C, typename W>
     for (int r = 0; r < R; ++r) av[r] = _mm256_loadu_ps(a + r * g.lda + j);
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const __m256 wv = load_weights(w + c * g.k + j);
+      const __m256 wv = load8_as_float(w + c * g.k + j);
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(av[r], wv, acc[r][c]);
     }

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "model/bfloat16.hpp"
+
 namespace vg {
 namespace {
 
@@ -102,8 +104,6 @@ std::uint16_t to_bf16(float x) {
   return static_cast<std::uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
 
-float from_bf16(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
-
 // bfloat16 keys and values are widened exactly, so a bfloat16 cache gives the
 // float32 kernel's output on the same (bfloat16-representable) values, bit
 // for bit, for every kernel variant; the new key and value land in the cache
@@ -118,7 +118,7 @@ TEST(DecodeAttention, Bfloat16CacheGivesTheFloatKernelsOutputOnItsValues) {
         const auto round = [](std::vector<float>& values, std::vector<std::uint16_t>& bits) {
           for (float& x : values) {
             bits.push_back(to_bf16(x));
-            x = from_bf16(bits.back());
+            x = widen_to_float(bits.back());
           }
         };
         round(c.k_new, k_new);
