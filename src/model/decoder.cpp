@@ -345,10 +345,14 @@ at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w
   } else {
     g.w = w.data_ptr<float>();
   }
-  // Column panels of kHostGemmColumnAlign; a thread gets 64k multiply-adds at the least.
+  // Column panels of kHostGemmColumnAlign. A panel costs its multiply-adds
+  // plus its weight reads (a weight element read from memory costs about as
+  // much as 4 multiply-adds, which is what bounds a step of a few rows); a
+  // thread gets at least kHostParallelGrain of that, since waking a sleeping
+  // compute thread costs tens of microseconds.
   const std::int64_t panels = (n + kHostGemmColumnAlign - 1) / kHostGemmColumnAlign;
-  const std::int64_t per_panel = std::max<std::int64_t>(1, rows * k * kHostGemmColumnAlign);
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / per_panel);
+  const std::int64_t per_panel = std::max<std::int64_t>(1, (rows + 4) * k * kHostGemmColumnAlign);
+  const std::int64_t grain = std::max<std::int64_t>(1, kHostParallelGrain / per_panel);
   at::parallel_for(0, panels, grain, [&](std::int64_t begin, std::int64_t end) {
     gemm_nk(g, begin * kHostGemmColumnAlign, std::min(n, end * kHostGemmColumnAlign));
   });

@@ -272,8 +272,8 @@ void decode_attention(std::type_identity_t<std::span<const DecodeSequence<T, C>>
   }
   const auto tasks = static_cast<std::int64_t>(sequences.size());
   if (tasks == 0) return;
-  // About 64k multiply-adds per thread at the least; less runs inline.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) * tasks / std::max<std::int64_t>(work, 1));
+  // kHostParallelGrain multiply-adds per thread at the least; less runs inline.
+  const std::int64_t grain = std::max<std::int64_t>(1, kHostParallelGrain * tasks / std::max<std::int64_t>(work, 1));
   at::parallel_for(0, tasks, grain, [&](std::int64_t begin, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(longest * shape.n_head));
     for (std::int64_t t = begin; t < end; ++t) attend_sequence_any(sequences[static_cast<std::size_t>(t)], shape, scores.data());

@@ -46,6 +46,15 @@ struct HostGemm {
 /// one keeps the widest register tiles busy).
 inline constexpr std::int64_t kHostGemmColumnAlign = 64;
 
+/// The least work, in multiply-adds, that the host kernels (host_linear,
+/// decode_attention) give one compute thread when they split a product or
+/// a step's attention across threads (at::parallel_for); less runs on the
+/// calling thread. About 25 µs of one core's work: waking a compute thread
+/// that waits passively (OMP_WAIT_POLICY=PASSIVE) costs tens of µs, so a
+/// smaller share made a tinylm step of 16 sequences slower on 2 threads
+/// than on 1 (bench/reports/decode-steps.md, "Compute threads").
+inline constexpr std::int64_t kHostParallelGrain = std::int64_t{1} << 20;
+
 /// out[r][c] = bias[c] + Σ_{j<k} a[r][j] · w[c][j] for columns c in
 /// [col_begin, col_end), summed as: eight partial sums p_l (j ≡ l mod 8),
 /// each a fused multiply-add chain from zero over the whole multiples of 8,

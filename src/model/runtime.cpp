@@ -5,6 +5,9 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
 #include <thread>
 #include <torch/version.h>
 
@@ -26,6 +29,15 @@ void retain_freed_host_memory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest on 64-bit hosts
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
 #endif
+}
+
+int host_kernel_threads() {
+  std::atomic<std::uint64_t> seen{0};
+  const std::int64_t n = 64 * std::max(1, at::get_num_threads());
+  at::parallel_for(0, n, 1, [&](std::int64_t, std::int64_t) {
+    seen.fetch_or(std::uint64_t{1} << (at::get_thread_num() % 64), std::memory_order_relaxed);
+  });
+  return std::popcount(seen.load());
 }
 
 std::string torch_runtime_description() {

@@ -20,6 +20,14 @@ void set_compute_threads(int threads);
 /// at start-up, before the threads that step models; process-wide.
 void retain_freed_host_memory();
 
+/// How many threads the host kernels (host_linear, decode_attention) split
+/// a large enough share of work over: set_compute_threads' count where
+/// vg_model is built with OpenMP (at::parallel_for is inline code and runs
+/// serially in a translation unit built without it), else 1. Counts the
+/// distinct threads that run parts of a small parallel loop; call from the
+/// thread that steps models.
+int host_kernel_threads();
+
 /// "libtorch 1.13.1, BLAS: openblas" style description for start-up logs.
 std::string torch_runtime_description();
 

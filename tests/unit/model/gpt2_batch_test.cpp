@@ -4,6 +4,7 @@
 // batched and alone; an out-of-memory batched step changes no cache. Each
 // runs on the host decode kernel and on the tensor path (the batched decode
 // attention of CUDA and bfloat16), and the two paths give the same logits.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "device/device.hpp"
 #include "model/host_gemm.hpp"
 #include "model/model.hpp"
+#include "model/runtime.hpp"
 #include "model_test_util.hpp"
 
 namespace vg {
@@ -158,6 +160,36 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
     }
     if (host_kernel) host_batched = batched;
   }
+}
+
+// The host kernels split a product's columns over the compute threads
+// (host_linear); each column is summed by one thread in one fixed order, so
+// the logits are the same bits on one thread and on two. 256 wide, so that
+// the products of a 16-sequence step are large enough to be split.
+TEST(Gpt2Batch, HostKernelLogitsAreTheSameBitsOnOneComputeThreadAndOnTwo) {
+  if (!host_cpu_has_avx2_fma()) GTEST_SKIP() << "the host products need AVX2 and FMA";
+  TempDir dir;
+  testing::RandomGpt2 spec;
+  spec.n_embd = 256;
+  spec.n_positions = 64;
+  testing::write_random_gpt2(dir.path(), spec);
+  auto device = make_device();
+  auto model = load(dir.path(), device.get());
+  ASSERT_NE(model, nullptr);
+  const auto schedules = mixed_schedules(6);
+  const int threads_before = at::get_num_threads();
+  set_compute_threads(1);
+  EXPECT_EQ(host_kernel_threads(), 1);
+  const auto one = run_batched(*model, schedules);
+  set_compute_threads(2);
+#if defined(__GNUC__) && !defined(__clang__)
+  // GCC builds vg_model with OpenMP (src/CMakeLists.txt).
+  EXPECT_EQ(host_kernel_threads(), 2);
+#endif
+  const auto two = run_batched(*model, schedules);
+  set_compute_threads(threads_before);
+  ASSERT_EQ(one.size(), two.size());
+  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "sequence " << i;
 }
 
 /// Greedy generation of `max_new` tokens after `prompt`, step by step.
