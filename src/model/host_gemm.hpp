@@ -50,9 +50,10 @@ inline constexpr std::int64_t kHostGemmColumnAlign = 64;
 /// decode_attention) give one compute thread when they split a product or
 /// a step's attention across threads (at::parallel_for); less runs on the
 /// calling thread. About 25 µs of one core's work: waking a compute thread
-/// that waits passively (OMP_WAIT_POLICY=PASSIVE) costs tens of µs, so a
-/// smaller share made a tinylm step of 16 sequences slower on 2 threads
-/// than on 1 (bench/reports/decode-steps.md, "Compute threads").
+/// that waits passively (OMP_WAIT_POLICY=PASSIVE) costs tens of µs; with
+/// 2^16 a tinylm step of 16 sequences on 2 threads took about 1.4 ms against
+/// 1.0 ms with 2^20 (0.65 ms on 1 thread; bench/reports/decode-steps.md,
+/// "Compute threads").
 inline constexpr std::int64_t kHostParallelGrain = std::int64_t{1} << 20;
 
 /// out[r][c] = bias[c] + Σ_{j<k} a[r][j] · w[c][j] for columns c in
