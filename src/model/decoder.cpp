@@ -4,6 +4,9 @@
 #include "model/decoder.hpp"
 
 #include <ATen/Parallel.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -314,6 +317,44 @@ at::Tensor DecoderModel::linear(const at::Tensor& a, const at::Tensor& w, const 
 
 namespace {
 
+/// While alive, libtorch's CPU ops called on this thread run on it alone
+/// (this thread's OpenMP team size set to 1) when `small`, where vg_model is
+/// built with OpenMP; otherwise it does nothing. For ops that split finer
+/// than waking a compute thread is worth: libtorch's CPU layer norm gives
+/// each thread one row at the least, so without this a decode step of a few
+/// short rows woke the other compute threads at every layer norm.
+class SerialTensorOps {
+ public:
+  explicit SerialTensorOps(bool small) {
+#ifdef _OPENMP
+    // get_num_threads() first: it sets this thread's team size on its first
+    // call, which would undo a size set before it.
+    if (small && (saved_ = at::get_num_threads()) > 1) omp_set_num_threads(1);
+#else
+    (void)small;
+#endif
+  }
+  ~SerialTensorOps() {
+#ifdef _OPENMP
+    if (saved_ > 1) omp_set_num_threads(saved_);
+#endif
+  }
+  SerialTensorOps(const SerialTensorOps&) = delete;
+  SerialTensorOps& operator=(const SerialTensorOps&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+}  // namespace
+
+at::Tensor DecoderModel::layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const {
+  const SerialTensorOps serial(x.device().is_cpu() && x.numel() < kSerialLayerNormElements);
+  return at::layer_norm(x, {x.size(-1)}, weight, bias, config_.layer_norm_epsilon);
+}
+
+namespace {
+
 /// A host tensor's elements as C (std::uint16_t: the bits of a bfloat16 tensor).
 template <typename C>
 C* elements(const at::Tensor& t) {
@@ -349,13 +390,20 @@ at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w
   // plus its weight reads (a weight element read from memory costs about as
   // much as 4 multiply-adds, which is what bounds a step of a few rows); a
   // thread gets at least kHostParallelGrain of that, since waking a sleeping
-  // compute thread costs tens of microseconds.
+  // compute thread costs tens of microseconds. (at::parallel_for wakes every
+  // thread once the work exceeds one grain and then shares it evenly, so
+  // work under two grains runs here, whole.)
   const std::int64_t panels = (n + kHostGemmColumnAlign - 1) / kHostGemmColumnAlign;
   const std::int64_t per_panel = std::max<std::int64_t>(1, (rows + 4) * k * kHostGemmColumnAlign);
-  const std::int64_t grain = std::max<std::int64_t>(1, kHostParallelGrain / per_panel);
-  at::parallel_for(0, panels, grain, [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t grain = (kHostParallelGrain + per_panel - 1) / per_panel;
+  const auto columns = [&](std::int64_t begin, std::int64_t end) {
     gemm_nk(g, begin * kHostGemmColumnAlign, std::min(n, end * kHostGemmColumnAlign));
-  });
+  };
+  if (panels < 2 * grain) {
+    columns(0, panels);
+  } else {
+    at::parallel_for(0, panels, grain, columns);
+  }
   return bf16 ? out.to(at::kBFloat16) : out;
 }
 

@@ -172,6 +172,14 @@ class DecoderModel : public Model {
   bool conv1d_transposed() const { return uses_host_gemm(); }
   /// a [rows, k] · W + bias [n] -> [rows, n], for W read as conv1d_transposed() says.
   at::Tensor conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const;
+  /// LayerNorm over the last dimension of x [rows, d] with weight and bias
+  /// [d] and config().layer_norm_epsilon -> [rows, d]. In host memory, below
+  /// kSerialLayerNormElements elements it runs on the calling thread alone
+  /// (same values: libtorch normalises each row on one thread either way).
+  at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const;
+  /// About 30 µs of one core's layer norm, the cost of waking a compute
+  /// thread that waits passively (bench/reports/decode-steps.md).
+  static constexpr std::int64_t kSerialLayerNormElements = std::int64_t{1} << 16;
   /// a [rows, k] · w [n, k]ᵀ + bias [n] (nn.Linear's layout; bias may be
   /// undefined) -> [rows, n].
   at::Tensor linear(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const;

@@ -80,23 +80,22 @@ at::Tensor Gpt2Model::block(const at::Tensor& x, int layer, const Plan& plan) co
   const std::int64_t d = config_.n_embd;
   const std::int64_t head_dim = config_.head_dim;
   const std::int64_t kv_dim = config_.n_kv_head * head_dim;
-  const double eps = config_.layer_norm_epsilon;
 
-  at::Tensor h = at::layer_norm(x, {d}, w.ln_1_w, w.ln_1_b, eps);
+  at::Tensor h = layer_norm(x, w.ln_1_w, w.ln_1_b);
   const at::Tensor qkv = conv1d(h, w.attn_w, w.attn_b);  // [rows, d + 2 * kv_dim]
   const std::vector<at::Tensor> parts = qkv.split_with_sizes({d, kv_dim, kv_dim}, 1);
   const at::Tensor attn = attention(parts[0].view({rows, config_.n_head, head_dim}),
                                     parts[1].view({rows, config_.n_kv_head, head_dim}),
                                     parts[2].view({rows, config_.n_kv_head, head_dim}), layer, plan);  // [rows, d]
   at::Tensor out = conv1d(attn, w.attn_proj_w, w.attn_proj_b).add_(x);
-  h = at::layer_norm(out, {d}, w.ln_2_w, w.ln_2_b, eps);
+  h = layer_norm(out, w.ln_2_w, w.ln_2_b);
   h = at::gelu(conv1d(h, w.fc_w, w.fc_b), "tanh");
   out.add_(conv1d(h, w.mlp_proj_w, w.mlp_proj_b));
   return out;
 }
 
 at::Tensor Gpt2Model::head(const at::Tensor& x) const {
-  const at::Tensor h = at::layer_norm(x, {config_.n_embd}, ln_f_w_, ln_f_b_, config_.layer_norm_epsilon);
+  const at::Tensor h = layer_norm(x, ln_f_w_, ln_f_b_);
   return linear(h, wte_, {}).to(at::kCPU, at::kFloat);
 }
 

@@ -46,14 +46,15 @@ struct HostGemm {
 /// one keeps the widest register tiles busy).
 inline constexpr std::int64_t kHostGemmColumnAlign = 64;
 
-/// The least work, in multiply-adds, that the host kernels (host_linear,
-/// decode_attention) give one compute thread when they split a product or
-/// a step's attention across threads (at::parallel_for); less runs on the
-/// calling thread. About 25 µs of one core's work: waking a compute thread
-/// that waits passively (OMP_WAIT_POLICY=PASSIVE) costs tens of µs; with
-/// 2^16 a tinylm step of 16 sequences on 2 threads took about 1.4 ms against
-/// 1.0 ms with 2^20 (0.65 ms on 1 thread; bench/reports/decode-steps.md,
-/// "Compute threads").
+/// The least work, in a product's multiply-adds, that the host kernels
+/// (host_linear, decode_attention) give one compute thread when they split a
+/// product or a step's attention across threads (at::parallel_for): they
+/// split only work of at least two such shares, and run less on the calling
+/// thread. About 25 µs of one core's work: waking a compute thread that waits
+/// passively (OMP_WAIT_POLICY=PASSIVE) costs tens of µs; with 2^16 a tinylm
+/// step of 16 sequences on 2 threads took about 1.4 ms against 0.65 ms on 1
+/// thread (bench/reports/decode-steps.md, "Compute threads" and "Fewer
+/// wake-ups").
 inline constexpr std::int64_t kHostParallelGrain = std::int64_t{1} << 20;
 
 /// out[r][c] = bias[c] + Σ_{j<k} a[r][j] · w[c][j] for columns c in
