@@ -7,7 +7,10 @@
 // nested ones included), `aten_top_ops` (those the model calls itself) and
 // `kernel_ops` (ops that call no other op and are neither views nor
 // allocations: the ones that do arithmetic or copy data, as a device kernel
-// would).
+// would), and `parallel_regions`, the OpenMP parallel regions a step enters
+// (each wakes the other compute threads; counted where the OpenMP runtime is
+// GCC's libgomp, whose GOMP_parallel this program defines and forwards, so
+// that libtorch's calls and vg_model's reach it too).
 // The model is `--model=DIR` or, by default, a random checkpoint of the
 // tinylm shape (3 layers, 128 wide, 4 heads, 256 positions, vocab 257)
 // written by tools/make_random_gpt2.py. `--dtype=bfloat16|float64` switches
@@ -38,6 +41,7 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -62,6 +66,27 @@
 #include "engine/engine.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
+
+namespace vg {
+namespace {
+std::atomic<std::int64_t> g_parallel_regions{0};
+}  // namespace
+}  // namespace vg
+
+// libgomp's entry point for `#pragma omp parallel` (GCC). The executable's
+// definition is the one every caller in the process binds to; it counts the
+// region and runs it in libgomp. Where the runtime is another OpenMP (or
+// none), nothing calls it and parallel_regions stays 0.
+extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned threads, unsigned flags) {
+  using Real = void (*)(void (*)(void*), void*, unsigned, unsigned);
+  static const auto real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "GOMP_parallel"));
+  vg::g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
+  if (real == nullptr) {
+    fn(data);  // no libgomp after this program: run the region on this thread
+    return;
+  }
+  real(fn, data, threads, flags);
+}
 
 namespace vg {
 namespace {
@@ -191,7 +216,7 @@ struct Batch {
 void BM_DecodeStep(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   auto b = std::make_unique<Batch>(batch, 0);
-  std::int64_t ops = 0, top = 0, kernels = 0;
+  std::int64_t ops = 0, top = 0, kernels = 0, regions = 0;
   if (g_count_names) {
     const std::lock_guard lock(g_names_mutex);
     g_names.clear();
@@ -206,9 +231,11 @@ void BM_DecodeStep(benchmark::State& state) {
     std::vector<StepInput> inputs;
     for (int i = 0; i < batch; ++i) inputs.push_back({b->caches[static_cast<std::size_t>(i)].get(), std::span(&b->next[static_cast<std::size_t>(i)], 1)});
     const OpCount before;
+    const std::int64_t regions_before = g_parallel_regions.load();
     g_in_step.store(true, std::memory_order_relaxed);
     auto r = g_model->step(inputs);
     g_in_step.store(false, std::memory_order_relaxed);
+    regions += g_parallel_regions.load() - regions_before;
     ops += g_ops.load() - before.ops;
     top += g_top_ops.load() - before.top;
     kernels += g_kernel_ops.load() - before.kernels;
@@ -233,6 +260,7 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["aten_ops"] = static_cast<double>(ops) / steps;
   state.counters["aten_top_ops"] = static_cast<double>(top) / steps;
   state.counters["kernel_ops"] = static_cast<double>(kernels) / steps;
+  state.counters["parallel_regions"] = static_cast<double>(regions) / steps;
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * batch,
                                                       benchmark::Counter::kIsRate);
 }
