@@ -8,9 +8,8 @@
 // `kernel_ops` (ops that call no other op and are neither views nor
 // allocations: the ones that do arithmetic or copy data, as a device kernel
 // would), and `parallel_regions`, the OpenMP parallel regions a step enters
-// (each wakes the other compute threads; counted where the OpenMP runtime is
-// GCC's libgomp, whose GOMP_parallel this program defines and forwards, so
-// that libtorch's calls and vg_model's reach it too).
+// (each wakes the other compute threads; bench/support/parallel_regions.hpp
+// counts those that GCC-compiled code, libtorch's and vg_model's, enters).
 // The model is `--model=DIR` or, by default, a random checkpoint of the
 // tinylm shape (3 layers, 128 wide, 4 heads, 256 positions, vocab 257)
 // written by tools/make_random_gpt2.py. `--dtype=bfloat16|float64` switches
@@ -41,7 +40,6 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <benchmark/benchmark.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -66,27 +64,7 @@
 #include "engine/engine.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
-
-namespace vg {
-namespace {
-std::atomic<std::int64_t> g_parallel_regions{0};
-}  // namespace
-}  // namespace vg
-
-// libgomp's entry point for `#pragma omp parallel` (GCC). The executable's
-// definition is the one every caller in the process binds to; it counts the
-// region and runs it in libgomp. Where the runtime is another OpenMP (or
-// none), nothing calls it and parallel_regions stays 0.
-extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned threads, unsigned flags) {
-  using Real = void (*)(void (*)(void*), void*, unsigned, unsigned);
-  static const auto real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "GOMP_parallel"));
-  vg::g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
-  if (real == nullptr) {
-    fn(data);  // no libgomp after this program: run the region on this thread
-    return;
-  }
-  real(fn, data, threads, flags);
-}
+#include "parallel_regions.hpp"
 
 namespace vg {
 namespace {
@@ -231,11 +209,11 @@ void BM_DecodeStep(benchmark::State& state) {
     std::vector<StepInput> inputs;
     for (int i = 0; i < batch; ++i) inputs.push_back({b->caches[static_cast<std::size_t>(i)].get(), std::span(&b->next[static_cast<std::size_t>(i)], 1)});
     const OpCount before;
-    const std::int64_t regions_before = g_parallel_regions.load();
+    const std::int64_t regions_before = bench::parallel_regions();
     g_in_step.store(true, std::memory_order_relaxed);
     auto r = g_model->step(inputs);
     g_in_step.store(false, std::memory_order_relaxed);
-    regions += g_parallel_regions.load() - regions_before;
+    regions += bench::parallel_regions() - regions_before;
     ops += g_ops.load() - before.ops;
     top += g_top_ops.load() - before.top;
     kernels += g_kernel_ops.load() - before.kernels;

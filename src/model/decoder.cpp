@@ -23,6 +23,7 @@
 #include "device/torch_compat.hpp"
 #include "model/gpt2_attention.hpp"
 #include "model/host_gemm.hpp"
+#include "model/runtime.hpp"
 
 namespace vg::detail {
 namespace {
@@ -323,9 +324,9 @@ namespace {
 /// than waking a compute thread is worth: libtorch's CPU layer norm gives
 /// each thread one row at the least, so without this a decode step of a few
 /// short rows woke the other compute threads at every layer norm.
-class SerialTensorOps {
+class SerialOpenMPOps {
  public:
-  explicit SerialTensorOps(bool small) {
+  explicit SerialOpenMPOps(bool small) {
 #ifdef _OPENMP
     // get_num_threads() first: it sets this thread's team size on its first
     // call, which would undo a size set before it.
@@ -334,22 +335,24 @@ class SerialTensorOps {
     (void)small;
 #endif
   }
-  ~SerialTensorOps() {
+  ~SerialOpenMPOps() {
 #ifdef _OPENMP
     if (saved_ > 1) omp_set_num_threads(saved_);
 #endif
   }
-  SerialTensorOps(const SerialTensorOps&) = delete;
-  SerialTensorOps& operator=(const SerialTensorOps&) = delete;
+  SerialOpenMPOps(const SerialOpenMPOps&) = delete;
+  SerialOpenMPOps& operator=(const SerialOpenMPOps&) = delete;
 
+#ifdef _OPENMP
  private:
-  int saved_ = 0;
+  int saved_ = 0;  ///< the team size to restore; 0: none was changed
+#endif
 };
 
 }  // namespace
 
 at::Tensor DecoderModel::layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const {
-  const SerialTensorOps serial(x.device().is_cpu() && x.numel() < kSerialLayerNormElements);
+  const SerialOpenMPOps serial(x.device().is_cpu() && x.numel() < kSerialLayerNormElements);
   return at::layer_norm(x, {x.size(-1)}, weight, bias, config_.layer_norm_epsilon);
 }
 
@@ -390,20 +393,13 @@ at::Tensor DecoderModel::host_linear(const at::Tensor& a_in, const at::Tensor& w
   // plus its weight reads (a weight element read from memory costs about as
   // much as 4 multiply-adds, which is what bounds a step of a few rows); a
   // thread gets at least kHostParallelGrain of that, since waking a sleeping
-  // compute thread costs tens of microseconds. (at::parallel_for wakes every
-  // thread once the work exceeds one grain and then shares it evenly, so
-  // work under two grains runs here, whole.)
+  // compute thread costs tens of microseconds.
   const std::int64_t panels = (n + kHostGemmColumnAlign - 1) / kHostGemmColumnAlign;
   const std::int64_t per_panel = std::max<std::int64_t>(1, (rows + 4) * k * kHostGemmColumnAlign);
   const std::int64_t grain = (kHostParallelGrain + per_panel - 1) / per_panel;
-  const auto columns = [&](std::int64_t begin, std::int64_t end) {
+  host_parallel_for(panels, grain, [&](std::int64_t begin, std::int64_t end) {
     gemm_nk(g, begin * kHostGemmColumnAlign, std::min(n, end * kHostGemmColumnAlign));
-  };
-  if (panels < 2 * grain) {
-    columns(0, panels);
-  } else {
-    at::parallel_for(0, panels, grain, columns);
-  }
+  });
   return bf16 ? out.to(at::kBFloat16) : out;
 }
 

@@ -174,11 +174,14 @@ class DecoderModel : public Model {
   at::Tensor conv1d(const at::Tensor& a, const at::Tensor& w, const at::Tensor& bias) const;
   /// LayerNorm over the last dimension of x [rows, d] with weight and bias
   /// [d] and config().layer_norm_epsilon -> [rows, d]. In host memory, below
-  /// kSerialLayerNormElements elements it runs on the calling thread alone
-  /// (same values: libtorch normalises each row on one thread either way).
+  /// kSerialLayerNormElements elements and where vg_model is built with
+  /// OpenMP, it runs on the calling thread alone: that thread's OpenMP team
+  /// size is 1 for the call (same values: libtorch normalises each row on
+  /// one thread either way).
   at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) const;
-  /// About 30 µs of one core's layer norm, the cost of waking a compute
-  /// thread that waits passively (bench/reports/decode-steps.md).
+  /// About 34 µs of one core's layer norm ([128, 512] through PyTorch 1.13
+  /// here), a little more than waking a compute thread that waits passively
+  /// costs (bench/reports/decode-steps.md, "Fewer wake-ups").
   static constexpr std::int64_t kSerialLayerNormElements = std::int64_t{1} << 16;
   /// a [rows, k] · w [n, k]ᵀ + bias [n] (nn.Linear's layout; bias may be
   /// undefined) -> [rows, n].

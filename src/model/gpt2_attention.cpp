@@ -1,7 +1,5 @@
 #include "model/gpt2_attention.hpp"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +11,7 @@
 
 #include "model/bfloat16.hpp"
 #include "model/host_gemm.hpp"  // host_cpu_has_avx2_fma
+#include "model/runtime.hpp"    // host_parallel_for
 
 namespace vg {
 namespace {
@@ -281,15 +280,10 @@ void decode_attention(std::type_identity_t<std::span<const DecodeSequence<T, C>>
   // kHostParallelGrain per thread at the least; less runs inline.
   const std::int64_t per_task = std::max<std::int64_t>(1, work / tasks);
   const std::int64_t grain = (kHostParallelGrain + per_task - 1) / per_task;
-  const auto attend = [&](std::int64_t begin, std::int64_t end) {
+  host_parallel_for(tasks, grain, [&](std::int64_t begin, std::int64_t end) {
     std::vector<T> scores(static_cast<std::size_t>(longest * shape.n_head));
     for (std::int64_t t = begin; t < end; ++t) attend_sequence_any(sequences[static_cast<std::size_t>(t)], shape, scores.data());
-  };
-  if (tasks < 2 * grain) {
-    attend(0, tasks);
-  } else {
-    at::parallel_for(0, tasks, grain, attend);
-  }
+  });
 }
 
 template void decode_attention<float>(std::span<const DecodeSequence<float>>, const DecodeAttentionShape&);

@@ -48,12 +48,12 @@ inline constexpr std::int64_t kHostGemmColumnAlign = 64;
 
 /// The least work, in a product's multiply-adds, that the host kernels
 /// (host_linear, decode_attention) give one compute thread when they split a
-/// product or a step's attention across threads (at::parallel_for): they
-/// split only work of at least two such shares, and run less on the calling
-/// thread. About 25 µs of one core's work: waking a compute thread that waits
-/// passively (OMP_WAIT_POLICY=PASSIVE) costs tens of µs; with 2^16 a tinylm
-/// step of 16 sequences on 2 threads took about 1.4 ms against 0.65 ms on 1
-/// thread (bench/reports/decode-steps.md, "Compute threads" and "Fewer
+/// product or a step's attention across threads (host_parallel_for: work
+/// under two such shares runs on the calling thread). About 25 µs of one
+/// core's work: waking a compute thread that waits passively
+/// (OMP_WAIT_POLICY=PASSIVE) costs tens of µs. A 16-sequence tinylm step on
+/// 2 threads took 0.681 ms with 2^20 against 0.813 ms with 2^19 (the 6×512
+/// GPT-2 was the same with either; bench/reports/decode-steps.md, "Fewer
 /// wake-ups").
 inline constexpr std::int64_t kHostParallelGrain = std::int64_t{1} << 20;
 

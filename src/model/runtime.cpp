@@ -40,6 +40,20 @@ int host_kernel_threads() {
   return std::popcount(seen.load());
 }
 
+void host_parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body) {
+  // at::parallel_for(0, n, grain) shares n evenly once it exceeds one grain,
+  // which can leave a thread a fraction of one; parts of n / parts >= grain
+  // items, one per thread, cannot.
+  const std::int64_t parts = std::min<std::int64_t>(at::get_num_threads(), n / std::max<std::int64_t>(grain, 1));
+  if (parts < 2) {
+    if (n > 0) body(0, n);
+    return;
+  }
+  at::parallel_for(0, parts, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t p = first; p < last; ++p) body(p * n / parts, (p + 1) * n / parts);
+  });
+}
+
 std::string torch_runtime_description() {
   return std::string("libtorch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) + " compute threads";
 }

@@ -2,6 +2,8 @@
 // the server wiring need not include torch.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace vg {
@@ -27,6 +29,15 @@ void retain_freed_host_memory();
 /// distinct threads that run parts of a small parallel loop; call from the
 /// thread that steps models.
 int host_kernel_threads();
+
+/// Runs body(begin, end) over consecutive parts of [0, n) that cover it
+/// once: parts of at least `grain` items (grain >= 1) each, on up to the
+/// compute threads (at::parallel_for; each part on one thread), or all of
+/// it on the calling thread when n < 2 * grain, one compute thread or none
+/// reachable (see host_kernel_threads). For the host kernels, whose grain is
+/// the least work worth waking a thread for. An exception from `body`
+/// reaches the caller (at::parallel_for rethrows the first).
+void host_parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
 
 /// "libtorch 1.13.1, BLAS: openblas" style description for start-up logs.
 std::string torch_runtime_description();

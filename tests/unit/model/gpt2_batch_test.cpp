@@ -15,6 +15,7 @@
 #include "model/model.hpp"
 #include "model/runtime.hpp"
 #include "model_test_util.hpp"
+#include "parallel_regions.hpp"
 
 namespace vg {
 namespace {
@@ -162,20 +163,30 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
   }
 }
 
+/// A random float32 GPT-2 (2 layers, 4 heads) `n_embd` wide, on its own
+/// virtual device; `model` is null when it failed to load.
+struct RandomModel {
+  TempDir dir;
+  std::unique_ptr<VirtualDevice> device = make_device();
+  std::unique_ptr<Model> model;
+  RandomModel(int n_embd, int n_positions) {
+    testing::RandomGpt2 spec;
+    spec.n_embd = n_embd;
+    spec.n_positions = n_positions;
+    testing::write_random_gpt2(dir.path(), spec);
+    model = load(dir.path(), device.get());
+  }
+};
+
 // The host kernels split a product's columns over the compute threads
 // (host_linear); each column is summed by one thread in one fixed order, so
 // the logits are the same bits on one thread and on two. 256 wide, so that
 // the products of a 16-sequence step are large enough to be split.
 TEST(Gpt2Batch, HostKernelLogitsAreTheSameBitsOnOneComputeThreadAndOnTwo) {
   if (!host_cpu_has_avx2_fma()) GTEST_SKIP() << "the host products need AVX2 and FMA";
-  TempDir dir;
-  testing::RandomGpt2 spec;
-  spec.n_embd = 256;
-  spec.n_positions = 64;
-  testing::write_random_gpt2(dir.path(), spec);
-  auto device = make_device();
-  auto model = load(dir.path(), device.get());
-  ASSERT_NE(model, nullptr);
+  const RandomModel random(256, 64);
+  ASSERT_NE(random.model, nullptr);
+  Model* model = random.model.get();
   const auto schedules = mixed_schedules(6);
   const int threads_before = at::get_num_threads();
   set_compute_threads(1);
@@ -191,6 +202,47 @@ TEST(Gpt2Batch, HostKernelLogitsAreTheSameBitsOnOneComputeThreadAndOnTwo) {
   set_compute_threads(threads_before);
   ASSERT_EQ(one.size(), two.size());
   for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "sequence " << i;
+}
+
+// Waking a compute thread costs more than a small step's layer norms or
+// products take: a decode step of 8 short sequences of a 128-wide model
+// enters no OpenMP parallel region on two threads (libtorch's layer norm
+// alone used to enter one per norm), while a 96-token prefill, whose
+// products are worth splitting, does (so the counter counts).
+TEST(Gpt2Batch, ASmallDecodeStepWakesNoComputeThread) {
+  if (!host_cpu_has_avx2_fma()) GTEST_SKIP() << "the host products need AVX2 and FMA";
+#ifndef VG_HOST_KERNELS_OPENMP
+  GTEST_SKIP() << "vg_model is built without OpenMP: its kernels and guards run on one thread";
+#endif
+  const int positions = 128;
+  const RandomModel random(128, positions);
+  ASSERT_NE(random.model, nullptr);
+  Model* model = random.model.get();
+  const int threads_before = at::get_num_threads();
+  set_compute_threads(2);
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::vector<std::int32_t>> next;
+  std::vector<StepInput> decode;
+  for (int i = 0; i < 8; ++i) {
+    caches.push_back(std::move(model->new_cache(positions)).value());
+    const std::vector<std::int32_t> p = prompt(5 + i, i);
+    const StepInput input{caches.back().get(), p};
+    ASSERT_TRUE(model->step(std::span(&input, 1)).ok());
+    next.push_back({static_cast<std::int32_t>(i)});
+  }
+  for (int i = 0; i < 8; ++i) decode.push_back({caches[static_cast<std::size_t>(i)].get(), next[static_cast<std::size_t>(i)]});
+  const std::int64_t before_decode = bench::parallel_regions();
+  ASSERT_TRUE(model->step(decode).ok());
+  const std::int64_t decode_regions = bench::parallel_regions() - before_decode;
+  auto long_cache = std::move(model->new_cache(positions)).value();
+  const std::vector<std::int32_t> long_prompt = prompt(96, 9);
+  const StepInput prefill{long_cache.get(), long_prompt};
+  const std::int64_t before_prefill = bench::parallel_regions();
+  ASSERT_TRUE(model->step(std::span(&prefill, 1)).ok());
+  const std::int64_t prefill_regions = bench::parallel_regions() - before_prefill;
+  set_compute_threads(threads_before);
+  EXPECT_EQ(decode_regions, 0);
+  EXPECT_GT(prefill_regions, 0);
 }
 
 /// Greedy generation of `max_new` tokens after `prompt`, step by step.
