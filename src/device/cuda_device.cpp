@@ -15,13 +15,14 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "device/device.hpp"
 #include "device/torch_compat_cuda.hpp"
 
@@ -93,11 +94,12 @@ class CudaDevice final : public Device {
         }
       }
     }
-    spdlog::debug("{}: out-of-memory injected ({} filler blocks)", name_, fillers_.size());
+    log_line(LogLevel::kDebug,
+             name_ + ": out-of-memory injected (" + std::to_string(fillers_.size()) + " filler blocks)");
   }
 
   void inject_device_fault() override {
-    spdlog::error("{}: the device-fault test hook works on virtual devices only; ignored", name_);
+    log_line(LogLevel::kError, name_ + ": the device-fault test hook works on virtual devices only; ignored");
   }
 
   void release_cached_memory() override {
@@ -165,7 +167,8 @@ Result<std::unique_ptr<Device>> create_cuda_device(int index) {
       return Error{ErrorCode::kConfig,
                    "cuda:" + std::to_string(index) + ": cudaMemGetInfo failed: " + cudaGetErrorString(rc)};
     }
-    spdlog::info("cuda:{}: {} bytes total, {} free at start", index, total, free);
+    log_line(LogLevel::kInfo, "cuda:" + std::to_string(index) + ": " + std::to_string(total) + " bytes total, " +
+                                   std::to_string(free) + " free at start");
     return std::unique_ptr<Device>(std::make_unique<CudaDevice>(index, static_cast<std::int64_t>(total)));
   } catch (const c10::Error& e) {
     return Error{ErrorCode::kConfig, "cuda:" + std::to_string(index) + ": " + e.what_without_backtrace()};
