@@ -12,7 +12,11 @@ only: the GPU machine's Python may have nothing but torch.
               through the failing step, and check: the process survives, the
               out-of-memory error was counted, every request completes (the
               affected ones are preempted and recomputed), allocated bytes
-              return to the pre-load baseline, the next request succeeds.
+              return exactly to the baseline read once the server is ready
+              (every compute thread has made its cuBLAS workspace by then:
+              Device::prepare_compute_thread), the next request succeeds.
+              --leak-bytes plants a leak (--test-leak-bytes-on-oom) that the
+              check must report.
 
 Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
 1 when a check fails. Numbers come from the server's own /v1/models and
@@ -201,7 +205,8 @@ def check_inject_oom(args):
     t0 = time.monotonic()
     server = Server(args.binary, ["--device", args.device, "--model-dir", args.model_dir, "--threads",
                                   str(args.threads), "--max-batch", "8", "--memory-utilization", "0.5",
-                                  "--test-inject-oom-step", str(args.inject_step), "--log-level", "info"])
+                                  "--test-inject-oom-step", str(args.inject_step), "--log-level", "info",
+                                  "--test-leak-bytes-on-oom", str(args.leak_bytes)])
     try:
         before = server.admission()
         base = before["devices"][0]
@@ -225,8 +230,9 @@ def check_inject_oom(args):
         problems.append(f"statuses {sorted(set(statuses), key=str)}")
     if final["running"] or final["queue_depth"] or d["reserved_bytes"]:
         problems.append("not idle after the requests")
-    if allocated_after > allocated_base + 16 * MiB:
-        problems.append(f"allocated {allocated_after} B after, {allocated_base} B before")
+    if allocated_after != allocated_base:
+        problems.append(f"allocated {allocated_after} B after, {allocated_base} B before "
+                        f"({(allocated_after - allocated_base) / MiB:+.3f} MiB)")
     if follow_up != 200:
         problems.append(f"follow-up request answered {follow_up}")
     source = "CUDA caching allocator" if "CUDA out of memory" in log else "device allocator"
@@ -255,6 +261,8 @@ def main():
     ap.add_argument("--fit", type=int, default=6, help="load: requests the budget holds at once")
     ap.add_argument("--alloc-conf", default="", help="load: PYTORCH_CUDA_ALLOC_CONF for the server")
     ap.add_argument("--inject-step", type=int, default=4)
+    ap.add_argument("--leak-bytes", type=int, default=0,
+                    help="inject-oom: bytes each recovery leaks on purpose (the check must then fail)")
     args = ap.parse_args()
     checks = {"load": check_load, "inject-oom": check_inject_oom}
     ok = True

@@ -173,6 +173,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (!(idempotency_ttl_s >= 0 && idempotency_ttl_s <= 86400)) return bad("idempotency_ttl", "must be in [0, 86400]");
   if (test_inject_oom_step < 0) return bad("test_inject_oom_step", "must be >= 0");
   if (test_inject_oom_count < 1) return bad("test_inject_oom_count", "must be >= 1");
+  if (test_leak_bytes_on_oom < 0) return bad("test_leak_bytes_on_oom", "must be >= 0");
   if (max_preemptions < 0) return bad("max_preemptions", "must be >= 0");
   if (oom_unready_after < 1) return bad("oom_unready_after", "must be >= 1");
   if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");

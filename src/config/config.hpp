@@ -145,6 +145,7 @@ struct ServeConfig {
   double test_step_delay_ms = 0;     ///< sleep after every engine step (ms), to hold requests running
   std::int64_t test_inject_oom_step = 0;  ///< engine step (1-based) that fails with out-of-memory; 0 = never
   std::int64_t test_inject_oom_count = 1; ///< consecutive steps from test_inject_oom_step that fail, >= 1
+  std::int64_t test_leak_bytes_on_oom = 0; ///< bytes each out-of-memory recovery leaves allocated (a planted leak), >= 0
   /// Test hook: an engine process aborts when a request whose prompt contains this text starts running.
   std::string test_crash_on_prompt;
   /// Test hook: an engine process aborts before it loads its model (every start).

@@ -200,6 +200,10 @@ const ConfigField kFields[] = {
      &C::test_inject_oom_step},
     {"test_inject_oom_count", "test", "Test hook: this many consecutive steps from test_inject_oom_step fail",
      &C::test_inject_oom_count},
+    {"test_leak_bytes_on_oom", "test",
+     "Test hook: bytes each out-of-memory recovery leaves allocated on the device until exit, a planted leak for "
+     "the checks that must find one",
+     &C::test_leak_bytes_on_oom},
     {"test_crash_on_prompt", "test",
      "Test hook: an engine process aborts when a request whose prompt contains this text starts running",
      &C::test_crash_on_prompt},

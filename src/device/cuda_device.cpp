@@ -52,7 +52,10 @@ class CudaDevice final : public Device {
  public:
   CudaDevice(int index, std::int64_t capacity)
       : index_(index), name_("cuda:" + std::to_string(index)), capacity_(capacity) {}
-  ~CudaDevice() override { release_cached_memory(); }
+  ~CudaDevice() override {
+    for (void* p : held_) cc::raw_delete(p);
+    release_cached_memory();
+  }
 
   const std::string& name() const override { return name_; }
   std::string torch_device() const override { return name_; }
@@ -102,6 +105,30 @@ class CudaDevice final : public Device {
     log_line(LogLevel::kError, name_ + ": the device-fault test hook works on virtual devices only; ignored");
   }
 
+  // One product through cuBLAS and one through cuBLASLt (addmm with a bias
+  // vector: a Linear with bias), in float32 and bfloat16, so this thread's
+  // handle and its workspaces exist before the bytes at rest are read.
+  void prepare_compute_thread() override {
+    try {
+      const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index_));
+      const auto on_device = at::TensorOptions().device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index_)));
+      for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor a = at::ones({16, 16}, on_device.dtype(dtype));
+        (void)at::mm(a, a);
+        (void)at::addmm(at::ones({16}, on_device.dtype(dtype)), a, a);
+      }
+      c10::cuda::device_synchronize();
+    } catch (const c10::Error& e) {
+      log_line(LogLevel::kWarn, name_ + ": preparing a compute thread failed: " + e.what_without_backtrace());
+    }
+  }
+
+  void hold_test_bytes(std::int64_t bytes) override {
+    std::lock_guard lk(mu_);
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index_));
+    held_.push_back(cc::raw_alloc(static_cast<std::size_t>(bytes)));
+  }
+
   void release_cached_memory() override {
     std::lock_guard lk(mu_);
     release_fillers_locked();
@@ -135,8 +162,9 @@ class CudaDevice final : public Device {
   const int index_;
   const std::string name_;
   const std::int64_t capacity_;
-  std::mutex mu_;  // guards fillers_ and fraction_capped_ (the test hook's state)
+  std::mutex mu_;  // guards fillers_, fraction_capped_ and held_ (the test hooks' state)
   std::vector<void*> fillers_;
+  std::vector<void*> held_;
   bool fraction_capped_ = false;
 };
 

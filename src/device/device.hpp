@@ -60,6 +60,18 @@ class Device {
   /// thread after every out-of-memory error; on CUDA it also ends an injected
   /// one (inject_out_of_memory). The virtual device caches nothing.
   virtual void release_cached_memory() {}
+  /// Prepares the calling thread, bound to this device, to run steps on it:
+  /// what the device's libraries allocate once per thread at its first use
+  /// is allocated now (CUDA: libtorch's cuBLAS handle of this thread and its
+  /// workspace for the current stream, taken from the caching allocator,
+  /// about 33 MiB on an H200; ATen/cuda/CublasHandlePool.cpp). Called once
+  /// by each compute thread at its start (engine/compute_thread.hpp).
+  /// Failures are logged, never thrown: the first step would meet them.
+  virtual void prepare_compute_thread() {}
+  /// Test hook (test_leak_bytes_on_oom): keeps `bytes` more allocated on the
+  /// device until it is destroyed, a leak planted for the checks that must
+  /// find one (scripts/gpu_check_driver.py inject-oom). Engine thread.
+  virtual void hold_test_bytes(std::int64_t bytes) = 0;
 };
 
 /// CPU memory with an enforced capacity (bytes).
@@ -75,6 +87,8 @@ class VirtualDevice final : public Device {
   void reset_peak() override;
   void inject_out_of_memory() override { inject_oom_.store(true); }
   void inject_device_fault() override { inject_fault_.store(true); }
+  /// Charges `bytes` (capacity permitting) and never releases them.
+  void hold_test_bytes(std::int64_t bytes) override { (void)try_charge(bytes); }
 
   /// Called by the allocator: true once after inject_device_fault().
   bool take_injected_fault() {

@@ -2,6 +2,7 @@
 // engine thread's loop is in engine_loop.cpp, out-of-memory recovery in
 // engine_recovery.cpp; the shared internals and their ownership rules are in
 // engine_impl.hpp.
+#include "engine/compute_thread.hpp"
 #include "engine/engine.hpp"
 
 #include <spdlog/spdlog.h>
@@ -113,8 +114,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
                            device.name(), impl->device_index);
   impl->oom_budget->publish(impl->shared->stats);
   Impl* raw = impl.get();
-  if (impl->prefill) impl->prefill->thread = std::thread([raw] { raw->prefill_loop(); });
-  impl->thread = std::thread([raw] { raw->run(); });
+  if (impl->prefill) impl->prefill->thread = start_compute_thread(device, [raw] { raw->prefill_loop(); });
+  impl->thread = start_compute_thread(device, [raw] { raw->run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -148,6 +148,9 @@ class Engine {
     std::int64_t inject_oom_at_step = 0;
     /// Test hook: how many consecutive steps from inject_oom_at_step fail (>= 1).
     std::int64_t inject_oom_count = 1;
+    /// Test hook: bytes each out-of-memory recovery leaves allocated on the
+    /// device (Device::hold_test_bytes), a planted leak; 0 = none.
+    std::int64_t test_leak_bytes_on_oom = 0;
     /// OOM recovery (policies memory and fixed): times one request may be
     /// preempted and recomputed; one more out-of-memory error fails it with
     /// kOverloaded + Retry-After (>= 0).

@@ -28,6 +28,7 @@ namespace vg {
 void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence* victim) {
   oom_budget->on_oom(now);
   device.release_cached_memory();
+  if (options.test_leak_bytes_on_oom > 0) device.hold_test_bytes(options.test_leak_bytes_on_oom);
   ++consecutive_oom_steps;
   const bool trip = consecutive_oom_steps >= options.oom_unready_after;
   {

@@ -13,6 +13,7 @@
 
 #include "admission/memory_profile.hpp"
 #include "device/device.hpp"
+#include "engine/compute_thread.hpp"
 #include "engine/oom_budget.hpp"
 #include "engine/tensor_batch.hpp"
 #include "metrics/server_metrics.hpp"
@@ -264,7 +265,7 @@ Result<std::unique_ptr<TensorEngine>> TensorEngine::create(const Options& option
     if (auto s = weak.lock()) s->notify();
   });
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->run(); });
+  impl->thread = start_compute_thread(device, [raw] { raw->run(); });
   return std::unique_ptr<TensorEngine>(new TensorEngine(std::move(impl)));
 }
 

@@ -254,6 +254,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       eo.step_delay_ms = config.test_step_delay_ms;
       eo.inject_oom_at_step = config.test_inject_oom_step;
       eo.inject_oom_count = config.test_inject_oom_count;
+      eo.test_leak_bytes_on_oom = config.test_leak_bytes_on_oom;
       eo.max_preemptions = config.max_preemptions;
       eo.oom_unready_after = config.oom_unready_after;
       eo.metrics = metrics;

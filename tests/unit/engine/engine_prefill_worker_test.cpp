@@ -34,6 +34,16 @@ class PrefillWorkerTest : public EngineTest {
   }
 };
 
+TEST_F(PrefillWorkerTest, BothComputeThreadsArePreparedOnTheDeviceBeforeCreateReturns) {
+  auto engine = make(worker_options());
+  // Prepared before create returned: nothing ran yet, nothing waits here.
+  const std::vector<std::thread::id> prepared = device_->prepared();
+  ASSERT_EQ(prepared.size(), 2u);
+  EXPECT_NE(prepared[0], prepared[1]);
+  for (const std::thread::id id : prepared) EXPECT_NE(id, std::this_thread::get_id());
+  EXPECT_TRUE(model_.steps_log().empty());
+}
+
 TEST_F(PrefillWorkerTest, EveryRequestGetsItsTextAndPrefillsNeverShareAStepWithDecodes) {
   auto engine = make(worker_options(4));
   std::vector<std::shared_ptr<Collector>> sinks;

@@ -60,6 +60,30 @@ TEST_F(EngineTest, APreemptedRequestIsRecomputedAndItsTextIsSentOnce) {
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }
 
+TEST_F(EngineTest, TheLeakTestHookHoldsItsBytesAtEachOutOfMemoryRecoveryOnly) {
+  model_.fail_at_step(2, 2);  // two recoveries
+  Engine::Options o = options();
+  o.test_leak_bytes_on_oom = 4096;
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(6), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_EQ(engine->stats().out_of_memory, 2);
+  EXPECT_EQ(device_->held(), 2 * 4096);
+}
+
+TEST_F(EngineTest, WithoutTheLeakTestHookARecoveryHoldsNothing) {
+  model_.fail_at_step(2);
+  auto engine = make();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(6), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  EXPECT_EQ(engine->stats().out_of_memory, 1);
+  EXPECT_EQ(device_->held(), 0);
+}
+
 TEST_F(EngineTest, ARequestPreemptedMoreThanTheLimitGetsA503) {
   model_.fail_at_step(2, 3);
   auto o = options();

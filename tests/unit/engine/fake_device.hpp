@@ -4,7 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "device/device.hpp"
 
@@ -21,6 +24,17 @@ class FakeDevice final : public Device {
   void inject_out_of_memory() override { ++injected_; }
   void inject_device_fault() override { ++faults_; }
   void release_cached_memory() override { ++released_; }
+  void prepare_compute_thread() override {
+    std::lock_guard lk(mu_);
+    prepared_.push_back(std::this_thread::get_id());
+  }
+  void hold_test_bytes(std::int64_t bytes) override { held_ += bytes; }
+  /// The threads that prepared themselves, in order.
+  std::vector<std::thread::id> prepared() const {
+    std::lock_guard lk(mu_);
+    return prepared_;
+  }
+  std::int64_t held() const { return held_.load(); }
   int faults() const { return faults_.load(); }
   int injected() const { return injected_.load(); }
   int released() const { return released_.load(); }
@@ -31,6 +45,9 @@ class FakeDevice final : public Device {
   std::atomic<int> injected_{0};
   std::atomic<int> released_{0};
   std::atomic<int> faults_{0};
+  std::atomic<std::int64_t> held_{0};
+  mutable std::mutex mu_;
+  std::vector<std::thread::id> prepared_;
 };
 
 }  // namespace vg::testing

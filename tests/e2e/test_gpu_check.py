@@ -1,0 +1,40 @@
+"""scripts/gpu_check_driver.py, the checks `scripts/gpu-check run` makes on a
+GPU, run on a virtual device against the release binary: both pass, and the
+inject-oom check finds a leak planted with --test-leak-bytes-on-oom."""
+import os
+import re
+import subprocess
+import sys
+
+from conftest import BIN, MODEL_DIR
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+DRIVER = os.path.join(ROOT, "scripts", "gpu_check_driver.py")
+
+
+def drive(*args):
+    cmd = [sys.executable, DRIVER, "--binary", BIN, "--model-dir", MODEL_DIR, "--device", "virt:0=256MiB",
+           "--threads", "1", "--prompt-tokens", "24", "--max-tokens", "12", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_both_checks_pass_on_a_virtual_device():
+    run = drive("--requests", "12", "--clients", "6", "--fit", "3")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"^gpu-check load: PASS: 12/12 completed on virt:0, 0 OOM", run.stdout, re.M), run.stdout
+    inject = re.search(r"^gpu-check inject-oom: PASS: .*allocated ([\d.]+) MiB after vs ([\d.]+) MiB before",
+                       run.stdout, re.M)
+    assert inject, run.stdout
+    assert inject.group(1) == inject.group(2)
+
+
+def test_inject_oom_finds_a_planted_leak():
+    leak = 3 << 20
+    run = drive("--checks", "inject-oom", "--leak-bytes", str(leak))
+    assert run.returncode == 1, run.stdout + run.stderr
+    line = next((x for x in run.stdout.splitlines() if x.startswith("gpu-check inject-oom:")), "")
+    assert line.startswith("gpu-check inject-oom: FAIL (allocated"), run.stdout
+    # One recovery per out-of-memory error counted, each leaving `leak` bytes.
+    counted = int(re.search(r"\((\d+) counted\)", line).group(1))
+    assert counted >= 1
+    assert f"(+{counted * leak / (1 << 20):.3f} MiB)" in line, line
