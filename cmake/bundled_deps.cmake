@@ -6,7 +6,7 @@
 # (TOML_HEADER_ONLY). It defines the same targets the packages' CMake files
 # do, so the rest of the build does not change. Used to build on a machine
 # that has a compiler and a libtorch but none of these packages.
-set(VG_BUNDLED_INCLUDE_DIR "${PROJECT_SOURCE_DIR}/third_party/include"
+set(VG_BUNDLED_INCLUDE_DIR "${PROJECT_SOURCE_DIR}/gpu-bundle/include"
     CACHE PATH "Folder holding the bundled boost/, spdlog/, fmt/, CLI/ and toml++/ headers")
 foreach(dir boost spdlog fmt CLI toml++)
   if(NOT EXISTS "${VG_BUNDLED_INCLUDE_DIR}/${dir}")
@@ -32,7 +32,7 @@ add_library(Boost::json ALIAS vg_boost_json)
 
 # The compiled C libraries, as static archives copied from the Debian
 # packages into VG_BUNDLED_LIB_DIR: PCRE2 (8-bit) and OpenSSL's libcrypto.
-set(VG_BUNDLED_LIB_DIR "${PROJECT_SOURCE_DIR}/third_party/lib"
+set(VG_BUNDLED_LIB_DIR "${PROJECT_SOURCE_DIR}/gpu-bundle/lib"
     CACHE PATH "Folder holding the bundled libpcre2-8.a and libcrypto.a")
 foreach(lib pcre2-8 crypto)
   if(NOT EXISTS "${VG_BUNDLED_LIB_DIR}/lib${lib}.a")

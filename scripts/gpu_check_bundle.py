@@ -1,25 +1,26 @@
 #!/usr/bin/python3
-"""`scripts/gpu-check prepare`: writes a self-contained source bundle for a
-machine without internet that has a compiler and a libtorch but none of
-vramgate's other build dependencies.
+"""`scripts/gpu-check prepare`: writes the bundle of build dependencies for
+a machine without internet that has a compiler and a libtorch but none of
+vramgate's other build dependencies. The project's own tree travels beside
+it (the bundle holds no copy of it); the build finds the bundle through
+VG_BUNDLED_INCLUDE_DIR and VG_BUNDLED_LIB_DIR (cmake/bundled_deps.cmake).
 
-The bundle holds the project's files (tracked and untracked-but-not-ignored,
-as git lists them) plus, under third_party/, what the build takes from the
-installed Debian packages:
+What the bundle holds, taken from the installed Debian packages:
   include/  the headers the build includes, found by preprocessing every
             source file with `g++ -M` in the VG_BUNDLED_DEPS configuration and
-            mapping each header to its Debian package (dpkg -S). Libraries
-            and the C/C++ runtime are left out (the target machine has its
-            own), and so is libtorch (the target's is used). Boost is copied
-            per library folder that is used (boost/asio/, boost/beast/, ...),
-            every other package whole, so that headers included only under
-            other compiler versions are there too.
+            mapping each header to its Debian package (dpkg -S), and then
+            every header of those packages that a copied header names in an
+            #include line, whatever its #if around it (what another compiler
+            version may take), to a fixed point. Libraries and the C/C++
+            runtime are left out (the target machine has its own), and so is
+            libtorch (the target's is used).
   lib/      static archives of the compiled C libraries (PCRE2, libcrypto).
   BUNDLE.txt where it came from: commit, date, package versions.
 """
 import argparse
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ SYSTEM_PACKAGES = ("libc6-dev", "linux-libc-dev", "libstdc++", "libgcc", "gcc-",
 BUNDLED_DEFINES = ["-DFMT_HEADER_ONLY", "-DSPDLOG_FMT_EXTERNAL", "-DTOML_HEADER_ONLY=1"]
 STATIC_LIBS = ["libpcre2-8.a", "libcrypto.a"]
 MULTIARCH = "/usr/include/x86_64-linux-gnu/"
+INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 
 def project_files(root):
@@ -82,6 +84,64 @@ def copy(src, dst):
     shutil.copy2(src, dst)
 
 
+def system_path(rel):
+    """The /usr/include file an include-relative path names, or None."""
+    for base in ("/usr/include/", MULTIARCH):
+        if os.path.isfile(base + rel):
+            return os.path.normpath(base + rel)
+    return None
+
+
+def named_includes(path):
+    """The /usr/include files that `path` names in its #include lines (any #if
+    branch): <x> from the include folders, "x" beside `path` first."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    out = set()
+    for target in INCLUDE_LINE.findall(text):
+        local = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        found = local if local.startswith("/usr/include/") and os.path.isfile(local) else system_path(target)
+        if found:
+            out.add(found)
+    return out
+
+
+# Boost libraries whose -M files are taken as they are: Boost.Preprocessor
+# picks its files by its own limit macros, which the build leaves alone,
+# not by compiler; the rest of it would be 4.5 MB of files never read.
+AS_PREPROCESSED = {"preprocessor"}
+
+
+def library_of(path):
+    """The Boost library a header belongs to (boost/asio/x.hpp and
+    boost/asio.hpp: "asio"), or "" outside Boost."""
+    parts = include_relative(path).split("/")
+    if parts[0] != "boost" or len(parts) < 2:
+        return ""
+    return parts[1].removesuffix(".hpp")
+
+
+def include_closure(used, package_of_path, bundled):
+    """`used` plus every header of a `bundled` package that a header in the
+    set names, to a fixed point; in Boost, only headers of the libraries the
+    build uses (an #if for an option the build leaves off, such as Asio's
+    Boost.Regex support, brings no new library). `package_of_path` maps a
+    path to its package (and is extended with dpkg -S for new paths)."""
+    keep = {h for h in used if package_of_path.get(h) in bundled}
+    libraries = {library_of(h) for h in keep} - AS_PREPROCESSED
+    todo = list(keep)
+    while todo:
+        named = set()
+        for h in todo:
+            named |= named_includes(h) - keep
+        named = {h for h in named if library_of(h) in libraries}
+        unknown = [h for h in named if h not in package_of_path]
+        package_of_path.update(owners(unknown))
+        todo = [h for h in named if package_of_path.get(h) in bundled]
+        keep |= set(todo)
+    return keep
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", required=True, help="the project checkout")
@@ -95,9 +155,6 @@ def main():
         shutil.rmtree(out)
 
     files = list(project_files(root))
-    for rel in files:
-        copy(os.path.join(root, rel), os.path.join(out, rel))
-
     sources = [os.path.join(root, f) for f in files if f.startswith("src/") and f.endswith(".cpp")
                and not f.endswith("/cuda_device.cpp")]  # needs CUDA headers; includes nothing else bundled
     sources.append(os.path.join(root, "cmake", "boost_json_src.cpp"))
@@ -112,30 +169,12 @@ def main():
         raise SystemExit("headers that no Debian package owns (install them from packages): " + " ".join(unowned[:20]))
 
     packages = sorted({p for p in pkg_of.values() if not p.startswith(SYSTEM_PACKAGES)})
-    inc = os.path.join(out, "third_party", "include")
-    copied = 0
-    for pkg in packages:
-        listed = subprocess.run(["dpkg", "-L", pkg], capture_output=True, text=True, check=True).stdout.split("\n")
-        if pkg.startswith("libboost"):
-            # Boost per library: boost/<lib>/... and boost/<lib>.hpp for each
-            # library folder a used header lives in; used top-level files.
-            libs = set()
-            for h in used:
-                rel = include_relative(h)
-                if pkg_of.get(h) == pkg and rel.startswith("boost/"):
-                    parts = rel.split("/")
-                    libs.add(parts[1] if len(parts) > 2 else rel)
-            keep = lambda rel: rel.startswith("boost/") and (
-                rel in libs or rel.split("/")[1] in libs or rel.split("/")[1].removesuffix(".hpp") in libs)
-        else:
-            keep = lambda rel: True
-        for path in listed:
-            rel = include_relative(path)
-            if rel and os.path.isfile(path) and keep(rel):
-                copy(path, os.path.join(inc, rel))
-                copied += 1
+    inc = os.path.join(out, "include")
+    headers = include_closure(used, pkg_of, set(packages))
+    for path in sorted(headers):
+        copy(path, os.path.join(inc, include_relative(path)))
 
-    lib = os.path.join(out, "third_party", "lib")
+    lib = os.path.join(out, "lib")
     os.makedirs(lib, exist_ok=True)
     for name in STATIC_LIBS:
         copy(os.path.join("/usr/lib/x86_64-linux-gnu", name), os.path.join(lib, name))
@@ -144,12 +183,12 @@ def main():
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout.strip()
     versions = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *packages],
                               capture_output=True, text=True).stdout
-    with open(os.path.join(out, "third_party", "BUNDLE.txt"), "w") as f:
+    with open(os.path.join(out, "BUNDLE.txt"), "w") as f:
         f.write(f"vramgate bundle for scripts/gpu-check run\ncommit {commit}{' + uncommitted changes' if dirty else ''}\n"
                 f"made {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n\nheaders from Debian packages:\n{versions}"
                 f"\nstatic libraries: {', '.join(STATIC_LIBS)}\n")
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
-    print(f"gpu-check prepare: {out}: {len(files)} project files, {copied} headers from {len(packages)} packages "
+    print(f"gpu-check prepare: {out}: {len(headers)} headers from {len(packages)} packages "
           f"({', '.join(packages)}), {len(STATIC_LIBS)} static libraries, {size / 1e6:.1f} MB, "
           f"{time.monotonic() - t0:.0f} s")
 
