@@ -167,6 +167,11 @@ std::optional<ConfigProblem> ServeConfig::check() const {
     return bad("log_level", "unknown level '" + log_level + "'");
   }
   if (watchdog_timeout_s <= 0) return bad("watchdog_timeout", "must be > 0");
+  if (profile_steps < 0 || profile_steps > 100000) return bad("profile_steps", "must be in 0..100000");
+  if (profile_min_batch < 1) return bad("profile_min_batch", "must be >= 1");
+  if (profile_steps > 0 && profile_trace.empty()) {
+    return bad("profile_trace", "is required when --profile-steps is above 0 (the file the trace is written to)");
+  }
   if (!(rate_limit >= 0 && rate_limit <= 1e6)) return bad("rate_limit", "must be in [0, 1000000]");
   if (!(rate_burst >= 0 && rate_burst <= 1e6)) return bad("rate_burst", "must be in [0, 1000000]");
   if (!(priority_aging_s >= 0 && priority_aging_s <= 86400)) return bad("priority_aging", "must be in [0, 86400]");

@@ -107,6 +107,10 @@ struct ServeConfig {
   std::string log_level = "info";    ///< trace, debug, info, warn, error, off
   bool log_request_text = false;     ///< request log lines include prompt and output text (opt-in)
   double watchdog_timeout_s = 60;    ///< an engine step running longer than this turns /health 503 (s)
+  // Step profile (README "Step profile"): a Chrome trace of decode steps.
+  int profile_steps = 0;             ///< decode steps to record, 0..100000; 0 = off
+  int profile_min_batch = 1;         ///< only decode steps of at least this many sequences are recorded, >= 1
+  std::string profile_trace;         ///< where the trace JSON is written; needed when profile_steps > 0
 
   // -- processes (README "Processes")
   /// One process: HTTP and the engines together (no supervisor, no socket).

@@ -139,6 +139,17 @@ const ConfigField kFields[] = {
      "Include prompt and output text in the per-request log lines (off: counts only)", &C::log_request_text},
     {"watchdog_timeout", "operability",
      "Seconds an engine step may run before /health reports the engine stuck (503)", &C::watchdog_timeout_s},
+    {"profile_steps", "operability",
+     "Step profile: record a trace of this many decode steps (steps without a prefill chunk) of the first device's "
+     "engine and write it to --profile-trace as Chrome-trace JSON; 0 = off",
+     &C::profile_steps},
+    {"profile_min_batch", "operability",
+     "Step profile: only decode steps with at least this many running sequences are recorded (the trace covers the "
+     "first --profile-steps of them)",
+     &C::profile_min_batch},
+    {"profile_trace", "operability",
+     "Step profile: the file the trace is written to (needed when --profile-steps is above 0; its folder must exist)",
+     &C::profile_trace},
 
     {"in_process", "processes",
      "Run HTTP and the engines in one process (no engine processes, no supervisor): for debugging, and where "

@@ -7,6 +7,12 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "device/device_error.hpp"
 
@@ -23,6 +29,34 @@ c10::Allocator* current_cpu_allocator() { return c10::GetCPUAllocator(); }
 bool install_cpu_allocator(c10::Allocator* allocator) {
   c10::SetCPUAllocator(allocator, kCappedAllocatorPriority);
   return c10::GetCPUAllocator() == allocator;
+}
+
+namespace {
+
+bool probe_kineto() {
+  namespace prof = torch::autograd::profiler;
+  namespace impl = torch::profiler::impl;
+  const std::filesystem::path probe =
+      std::filesystem::temp_directory_path() / ("vramgate-kineto-probe-" + std::to_string(::getpid()) + ".json");
+  bool saved = false;
+  try {
+    prof::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO), {impl::ActivityType::CPU});
+    auto result = prof::disableProfiler();
+    result->save(probe.string());  // without Kineto: c10::Error "... requires ... Kineto support"
+    saved = true;
+  } catch (const std::exception&) {
+    saved = false;
+  }
+  std::error_code ignored;
+  std::filesystem::remove(probe, ignored);
+  return saved;
+}
+
+}  // namespace
+
+bool kineto_available() {
+  static const bool available = probe_kineto();
+  return available;
 }
 
 Error current_exception_error(const std::string& op) {

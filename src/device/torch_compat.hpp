@@ -2,7 +2,8 @@
 // c10::Allocator interface (const `allocate` + `raw_deleter` in 1.x,
 // non-const `allocate` + `copy_data` in 2.x), the allocator install call, and
 // the one conversion of a torch exception into an Error (out of memory, device
-// fault or internal; device/device_error.hpp). Only the torch .cpp files of
+// fault or internal; device/device_error.hpp), and whether the profiler has
+// Kineto. Only the torch .cpp files of
 // src/device/ and src/model/ may include this header; it includes torch
 // headers, so it must never reach a torch-free header.
 #pragma once
@@ -51,6 +52,14 @@ c10::Allocator* current_cpu_allocator();
 /// Installs `allocator` as the CPU allocator. Returns false when libtorch kept
 /// another one (a higher-priority allocator was installed before).
 bool install_cpu_allocator(c10::Allocator* allocator);
+
+/// Whether libtorch's profiler can save Chrome traces itself, i.e. it was
+/// built with Kineto (torch 2.x wheels; Debian's libtorch 1.13 is not). No
+/// header says so, so the first call asks the library: it runs an empty
+/// CPU-only profile on the calling thread and saves it to a temporary file
+/// (a build without Kineto refuses the save). Later calls return that answer.
+/// Call it while no profiler runs on the calling thread. Any thread.
+bool kineto_available();
 
 /// The exception being handled as an Error whose message starts with `op`:
 /// c10::OutOfMemoryError and std::bad_alloc -> kOutOfMemory; a c10::Error or

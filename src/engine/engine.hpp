@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@ class ServerMetrics;
 
 class Device;
 class Model;
+class StepProfiler;
 
 /// What the engines of several devices (and several models) share: one
 /// AdmissionController with each device's budget and one queue, and the
@@ -118,6 +120,21 @@ struct EngineStats {
   std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked the device not ready
 };
 
+/// The step profile (--profile-steps): a trace of the first `steps` decode
+/// steps (steps with no prefill chunk) of at least `min_batch` decoding
+/// sequences, recorded by `profiler` on the engine thread: the session starts
+/// before the first such step and ends after the last, each recorded step in
+/// a kDecodeStepRange range (steps between them that do not qualify run in
+/// the session unmarked). Then the trace is written to `trace` and one info
+/// line logged. Off (steps 0) it costs one comparison per step.
+struct StepProfileOptions {
+  int steps = 0;          ///< decode steps to record; 0 = off
+  int min_batch = 1;      ///< decoding sequences a step needs to be recorded (>= 1)
+  std::filesystem::path trace;  ///< where the Chrome-trace JSON goes (needed when steps > 0)
+  /// Records the steps; needed when steps > 0. Only the engine thread calls it.
+  std::shared_ptr<StepProfiler> profiler;
+};
+
 class Engine {
  public:
   struct Options {
@@ -178,6 +195,8 @@ class Engine {
     /// the engine's life) the device's next allocation fails as a CUDA fault
     /// does (Device::inject_device_fault); 0 = never.
     std::int64_t test_device_fault_at_step = 0;
+    /// The step profile; off by default.
+    StepProfileOptions step_profile;
     /// Where the engine thread records its observations (histograms,
     /// generated tokens); null records nothing. Must outlive the engine.
     metrics::ServerMetrics* metrics = nullptr;

@@ -1,7 +1,8 @@
 // Internals of Engine, shared by its source files: engine.cpp (the public,
 // any-thread API), engine_loop.cpp (the engine thread's loop: admit, step,
-// emit, retire) and engine_recovery.cpp (out-of-memory recovery: preemption
-// with recompute, and the readiness breaker). Not a public header.
+// retire), engine_tokens.cpp (emit: a generated token's events, a sequence's
+// end) and engine_recovery.cpp (out-of-memory recovery: preemption with
+// recompute, and the readiness breaker). Not a public header.
 //
 // Ownership: `EngineFront` (the admission controller and the requests queued
 // in it, shared by every engine of a front) is guarded by its mutex; `Shared`
@@ -31,6 +32,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/oom_budget.hpp"
+#include "engine/step_profile.hpp"
 #include "engine/text_stream.hpp"
 #include "model/model.hpp"
 #include "model/sampler.hpp"
@@ -327,6 +329,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
   std::atomic<std::int64_t> steps_run{0};           // steps started, the prefill worker's included
   std::unique_ptr<PrefillWorker> prefill;           // null without options.prefill_worker
+  engine_detail::StepProfile step_profile;          // engine thread only
   // Sequences the prefill worker holds, their KV cache bytes and their
   // leases' bytes: raised by whichever thread gives the worker a sequence,
   // lowered by the engine thread when it comes back.
@@ -340,7 +343,7 @@ struct Engine::Impl {
   std::atomic<std::int64_t> prefill_step_started{engine_detail::kIdle};
   std::thread thread;
 
-  Impl(const Options& o, Model& m, Device& d) : options(o), model(m), device(d) {}
+  Impl(const Options& o, Model& m, Device& d) : options(o), model(m), device(d), step_profile(o.step_profile) {}
 
   // engine_loop.cpp
   void run();
@@ -386,10 +389,14 @@ struct Engine::Impl {
   /// injected out-of-memory error or device fault when its number is due;
   /// returns the number.
   std::int64_t begin_step();
+
+  // engine_tokens.cpp
   /// `s` generated `token` from `logits` (its last row; for the logprobs).
   void on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits);
   void finish(Sequence& s, const char* reason);
   void fail(Sequence& s, Error error);
+
+  // engine_loop.cpp
   void sweep_running(TimePoint now);
   void retire_done();
   void publish();

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "common/wakeup_batch.hpp"
 #include "device/device.hpp"
@@ -43,6 +42,7 @@ void Engine::Impl::run() {
     }
     step_started.store(kIdle, std::memory_order_relaxed);
   }
+  step_profile.stop();
   cancel_everything();
   publish();
 }
@@ -314,7 +314,10 @@ void Engine::Impl::run_step() {
   if (inputs.empty()) return;
   const std::int64_t step = begin_step();
   if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
+  const int decoding = static_cast<int>(k);
+  const bool profiled = step_profile.before_step(decoding, static_cast<int>(inputs.size()) - decoding);
   auto logits = model.step(inputs);
+  if (profiled) step_profile.after_step();
   {
     std::lock_guard lk(shared->mu);
     ++shared->stats.steps;
@@ -431,112 +434,6 @@ std::int64_t Engine::Impl::begin_step() {
     device.inject_out_of_memory();
   }
   return n;
-}
-
-void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits) {
-  const bool injected = options.test_poison_logits_at_step > 0 && steps_run.load() == options.test_poison_logits_at_step;
-  if (injected || !std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); })) {
-    const std::string reason = "the logits of request " + s.req->gen.id + " at step " +
-                               std::to_string(steps_run.load()) + " are not finite (NaN or Inf)" +
-                               (injected ? " (test hook)" : "");
-    spdlog::error("engine on {}: {}", device.name(), reason);
-    if (options.on_poisoned) options.on_poisoned(reason);
-    fail(s, Error(ErrorCode::kInternal, reason + "; the device state is not trusted"));
-    return;
-  }
-  s.p.generated.push_back(token);
-  ++s.p.unsent_tokens;
-  const Tokenizer& tok = model.tokenizer();
-  const bool ends = tok.is_eos(token) && !s.req->gen.ignore_eos;
-  if (s.req->gen.logprobs && !ends) {
-    const LogprobResult lp = token_logprobs(logits, token, *s.req->gen.logprobs);
-    TokenLogprobs entry{tok.token_bytes(token), lp.logprob, {}};
-    for (const TokenLogprob& alt : lp.top) entry.top.emplace_back(tok.token_bytes(alt.id), alt.logprob);
-    s.p.unsent_logprobs.push_back(std::move(entry));
-  }
-  const int generated = s.generated();
-  if (options.metrics) {
-    options.metrics->generated_tokens_total.inc();
-    if (generated == 1) {
-      options.metrics->time_to_first_token_seconds.observe(seconds_between(s.req->enqueued, now));
-    } else {
-      options.metrics->inter_token_latency_seconds.observe(seconds_between(s.p.last_token, now));
-    }
-  }
-  s.p.last_token = now;
-  if (generated == 1) log_memory(*s.req, "first token");
-  if (ends) {
-    finish(s, "stop");
-    return;
-  }
-  std::string text = s.p.text.push(tok.token_bytes(token));
-  // The first token is always announced, even when its bytes are held back
-  // (part of a character or of a stop string): streams show time to first
-  // token as it is.
-  if (!text.empty() || generated == 1) {
-    s.req->sink->push(TextEvent{std::move(text), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs),
-                                s.unsent_ids()});
-    s.p.unsent_tokens = 0;
-    s.p.unsent_logprobs.clear();
-  }
-  if (s.p.text.stopped()) {
-    finish(s, "stop");
-  } else if (generated >= s.req->gen.max_tokens) {
-    finish(s, "length");
-  } else {
-    s.next_token = token;
-  }
-}
-
-void Engine::Impl::finish(Sequence& s, const char* reason) {
-  std::string tail = s.p.text.finish();
-  if (!tail.empty() || s.p.unsent_tokens > 0) {
-    s.req->sink->push(TextEvent{std::move(tail), s.p.unsent_tokens, s.req->choice, std::move(s.p.unsent_logprobs),
-                                s.unsent_ids()});
-    s.p.unsent_tokens = 0;
-    s.p.unsent_logprobs.clear();
-  }
-  const TimePoint now = Clock::now();
-  FinishedEvent ev;
-  ev.finish_reason = reason;
-  ev.usage = {s.req->prompt_tokens(), s.generated()};
-  ev.timings = s.timings(now);
-  s.done = true;
-  s.cache.reset();
-  s.lease.release();
-  admission->record_completion(now);
-  {
-    std::lock_guard lk(shared->mu);
-    ++shared->stats.completed;
-    shared->stats.generated_tokens += s.generated();
-  }
-  observe_end(*s.req, now);
-  log_memory(*s.req, "finish");
-  s.req->sink->push(std::move(ev));
-}
-
-void Engine::Impl::fail(Sequence& s, Error error) {
-  if (s.done) return;
-  const TimePoint now = Clock::now();
-  s.done = true;
-  s.cache.reset();
-  s.lease.release();
-  {
-    std::lock_guard lk(shared->mu);
-    if (error.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
-    else ++shared->stats.failed;
-    shared->stats.generated_tokens += s.generated();
-  }
-  if (error.code == ErrorCode::kCancelled) {
-    spdlog::info("request {} stopped after {} tokens: client closed", s.req->gen.id, s.generated());
-  } else {
-    spdlog::warn("request {} failed: {}", s.req->gen.id, error.message);
-  }
-  observe_end(*s.req, now);
-  log_memory(*s.req, "finish");
-  FailedEvent ev{std::move(error), {s.req->prompt_tokens(), s.generated()}};
-  ev.timings = s.timings(now);
-  s.req->sink->push(std::move(ev));
 }
 
 void Engine::Impl::sweep_running(TimePoint now) {

@@ -149,6 +149,9 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   engine_config.model_dir = std::filesystem::absolute(config.model_dir, ec).string();
   engine_config.port = 0;
   engine_config.one_engine = false;  // a gateway setting: not part of an engine's digest
+  if (!config.profile_trace.empty()) {
+    engine_config.profile_trace = std::filesystem::absolute(config.profile_trace, ec).string();
+  }
   const std::string exe = self_exe();
   // One engine process per device (the gateway places by each engine's
   // free budget and moves waiting requests to where room frees first), or
@@ -200,6 +203,7 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
     ep.command = {exe, "engine", "--config", config_path, "--listen", "unix:" + ep.socket_path, "--config-digest", digest};
     o.engines.push_back(std::move(ep));
     spdlog::info("engine process for {}: socket and settings under {} (--runtime-dir)", devices, dir);
+    engine_config.profile_steps = 0;  // the step profile is the first engine's
   }
   if (Status st = gateway::stop_engines_of_other_layouts(dir, o.engines, o.shutdown_grace_s); !st.ok()) {
     return st.error();

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "device/device.hpp"
 #include "admission/admission_policy.hpp"
@@ -23,6 +24,7 @@
 #include "model/torchscript_model.hpp"
 #include "server/inference_service_entries.hpp"
 #include "server/model_setup.hpp"
+#include "server/step_profile_setup.hpp"
 
 namespace vg {
 
@@ -211,6 +213,9 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
   auto front = make_engine_front(ao, topology);
   if (!front.ok()) return std::move(front).error();
 
+  // The step profile is recorded by the first language-model engine.
+  auto step_profile = make_step_profile(config, *serving.front()->setup.device);
+  if (!step_profile.ok()) return std::move(step_profile).error();
   std::shared_ptr<TensorRegistry> registry = make_tensor_registry(*front);
   svc->tensor_registry_ = registry;
   int index = 0;
@@ -261,6 +266,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       eo.on_poisoned = on_poisoned;
       eo.test_poison_logits_at_step = config.test_poison_logits_step;
       eo.test_device_fault_at_step = config.test_device_fault_step;
+      eo.step_profile = std::exchange(*step_profile, StepProfileOptions{});
       auto engine = Engine::create(eo, *d->setup.models[m], *d->setup.device, *front, index++);
       if (!engine.ok()) return std::move(engine).error();
       svc->models_[m]->engines.push_back(engine->get());

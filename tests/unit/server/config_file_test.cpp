@@ -325,6 +325,20 @@ TEST_F(ConfigFlagsTest, OutOfRangeFlagNamesTheFlag) {
   EXPECT_EQ(c.error().message, "--max-batch: must be in 1..256");
 }
 
+TEST_F(ConfigFlagsTest, StepProfileNeedsItsTracePath) {
+  auto missing = parse("--profile-steps 3");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.error().message, HasSubstr("--profile-trace: is required when --profile-steps is above 0"));
+  auto given = parse("--profile-steps 3 --profile-min-batch 2 --profile-trace /tmp/step.json");
+  ASSERT_TRUE(given.ok()) << message(given);
+  EXPECT_EQ(given->profile_steps, 3);
+  EXPECT_EQ(given->profile_min_batch, 2);
+  EXPECT_EQ(given->profile_trace, "/tmp/step.json");
+  EXPECT_EQ(message(parse("--profile-min-batch 0")), "--profile-min-batch: must be >= 1");
+  EXPECT_EQ(message(parse("--profile-steps -1")), "--profile-steps: must be in 0..100000");
+  EXPECT_TRUE(parse("--profile-trace /tmp/step.json").ok());  // a path alone records nothing
+}
+
 TEST_F(ConfigFlagsTest, MaxBodyBytesFlagTakesAUnitLikeMemoryReserve) {
   auto c = parse("--max-body-bytes 64MiB --memory-reserve 64MiB");
   ASSERT_TRUE(c.ok()) << message(c);
