@@ -51,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, HERE)
-from server_process import ServerProcess  # noqa: E402
+from server_process import ServerProcess, http_json  # noqa: E402
 import gpu_report  # noqa: E402
 from gpu_trace import load_events, parse_trace  # noqa: E402
 
@@ -105,22 +105,6 @@ class Budget:
 
 
 # ---- HTTP ----
-
-def http_json(url, body=None, timeout=60):
-    """(status, decoded JSON body or None); status 0 when the server cannot be reached."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, json.loads(e.read() or b"null")
-        except ValueError:
-            return e.code, None
-    except (OSError, ValueError) as e:
-        return 0, {"error": {"type": "connection", "message": str(e)}}
-
 
 def scrape_metrics(url):
     """Unlabelled and labelled samples of /metrics: {"name{labels}": value}."""

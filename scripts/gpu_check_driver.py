@@ -23,17 +23,14 @@ Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
 /v1/admission, never from constants.
 """
 import argparse
-import json
 import math
 import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from server_process import ServerProcess  # noqa: E402
+from server_process import ServerProcess, http_json  # noqa: E402
 
 MiB = 1 << 20
 
@@ -46,19 +43,7 @@ class Server(ServerProcess):
                          env=dict(os.environ, **(env or {})), start_timeout=start_timeout)
 
     def request(self, method, path, body=None, timeout=120):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            try:
-                return e.code, json.loads(e.read() or b"null")
-            except ValueError:
-                return e.code, None
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            return 0, {"error": {"type": "connection", "message": str(e)}}
+        return http_json(self.url + path, body, method=method, timeout=timeout)
 
     def admission(self):
         status, body = self.request("GET", "/v1/admission", timeout=30)

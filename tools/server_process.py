@@ -3,6 +3,7 @@ benchmarks, the soak and the GPU check: starts it with `--port 0`, keeps its
 log lines, reads the port it prints, waits until /ready answers 200, and
 stops it. Standard library only, so that the GPU check can use it on a
 machine without the project's Python packages."""
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,24 @@ import urllib.error
 import urllib.request
 
 PORT_LINE = re.compile(r"listening on http://[^:]+:(\d+)")
+
+
+def http_json(url, body=None, timeout=60, method=None):
+    """(status, decoded JSON body or None) of one request to `url`, a POST of
+    `body` as JSON when given, else a GET (or `method`); status 0, with an
+    error body, when the server cannot be reached."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"null")
+        except ValueError:
+            return e.code, None
+    except (OSError, ValueError) as e:
+        return 0, {"error": {"type": "connection", "message": str(e)}}
 
 
 class ServerProcess:
