@@ -80,6 +80,36 @@ def step_events(events, name=STEP_NAME):
     return host or steps
 
 
+def _inside(e, steps):
+    """True when host event `e` lies within one of the host `steps` on its thread."""
+    end = e["ts"] + e["dur"]
+    return any(s.get("pid") == e.get("pid") and s.get("tid") == e.get("tid") and s["ts"] <= e["ts"]
+               and end <= s["ts"] + s["dur"] for s in steps)
+
+
+def _correlation(e):
+    args = e.get("args")
+    return args.get("correlation") if isinstance(args, dict) else None
+
+
+def step_work(done, steps):
+    """(launches, kernels, how) of the recorded steps. The GPU side of a
+    Kineto trace covers the whole process, so work outside the steps (the
+    prefill worker, sampling between steps, a step with a prefill chunk that
+    ran unmarked) is in it too: launches count when they lie within a host
+    step range on its thread, kernels when their "correlation" id is one of
+    those launches'. Without correlation ids every kernel counts (how:
+    "all kernels"); without step ranges every launch does."""
+    launches = [e for e in done if is_launch(e)]
+    if steps:
+        launches = [e for e in launches if _inside(e, steps)]
+    kernels = [e for e in done if is_kernel(e)]
+    if any(_correlation(k) is not None for k in kernels):
+        ids = {_correlation(e) for e in launches} - {None}
+        return launches, [k for k in kernels if _correlation(k) in ids], "by correlation"
+    return launches, kernels, "all kernels"
+
+
 def self_times(ops):
     """Self time (us) of each host op: its duration minus that of the ops
     nested directly inside it on the same thread. Returns a list parallel to
@@ -121,9 +151,9 @@ def summarize(events, top=10, step_name=STEP_NAME):
     done = complete_events(events)
     steps_ev = step_events(done, step_name)
     steps = len(steps_ev)
-    kernels = [e for e in done if is_kernel(e)]
+    launch_events, kernels, attributed = step_work(done, [e for e in steps_ev if not _cat(e).startswith("gpu_")])
     host_ops = [e for e in done if _cat(e) in HOST_OP_CATS]
-    launches = sum(1 for e in done if is_launch(e))
+    launches = len(launch_events)
     kernel_us = sum(e["dur"] for e in kernels)
     step_us = [e["dur"] for e in steps_ev]
     median_step_us = statistics.median(step_us) if step_us else None
@@ -137,6 +167,7 @@ def summarize(events, top=10, step_name=STEP_NAME):
                     "min": _ms(min(step_us) if step_us else None), "max": _ms(max(step_us) if step_us else None)},
         "has_gpu_events": bool(kernels),
         "kernels": len(kernels),
+        "kernels_attributed": attributed if kernels else None,
         "kernel_ms_per_step": kernel_ms_per_step,
         "kernels_per_step": per_step(len(kernels)) if kernels else None,
         "launch_calls": launches,

@@ -165,3 +165,26 @@ def test_token_ids_and_agreement():
     assert [gpu.token_id(t, 256) for t in ["a", "bytes:\\x80", "", " 4096", " "]] == [97, 128, 256, 4096, 32]
     assert gpu.agreement([1, 2, 3, 4], [1, 2, 9, 4]) == {"equal": 3, "of": 4, "first_difference": 2}
     assert gpu.agreement([5, 6], [5, 6]) == {"equal": 2, "of": 2, "first_difference": None}
+
+
+def test_only_the_steps_own_launches_and_kernels_count(tmp_path):
+    """With correlation ids (as Kineto writes them), a kernel launched outside
+    a step (another thread, or between steps) is not the step's."""
+    x = lambda cat, name, ts, dur, tid=1, corr=None: {  # noqa: E731
+        "ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid,
+        **({"args": {"correlation": corr}} if corr is not None else {})}
+    events = [x("user_annotation", "vg::decode_step", 0, 100), x("user_annotation", "vg::decode_step", 200, 100),
+              x("cuda_runtime", "cudaLaunchKernel", 10, 2, corr=1), x("kernel", "gemv", 20, 50, tid=9, corr=1),
+              x("cuda_runtime", "cudaLaunchKernel", 210, 2, corr=2), x("kernel", "gemv", 220, 50, tid=9, corr=2),
+              # between the steps, and on the prefill worker's thread during a step
+              x("cuda_runtime", "cudaLaunchKernel", 150, 2, corr=3), x("kernel", "argmax", 155, 5, tid=9, corr=3),
+              x("cuda_runtime", "cudaLaunchKernel", 230, 2, tid=2, corr=4),
+              x("kernel", "prefill_gemm", 240, 400, tid=9, corr=4)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = gpu_trace.parse_trace(str(path))
+    assert s["kernels_attributed"] == "by correlation"
+    assert s["launch_calls"] == 2 and s["launches_per_step"] == 1.0
+    assert s["kernels"] == 2 and s["kernels_per_step"] == 1.0
+    assert [k["name"] for k in s["top_kernels"]] == ["gemv"]
+    assert abs(s["kernel_ms_per_step"] - 0.05) < 1e-12
