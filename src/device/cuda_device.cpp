@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -120,6 +121,8 @@ class CudaDevice final : public Device {
       c10::cuda::device_synchronize();
     } catch (const c10::Error& e) {
       log_line(LogLevel::kWarn, name_ + ": preparing a compute thread failed: " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      log_line(LogLevel::kWarn, name_ + ": preparing a compute thread failed: " + e.what());
     }
   }
 

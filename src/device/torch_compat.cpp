@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include <unistd.h>
@@ -40,7 +41,12 @@ bool probe_kineto() {
       std::filesystem::temp_directory_path() / ("vramgate-kineto-probe-" + std::to_string(::getpid()) + ".json");
   bool saved = false;
   try {
-    prof::enableProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO), {impl::ActivityType::CPU});
+    // Kineto's order: prepare (libkineto_init), then start; without the
+    // prepare, torch 2.x's start dereferences a profiler not yet made.
+    const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+    const std::set<impl::ActivityType> cpu{impl::ActivityType::CPU};
+    prof::prepareProfiler(config, cpu);
+    prof::enableProfiler(config, cpu);
     auto result = prof::disableProfiler();
     result->save(probe.string());  // without Kineto: c10::Error "... requires ... Kineto support"
     saved = true;

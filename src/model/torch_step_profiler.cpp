@@ -82,7 +82,9 @@ class KinetoStepProfiler final : public StepProfiler {
 
   Status begin_session() override {
     try {
-      prof::enableProfiler(prof_impl::ProfilerConfig(prof_impl::ProfilerState::KINETO), activities_);
+      const prof_impl::ProfilerConfig config(prof_impl::ProfilerState::KINETO);
+      prof::prepareProfiler(config, activities_);  // Kineto's order: prepare, then start (see torch_compat.cpp)
+      prof::enableProfiler(config, activities_);
     } catch (...) {
       return compat::current_exception_error("starting the profiler");
     }
