@@ -22,6 +22,7 @@
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 #include "model/torchscript_model.hpp"
+#include "server/engine_options.hpp"
 #include "server/inference_service_entries.hpp"
 #include "server/model_setup.hpp"
 #include "server/step_profile_setup.hpp"
@@ -30,8 +31,6 @@ namespace vg {
 
 
 namespace {
-
-Duration seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
 
 /// The handle of a request that ended at submit (nothing to cancel).
 class FinishedHandle final : public RequestHandle {
@@ -43,29 +42,6 @@ class FinishedHandle final : public RequestHandle {
  private:
   std::string id_;
 };
-
-/// The OOM governor's options of the configuration (every engine kind).
-OomGovernorOptions oom_governor_options(const ServeConfig& config) {
-  OomGovernorOptions o;
-  o.decrease_factor = config.oom_decrease_factor;
-  o.floor_fraction = config.oom_budget_floor;
-  o.quiet_period = seconds(config.oom_quiet_period_s);
-  o.increase_step = config.oom_increase_step;
-  return o;
-}
-
-/// The per-request cost model of a model over its devices: the largest
-/// measured term of each, so a lease is never smaller than the request
-/// needs on whichever device it runs.
-MemoryProfile cost_profile(const std::vector<const MemoryProfile*>& profiles) {
-  MemoryProfile p = *profiles.front();
-  for (const MemoryProfile* q : profiles) {
-    p.kv_bytes_per_token = std::max(p.kv_bytes_per_token, q->kv_bytes_per_token);
-    p.sequence_overhead_bytes = std::max(p.sequence_overhead_bytes, q->sequence_overhead_bytes);
-    p.safety_factor = std::max(p.safety_factor, q->safety_factor);
-  }
-  return p;
-}
 
 }  // namespace
 
@@ -185,21 +161,21 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
   AdmissionOptions ao;
   ao.policy = policy;
   ao.max_queue = config.max_queue;
-  ao.queue_timeout = seconds(config.queue_timeout_s);
-  ao.max_bypass = seconds(config.max_bypass_s);
-  ao.priority_aging = seconds(config.priority_aging_s);
+  ao.queue_timeout = from_seconds(config.queue_timeout_s);
+  ao.max_bypass = from_seconds(config.max_bypass_s);
+  ao.priority_aging = from_seconds(config.priority_aging_s);
   ao.retry_booking.enabled = config.retry_bookings == "on";
   ao.retry_booking.max_bookings = static_cast<std::size_t>(config.max_retry_bookings);
-  ao.retry_booking.early = seconds(config.retry_early_s);
-  ao.retry_booking.grace = seconds(config.retry_grace_s);
-  ao.retry_booking.max_after = seconds(config.max_retry_after_s);
+  ao.retry_booking.early = from_seconds(config.retry_early_s);
+  ao.retry_booking.grace = from_seconds(config.retry_grace_s);
+  ao.retry_booking.max_after = from_seconds(config.max_retry_after_s);
   // The slowest device's measured step, plus the step delay test hook (it
   // sleeps after every step, so it is part of the device time).
   double step_s = 0;
   for (DeviceEntry* d : serving) {
     for (const MemoryProfile& p : d->setup.profiles) step_s = std::max(step_s, p.step_seconds);
   }
-  ao.step_time = seconds(step_s + config.test_step_delay_ms / 1e3);
+  ao.step_time = from_seconds(step_s + config.test_step_delay_ms / 1e3);
   AdmissionTopology topology;
   for (DeviceEntry* d : serving) {
     topology.devices.push_back(AdmissionTopology::Device{d->name, d->setup.budget_bytes});
@@ -222,7 +198,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
   for (DeviceEntry* d : serving) {
     for (std::size_t m = 0; m < sources.size(); ++m) {
       if (sources[m].torchscript) {
-        TensorEngine::Options to;
+        TensorEngine::Options to = tensor_engine_options(config);
         to.policy = policy;
         to.budget_bytes = d->setup.budget_bytes;
         // The largest fit over the devices, so a lease covers the request wherever it runs.
@@ -233,11 +209,6 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
           to.profile.bytes_per_element = std::max(to.profile.bytes_per_element, q.bytes_per_element);
         }
         to.max_batch = svc->models_[m]->tensor_info.max_batch;
-        to.max_batch_delay_ms = config.max_batch_delay_ms;
-        to.oom_governor = oom_governor_options(config);
-        to.step_delay_ms = config.test_step_delay_ms;
-        to.inject_oom_at_pass = config.test_inject_oom_step;
-        to.inject_oom_count = config.test_inject_oom_count;
         to.metrics = metrics;
         to.model_name = svc->models_[m]->info.id;
         auto engine = TensorEngine::create(to, *d->setup.tensor_models[m], *d->setup.device, *front, registry, index++);
@@ -248,24 +219,12 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       }
       std::vector<const MemoryProfile*> profiles;
       for (DeviceEntry* other : serving) profiles.push_back(&other->setup.profiles[m]);
-      Engine::Options eo;
+      Engine::Options eo = engine_options(config);
       eo.admission = ao;
       eo.admission.budget_bytes = d->setup.budget_bytes;
       eo.profile = cost_profile(profiles);
-      eo.max_batch = config.max_batch;
-      eo.max_batch_tokens = config.max_batch_tokens;
-      eo.prefill_worker = config.prefill_worker;
-      eo.oom_governor = oom_governor_options(config);
-      eo.step_delay_ms = config.test_step_delay_ms;
-      eo.inject_oom_at_step = config.test_inject_oom_step;
-      eo.inject_oom_count = config.test_inject_oom_count;
-      eo.test_leak_bytes_on_oom = config.test_leak_bytes_on_oom;
-      eo.max_preemptions = config.max_preemptions;
-      eo.oom_unready_after = config.oom_unready_after;
       eo.metrics = metrics;
       eo.on_poisoned = on_poisoned;
-      eo.test_poison_logits_at_step = config.test_poison_logits_step;
-      eo.test_device_fault_at_step = config.test_device_fault_step;
       eo.step_profile = std::exchange(*step_profile, StepProfileOptions{});
       auto engine = Engine::create(eo, *d->setup.models[m], *d->setup.device, *front, index++);
       if (!engine.ok()) return std::move(engine).error();
