@@ -297,13 +297,15 @@ def vramgate_model(args, ctx, key, folder, dtype, spec):
 
 def profile_server(args, ctx, key, folder, dtype, spec, clients):
     """A server of its own that profiles the first steps of batch >= `clients`,
-    and one round at `clients`."""
+    and one round at `clients` whose completions are longer by 4 x the
+    profiled steps: the clients' requests reach the engine over several steps,
+    and the steps all of them decode in must still number at least that many."""
     prof = profile_spec(args, ctx["work"], key, clients)
     server = serve(args, folder, dtype, prof)
     try:
         model_id = http_json(server.url + "/v1/models")[1]["data"][0]["id"]
-        rnd = run_round(server.url, model_id, ctx["prompts"][spec["name"]], clients, args.max_tokens,
-                        request_timeout(args, ctx["budget"]))
+        rnd = run_round(server.url, model_id, ctx["prompts"][spec["name"]], clients,
+                        args.max_tokens + 4 * args.profile_steps, request_timeout(args, ctx["budget"]))
     finally:
         server.stop()
     return profile_entry(rnd, prof)
