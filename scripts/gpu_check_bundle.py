@@ -152,6 +152,8 @@ def main():
     out = os.path.abspath(args.out)
     t0 = time.monotonic()
     if os.path.exists(out):
+        if not os.path.isfile(os.path.join(out, "BUNDLE.txt")):
+            raise SystemExit(f"gpu-check prepare: {out} exists and is not a bundle: not replacing it")
         shutil.rmtree(out)
 
     files = list(project_files(root))

@@ -250,6 +250,9 @@ def main():
                     help="inject-oom: bytes each recovery leaks on purpose (the check must then fail)")
     args = ap.parse_args()
     checks = {"load": check_load, "inject-oom": check_inject_oom}
+    unknown = [c for c in args.checks.split(",") if c not in checks]
+    if unknown:
+        ap.error(f"unknown check(s) {', '.join(unknown)}: choose from {', '.join(checks)}")
     ok = True
     for name in args.checks.split(","):
         try:
