@@ -82,7 +82,7 @@ RetryBookings::Lookup RetryBookings::recognise(const RetryIdentity& id, TimePoin
     });
     if (found != bookings_.end()) out.by = "idempotency_key";
   }
-  if (found == bookings_.end()) {
+  if (found == bookings_.end() && id.attempt != RetryAttempt::kFirst) {
     found = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) {
       return b.client == id.client && b.fingerprint == id.fingerprint;
     });

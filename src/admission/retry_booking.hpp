@@ -2,7 +2,9 @@
 // the server is overloaded, a place is booked for its retry at the time the
 // answer promises, and the retry, recognised by its token, its
 // Idempotency-Key or (same client, same body) its fingerprint, takes that
-// place ahead of requests that arrived after the booking.
+// place ahead of requests that arrived after the booking. A request its
+// client calls a first attempt (RetryAttempt::kFirst) is never recognised by
+// its body: an identical fresh request must not take a retry's place.
 //
 // Pure policy: promise_seconds() is a function of the work ahead; the
 // RetryBookings value type takes `now` in every call and reads no clock.
@@ -118,8 +120,11 @@ class RetryBookings {
 
   /// Releases expired bookings, then looks `id` up: by token (which must
   /// also carry the booking's fingerprint, else kMismatch), else by the same
-  /// Idempotency-Key and fingerprint, else by the same client and
-  /// fingerprint (the oldest such booking first).
+  /// Idempotency-Key and fingerprint, else, unless `id` is a first
+  /// attempt, by the same client and fingerprint (the oldest such booking
+  /// first). A token or Idempotency-Key names the request's own booking, so
+  /// a first attempt is recognised by them (a client that retries by hand
+  /// with SDK retries off sends x-stainless-retry-count: 0 every time).
   Lookup recognise(const RetryIdentity& id, TimePoint now);
 
   struct Decision {

@@ -114,6 +114,12 @@ std::vector<DeviceSpec> ServeConfig::device_specs() const {
   return out;
 }
 
+traffic::TrustedProxies ServeConfig::trusted_proxies() const {
+  Result<traffic::TrustedProxies> t = traffic::TrustedProxies::parse(trusted_proxy);
+  if (!t.ok()) unchecked("trusted_proxy", t.error());
+  return std::move(t).value();
+}
+
 std::optional<ConfigProblem> ServeConfig::check() const {
   if (model_dir.empty()) return bad("model_dir", "must not be empty");
   if (std::string p = device_list_problem(device); !p.empty()) return bad("device", std::move(p));
@@ -156,6 +162,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (queue_timeout_s <= 0) return bad("queue_timeout", "must be > 0");
   if (request_timeout_s <= 0) return bad("request_timeout", "must be > 0");
   if (shutdown_grace_s < 0) return bad("shutdown_grace", "must be >= 0");
+  if (auto t = traffic::TrustedProxies::parse(trusted_proxy); !t.ok()) return bad("trusted_proxy", t.error().message);
   if (retry_bookings != "on" && retry_bookings != "off") {
     return bad("retry_bookings", "must be on or off, got '" + retry_bookings + "'");
   }

@@ -13,6 +13,7 @@
 #include "admission/admission_policy.hpp"
 #include "common/error.hpp"
 #include "device/device.hpp"
+#include "traffic/client_identity.hpp"
 
 namespace vg {
 
@@ -100,6 +101,10 @@ struct ServeConfig {
   bool metrics_auth = false;         ///< GET /metrics needs a key too (when api_keys is set)
   double rate_limit = 0;             ///< requests/s per API key or client address; 0 = off
   double rate_burst = 0;             ///< bucket size (requests); 0 = max(1, rate_limit)
+  /// Proxies (addresses or CIDR ranges) whose X-Forwarded-For names the
+  /// client address (without API keys: rate buckets, booking shares); empty:
+  /// X-Forwarded-For is ignored.
+  std::vector<std::string> trusted_proxy;
   double priority_aging_s = 10;      ///< a request waiting this long counts as high priority (s); 0 = FIFO
   double idempotency_ttl_s = 300;    ///< how long a finished Idempotency-Key result is replayed (s); 0 = in flight only
 
@@ -178,6 +183,8 @@ struct ServeConfig {
   /// strings stay the form that crosses process boundaries (an engine's
   /// flags, its hello), these the form that creates devices.
   std::vector<DeviceSpec> device_specs() const;
+  /// `trusted_proxy`, every entry (and comma-separated part) parsed.
+  traffic::TrustedProxies trusted_proxies() const;
 };
 
 /// Parses "virt:0=2GiB", "cuda:0" or "auto". Whether the build has CUDA is

@@ -127,6 +127,11 @@ const ConfigField kFields[] = {
      &C::rate_limit},
     {"rate_burst", "traffic", "Token bucket size for rate_limit (requests); 0 = max(1, rate_limit)",
      &C::rate_burst},
+    {"trusted_proxy", "traffic",
+     "Proxy whose X-Forwarded-For names the client (address or CIDR range like 10.0.0.0/8); may be given several "
+     "times (or comma-separated; in the file an array of strings). Without API keys the client address is then "
+     "the one rate limits and retry booking shares count by; none: X-Forwarded-For is ignored",
+     &C::trusted_proxy},
     {"priority_aging", "traffic",
      "Seconds after which a queued request counts as high priority, so low ones cannot starve (0 = FIFO)",
      &C::priority_aging_s},

@@ -1,6 +1,7 @@
-// Connection::check_traffic: the traffic gate at dispatch (API key -> 401,
-// rate limit -> 429, X-Priority / Idempotency-Key headers -> 400), with the
-// request log line of a refused completion. Runs on the connection's strand.
+// Connection::check_traffic: the traffic gate at dispatch (client identity,
+// API key -> 401, rate limit -> 429, X-Priority / Idempotency-Key headers ->
+// 400), with the request log line of a refused completion. Runs on the
+// connection's strand.
 #include <spdlog/spdlog.h>
 
 #include "http/connection.hpp"
@@ -12,14 +13,21 @@ std::optional<Reply> Connection::check_traffic(Exchange& ex, const Request& requ
   beast::error_code ec;
   const tcp::endpoint peer = socket_.remote_endpoint(ec);
   const std::string address = ec ? std::string("unknown") : peer.address().to_string();
+  std::string forwarded_for;  // a proxy may add its own header rather than extend the last one
+  for (auto [it, end] = request.equal_range("X-Forwarded-For"); it != end; ++it) {
+    if (!forwarded_for.empty()) forwarded_for += ',';
+    forwarded_for.append(it->value());
+  }
   GateRequest gate;
   gate.path = ex.route;
   gate.metered = metered;
   gate.authorization = request[bhttp::field::authorization];
   gate.remote_address = address;
+  gate.forwarded_for = forwarded_for;
   gate.x_priority = request["X-Priority"];
   gate.idempotency_key = request["Idempotency-Key"];
   gate.retry_token = request["X-Retry-Token"];
+  gate.retry_count = request["x-stainless-retry-count"];
   std::optional<Error> denied = state_->traffic().admit(gate, ex.traffic, Clock::now());
   if (!denied) return std::nullopt;
   if (metered) {

@@ -26,6 +26,15 @@ bool valid_idempotency_key(std::string_view key) {
 
 }  // namespace
 
+RetryAttempt retry_attempt(std::string_view count) {
+  if (count.empty() || count.size() > 9 ||
+      !std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return RetryAttempt::kUnknown;
+  }
+  return std::all_of(count.begin(), count.end(), [](char c) { return c == '0'; }) ? RetryAttempt::kFirst
+                                                                                   : RetryAttempt::kRetry;
+}
+
 TrafficGate::TrafficGate(const traffic::TrafficOptions& options, metrics::ServerMetrics* metrics)
     : options_(options),
       metrics_(metrics),
@@ -52,8 +61,9 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
                                                  : "the API key is not valid");
     }
   }
-  ticket.client = ticket.key ? "key:" + ticket.key->scope : "addr:" + std::string(r.remote_address);
+  ticket.client = traffic::identify_client(ticket.key, r.remote_address, r.forwarded_for, options_.trusted_proxies);
   if (!r.metered) return std::nullopt;
+  ticket.attempt = retry_attempt(r.retry_count);
   if (!r.retry_token.empty()) {
     if (r.retry_token.size() > kMaxRetryTokenLength || !valid_idempotency_key(r.retry_token)) {
       return Error(ErrorCode::kInvalidRequest, "X-Retry-Token must be the token a 503 gave (printable ASCII)");
@@ -76,7 +86,7 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
   if (const auto limit = limit_for(ticket.key)) {
     traffic::RateDecision d;
     if (options_.shared_limits) {
-      Result<traffic::RateDecision> shared = options_.shared_limits->take(ticket.client, *limit);
+      Result<traffic::RateDecision> shared = options_.shared_limits->take(ticket.client.id, *limit);
       if (!shared.ok()) {
         Error e(ErrorCode::kOverloaded, shared.error().message);
         e.retry_after_s = kSharedLimitsRetryAfterS;
@@ -84,7 +94,7 @@ std::optional<Error> TrafficGate::admit(const GateRequest& r, TrafficTicket& tic
       }
       d = *shared;
     } else {
-      d = limiter_.check(ticket.client, *limit, now);
+      d = limiter_.check(ticket.client.id, *limit, now);
     }
     if (!d.allowed) {
       if (metrics_) metrics_->rate_limited_total.inc();
@@ -119,7 +129,8 @@ Result<Submission> TrafficGate::submit(Service& service, TrafficTicket& ticket, 
   request.priority = min_priority(asked.value_or(deflt), cap);
   ticket.priority = request.priority;
 
-  request.retry.client = ticket.client;
+  request.retry.client = ticket.client.id;
+  request.retry.attempt = ticket.attempt;
   request.retry.fingerprint = traffic::hex(traffic::sha256_parts({route, body}));
   request.retry.token = ticket.retry_token;
   if (!ticket.idempotency_key.empty()) {

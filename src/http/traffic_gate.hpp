@@ -1,7 +1,9 @@
 // TrafficGate: the HTTP side of the traffic policies (README "Traffic
-// policies"). At dispatch it checks the API key (401) and the client's rate
-// (429, before anything is queued) and reads X-Priority and
-// Idempotency-Key; in the completion flow it resolves the request's
+// policies"). At dispatch it names the client (traffic/client_identity.hpp:
+// its API key, or its address, through X-Forwarded-For of trusted proxies),
+// checks the API key (401) and the client's rate (429, before anything is
+// queued) and reads X-Priority, Idempotency-Key, X-Retry-Token and
+// x-stainless-retry-count; in the completion flow it resolves the request's
 // priority and routes an Idempotency-Key request to its flight (new,
 // attached or replayed; 422 for a reused key). Internal to src/http;
 // Beast-free interface.
@@ -21,6 +23,7 @@
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/priority.hpp"
+#include "traffic/client_identity.hpp"
 #include "traffic/idempotency.hpp"
 #include "traffic/rate_limiter.hpp"
 #include "traffic/traffic_options.hpp"
@@ -37,8 +40,9 @@ struct TrafficTicket {
   const traffic::ApiKey* key = nullptr;  ///< the caller's key (keys on and authorized)
   std::optional<Priority> header_priority;  ///< X-Priority
   std::string idempotency_key;              ///< Idempotency-Key; empty when absent
-  std::string client;       ///< "key:<scope>" (keys on) or "addr:<ip>": whose retry bookings
+  traffic::ClientIdentity client;  ///< whose rate bucket and retry bookings
   std::string retry_token;  ///< X-Retry-Token; empty when absent
+  RetryAttempt attempt = RetryAttempt::kUnknown;  ///< from x-stainless-retry-count
   // Set by submit(), for the request log.
   std::optional<Priority> priority;  ///< the class the request was queued with
   const char* idempotency = "";      ///< "", "new", "attached" or "replayed"
@@ -49,17 +53,25 @@ struct GateRequest {
   std::string_view path;        ///< matched route
   bool metered = false;         ///< a work route (POST): rate limited
   std::string_view authorization;
-  std::string_view remote_address;
+  std::string_view remote_address;  ///< the connection's peer ("unknown" when it cannot be read)
+  std::string_view forwarded_for;   ///< every X-Forwarded-For value, joined with "," in header order
   std::string_view x_priority;
   std::string_view idempotency_key;
   std::string_view retry_token;  ///< X-Retry-Token
+  std::string_view retry_count;  ///< x-stainless-retry-count
 };
+
+/// The attempt an x-stainless-retry-count value names: "0" kFirst, a
+/// positive count kRetry; absent or anything else kUnknown (a header of the
+/// client library's, so a bad value is not the request's error).
+RetryAttempt retry_attempt(std::string_view x_stainless_retry_count);
 
 class TrafficGate {
  public:
   TrafficGate(const traffic::TrafficOptions& options, metrics::ServerMetrics* metrics);
 
-  /// Auth, rate and header checks. Errors: kUnauthorized (401),
+  /// Names the client (API key, else address; X-Forwarded-For only from a
+  /// trusted proxy), then auth, rate and header checks. Errors: kUnauthorized (401),
   /// kRateLimited with retry_after_s (429), kInvalidRequest for a bad
   /// X-Priority, Idempotency-Key or X-Retry-Token header (400), and with
   /// shared limits kOverloaded with retry_after_s (503) when their store

@@ -408,6 +408,7 @@ int run_server(const ServeConfig& config) {
   ho.traffic.metrics_auth = config.metrics_auth;
   ho.traffic.rate_limit = config.rate_limit;
   ho.traffic.rate_burst = config.rate_burst;
+  ho.traffic.trusted_proxies = config.trusted_proxies();
   ho.traffic.shared_limits = shared_limits;
   ho.traffic.idempotency_ttl = seconds(config.idempotency_ttl_s);
   auto http = HttpServer::create(ho, *backend.service);

@@ -8,6 +8,7 @@
 
 #include "common/clock.hpp"
 #include "traffic/api_keys.hpp"
+#include "traffic/client_identity.hpp"
 #include "traffic/shared_rate_limits.hpp"
 
 namespace vg::traffic {
@@ -19,6 +20,9 @@ struct TrafficOptions {
   double rate_limit = 0;      ///< requests/s per key or address; 0 = off (a key's own rate still applies)
   double rate_burst = 0;      ///< bucket size; 0 = max(1, rate)
   std::size_t max_rate_clients = 10000;  ///< rate buckets held at most (idle ones are dropped first)
+  /// Peers whose X-Forwarded-For names the client address (identify_client());
+  /// empty: the header is ignored.
+  TrustedProxies trusted_proxies;
   /// Non-null (Redis mode, --queue): the buckets live there, shared by every
   /// gateway on it, instead of in this process; /ready is 503 while it
   /// cannot be used.

@@ -234,7 +234,8 @@ json::object encode(const CompletionRequest& r) {
                             {"fingerprint", r.retry.fingerprint},
                             {"idempotency_key", r.retry.idempotency_key},
                             {"token", r.retry.token},
-                            {"offered_token", r.retry.offered_token}};
+                            {"offered_token", r.retry.offered_token},
+                            {"attempt", static_cast<int>(r.retry.attempt)}};
   return o;
 }
 
@@ -284,6 +285,7 @@ Result<CompletionRequest> decode_completion_request(const json::value& v) {
       r.retry.idempotency_key = str(ro, "idempotency_key");
       r.retry.token = str(ro, "token");
       r.retry.offered_token = str(ro, "offered_token");
+      r.retry.attempt = static_cast<RetryAttempt>(integer(ro, "attempt", 0, 2, 0));
       for (const std::string* s : {&r.retry.client, &r.retry.fingerprint, &r.retry.idempotency_key, &r.retry.token,
                                    &r.retry.offered_token}) {
         if (s->size() > 1024) fail("a \"retry\" field is longer than 1024 bytes");

@@ -2,8 +2,9 @@
 overloaded books a place for its retry; the retry is recognised by its
 X-Retry-Token, its Idempotency-Key or (same client, same body) its body, and
 takes its place ahead of later arrivals; early retries are told the time left,
-late ones find the booking released; keys get fair shares; every refusal says
-whether a retry can help. One sequence at a time (--max-batch 1) and a step
+late ones find the booking released; keys, and clients behind a trusted proxy,
+get fair shares; a fresh request (x-stainless-retry-count: 0) never takes a
+booking by its body; every refusal says whether a retry can help. One sequence at a time (--max-batch 1) and a step
 delay make device time, not CPU, bound throughput; the test waits on the
 server's own state, never on sleeps."""
 import concurrent.futures
@@ -221,3 +222,78 @@ def test_queue_depth_never_exceeds_max_queue_in_a_burst(make_server):
         codes = [f.result().status_code for f in futures]
     assert set(codes) <= {200, 503} and 200 in codes and 503 in codes
     assert max(seen) <= 3, seen
+
+
+def behind(address, attempt=None):
+    """Headers of a request a proxy on 127.0.0.1 forwards for `address`; `attempt`:
+    the OpenAI SDKs' x-stainless-retry-count (0 on a first attempt)."""
+    headers = {"X-Forwarded-For": address}
+    if attempt is not None:
+        headers["x-stainless-retry-count"] = str(attempt)
+    return headers
+
+
+def test_clients_behind_a_trusted_proxy_get_their_own_shares(make_server):
+    # --max-retry-bookings 3 with two clients holding bookings: a share of one each.
+    args = (*SLOW, "--max-queue", "0", "--max-retry-bookings", "3")
+    for trusted, second_booked in (("127.0.0.1", True), ("192.0.2.1", False)):
+        server = make_server(*args, "--trusted-proxy", trusted)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            work = pool.submit(server.post, "/v1/completions", blocker())
+            wait_until(lambda: server.admission()["running"] == 1, what="the blocker running")
+            check_overloaded(server.post("/v1/completions", small("same"), headers=behind("10.0.0.1", 0)))
+            # The same body from another client behind the proxy: its own share
+            # when the proxy is trusted; else the header is ignored and both are
+            # one address, whose share is held.
+            other = check_overloaded(server.post("/v1/completions", small("same"), headers=behind("10.0.0.2", 0)),
+                                     booked=second_booked)
+            if second_booked:
+                again = check_overloaded(server.post("/v1/completions", small("same"), headers=behind("10.0.0.1", 0)),
+                                         booked=False)
+                assert "share" in again["message"], again["message"]
+            else:
+                assert "share" in other["message"], other["message"]
+            assert bookings(server)["held"] == (2 if second_booked else 1)
+            assert work.result().status_code == 200
+
+
+def test_identical_bodies_behind_a_trusted_proxy_claim_their_own_bookings(make_server):
+    # --retry-early/--retry-grace 60: every booking is claimable for the whole test.
+    args = (*SLOW, "--max-queue", "1", "--retry-early", "60", "--retry-grace", "60")
+    for trusted, claims in (("127.0.0.1", ["body", "token"]), ("192.0.2.1", ["body", "body"])):
+        server = make_server(*args, "--trusted-proxy", trusted)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            work = fill(server, pool)
+            a = check_overloaded(server.post("/v1/completions", small("same"), headers=behind("10.0.0.1", 0)))
+            check_overloaded(server.post("/v1/completions", small("same"), headers=behind("10.0.0.2", 0)))
+            # B retries by body, then A with its token. Behind a trusted proxy
+            # B takes its own booking and A's token finds A's. With the header
+            # ignored both are one client: B's body retry takes the oldest
+            # booking (A's), and A's token finds none, so A's retry takes B's
+            # by body.
+            b_retry = server.post("/v1/completions", small("same"), headers=behind("10.0.0.2", 1))
+            assert b_retry.status_code == 200, b_retry.text
+            a_retry = server.post("/v1/completions", small("same"),
+                                  headers={**behind("10.0.0.1", 1), "X-Retry-Token": a["retry_token"]})
+            assert a_retry.status_code == 200, a_retry.text
+            [f.result() for f in work]
+        assert bookings(server)["claimed"] == len(claims)
+        assert sorted(l["retry"] for l in request_log(server) if l.get("retry")) == claims
+
+
+def test_a_fresh_identical_request_does_not_take_a_booking(make_server):
+    server = make_server(*SLOW, "--max-queue", "1", "--retry-early", "60", "--retry-grace", "60")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        work = fill(server, pool)
+        check_overloaded(server.post("/v1/completions", small("same"), headers={"x-stainless-retry-count": "0"}))
+        # The same body from the same address, said to be a first attempt: a
+        # new request (refused or served), never the booked retry.
+        fresh = server.post("/v1/completions", small("same"), headers={"x-stainless-retry-count": "0"})
+        assert fresh.status_code in (200, 503), fresh.text
+        assert bookings(server)["claimed"] == 0
+        # The retry (count 1, no token) takes the booking by its body.
+        retry = server.post("/v1/completions", small("same"), headers={"x-stainless-retry-count": "1"})
+        assert retry.status_code == 200, retry.text
+        assert bookings(server)["claimed"] == 1
+        [f.result() for f in work]
+    assert [l["retry"] for l in request_log(server) if l.get("retry")] == ["body"]

@@ -115,6 +115,22 @@ def test_rate_limit_per_address_without_keys(make_server):
     assert server.admission()["admitted"] == 1
 
 
+def test_rate_limit_per_forwarded_client_behind_a_trusted_proxy(make_server):
+    def xff(address):
+        return {"X-Forwarded-For": address}
+
+    server = make_server("--rate-limit", "0.01", "--rate-burst", "1", "--trusted-proxy", "127.0.0.0/8")
+    assert server.post("/v1/completions", small(), headers=xff("10.0.0.1")).status_code == 200
+    assert server.post("/v1/completions", small(), headers=xff("10.0.0.2")).status_code == 200
+    assert server.post("/v1/completions", small(), headers=xff("10.0.0.1")).status_code == 429
+    # Entries a client puts to the left of the one the proxy appended are not its identity.
+    assert server.post("/v1/completions", small(), headers=xff("10.0.0.9, 10.0.0.2")).status_code == 429
+    # Without --trusted-proxy the header is ignored: one address, one bucket.
+    plain = make_server("--rate-limit", "0.01", "--rate-burst", "1")
+    assert plain.post("/v1/completions", small(), headers=xff("10.0.0.1")).status_code == 200
+    assert plain.post("/v1/completions", small(), headers=xff("10.0.0.2")).status_code == 429
+
+
 def test_high_priority_overtakes_queued_low_ones(make_server):
     server = make_server("--max-batch", "1", "--test-step-delay-ms", "20")
     blocker = dict(prompt="x", max_tokens=200, ignore_eos=True)  # 4 s of steps: time to queue the others

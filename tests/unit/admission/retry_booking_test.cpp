@@ -104,6 +104,46 @@ TEST(RetryBookings, RecognisedByTokenIdempotencyKeyOrBodyOfTheSameClient) {
   EXPECT_EQ(b.counters().claimed, 3);
 }
 
+RetryIdentity attempt(RetryIdentity id, RetryAttempt a) {
+  id.attempt = a;
+  return id;
+}
+
+TEST(RetryBookings, AFirstAttemptNeverTakesABookingByItsBody) {
+  ManualClock c;
+  RetryBookings b({true, 16, 250ms, 2s, 30s});
+  const RetryIdentity refused = who("addr:proxy", "same");
+  ASSERT_TRUE(b.book(refused, c.now(), 1.0, 1, 10, 100, 8).booked);
+  c.advance(1s);
+  // An identical fresh request from the same client (x-stainless-retry-count: 0):
+  // not the retry, and the booking stays for it.
+  EXPECT_EQ(b.recognise(attempt(who("addr:proxy", "same"), RetryAttempt::kFirst), c.now()).match, Match::kNone);
+  EXPECT_EQ(b.held().size(), 1u);
+  EXPECT_EQ(b.counters().claimed, 0);
+  // The client's retry (count >= 1) takes it by body.
+  const auto retry = b.recognise(attempt(who("addr:proxy", "same"), RetryAttempt::kRetry), c.now());
+  EXPECT_EQ(retry.match, Match::kClaimed);
+  EXPECT_STREQ(retry.by, "body");
+}
+
+TEST(RetryBookings, AFirstAttemptStillClaimsItsOwnBookingByTokenOrIdempotencyKey) {
+  // A client retrying by hand with SDK retries off says "first attempt" each
+  // time; its token or Idempotency-Key names its own booking.
+  ManualClock c;
+  RetryBookings b({true, 16, 250ms, 2s, 30s});
+  const RetryIdentity by_token = who("addr:a", "t");
+  const RetryIdentity by_key = who("addr:a", "k", "", "\nord-1");
+  ASSERT_TRUE(b.book(by_token, c.now(), 1.0, 1, 10, 100, 8).booked);
+  ASSERT_TRUE(b.book(by_key, c.now(), 1.0, 2, 10, 100, 8).booked);
+  c.advance(1s);
+  const auto t = b.recognise(attempt(who("addr:a", "t", by_token.offered_token), RetryAttempt::kFirst), c.now());
+  EXPECT_EQ(t.match, Match::kClaimed);
+  EXPECT_STREQ(t.by, "token");
+  const auto k = b.recognise(attempt(who("addr:a", "k", "", "\nord-1"), RetryAttempt::kFirst), c.now());
+  EXPECT_EQ(k.match, Match::kClaimed);
+  EXPECT_STREQ(k.by, "idempotency_key");
+}
+
 TEST(RetryBookings, ATokenOfAnotherRequestIsAMismatch) {
   ManualClock c;
   RetryBookings b;

@@ -40,6 +40,7 @@ TEST(Codec, CompletionRequestRoundTrips) {
   r.include_usage = true;
   r.retry.client = "addr:1.2.3.4";
   r.retry.offered_token = "tok";
+  r.retry.attempt = RetryAttempt::kFirst;
   auto back = decode_completion_request(json::value(encode(r)));
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->request_id, "abc");
@@ -60,6 +61,7 @@ TEST(Codec, CompletionRequestRoundTrips) {
   EXPECT_TRUE(back->echo);
   EXPECT_TRUE(back->include_usage);
   EXPECT_EQ(back->retry.offered_token, "tok");
+  EXPECT_EQ(back->retry.attempt, RetryAttempt::kFirst);  // the engine must not match it by body
 }
 
 TEST(Codec, RefusesOutOfRangeFields) {
