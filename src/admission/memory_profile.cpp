@@ -58,13 +58,14 @@ std::int64_t request_cost(const MemoryProfile& p, std::int64_t prompt_tokens, st
   return cost > kMax ? kMax : static_cast<std::int64_t>(cost);
 }
 
-std::int64_t device_budget(std::int64_t capacity_bytes, double utilization, std::int64_t resident_bytes,
-                           std::int64_t workspace_bytes, std::int64_t reserve_bytes) {
-  const std::int64_t util = std::min(to_millionths(utilization), kMillion);
-  __int128 usable = static_cast<__int128>(std::max<std::int64_t>(capacity_bytes, 0)) * util / kMillion;  // floor
-  usable -= std::max<std::int64_t>(resident_bytes, 0);
-  usable -= std::max<std::int64_t>(workspace_bytes, 0);
-  usable -= std::max<std::int64_t>(reserve_bytes, 0);
+std::int64_t device_budget(const DeviceBudgetInputs& in) {
+  const std::int64_t util = std::min(to_millionths(in.utilization), kMillion);
+  const std::int64_t capacity = std::max<std::int64_t>(in.capacity_bytes, 0);
+  __int128 usable = static_cast<__int128>(capacity) * util / kMillion;  // floor
+  usable = std::min<__int128>(usable, capacity - std::min(capacity, std::max<std::int64_t>(in.foreign_bytes, 0)));
+  usable -= std::max<std::int64_t>(in.resident_bytes, 0);
+  usable -= std::max<std::int64_t>(in.workspace_bytes, 0);
+  usable -= std::max<std::int64_t>(in.reserve_bytes, 0);
   if (usable < 0) return 0;
   return usable > kMax ? kMax : static_cast<std::int64_t>(usable);
 }

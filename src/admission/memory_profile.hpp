@@ -35,13 +35,22 @@ Status validate(const MemoryProfile& profile);
 /// integer arithmetic, so e.g. 1000 bytes × 1.1 is exactly 1100.
 std::int64_t request_cost(const MemoryProfile& profile, std::int64_t prompt_tokens, std::int64_t max_tokens);
 
-/// Bytes admission may hand to requests on one device (design.md "budget"):
-///   budget = floor(capacity_bytes × utilization) − resident − workspace − reserve, clamped to >= 0.
-/// `utilization` is clamped to [0, 1] and rounded to millionths; negative
-/// byte arguments count as 0. Several models on one device: pass the sum of
-/// their resident and workspace bytes.
-std::int64_t device_budget(std::int64_t capacity_bytes, double utilization, std::int64_t resident_bytes,
-                           std::int64_t workspace_bytes, std::int64_t reserve_bytes);
+/// What a device's budget is worked out from (bytes; `utilization` a share).
+struct DeviceBudgetInputs {
+  std::int64_t capacity_bytes = 0;   ///< the device's total memory
+  double utilization = 1.0;          ///< share of capacity vramgate may use (--memory-utilization)
+  std::int64_t foreign_bytes = 0;    ///< held by others now (DeviceMemory::foreign)
+  std::int64_t resident_bytes = 0;   ///< the models' weights and buffers (sum over the models on it)
+  std::int64_t workspace_bytes = 0;  ///< their step workspaces (sum)
+  std::int64_t reserve_bytes = 0;    ///< --memory-reserve
+};
 
+/// Bytes admission may hand to requests on one device (design notes, "budget"):
+///   usable = min(floor(capacity × utilization), capacity − foreign)
+///   budget = usable − resident − workspace − reserve, clamped to >= 0.
+/// So the budget never counts memory another process holds: it is at most
+/// what is free plus what the models hold. `utilization` is clamped to
+/// [0, 1] and rounded to millionths; negative byte inputs count as 0.
+std::int64_t device_budget(const DeviceBudgetInputs& in);
 
 }  // namespace vg

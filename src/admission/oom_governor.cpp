@@ -19,11 +19,25 @@ Status validate(const OomGovernorOptions& o) {
 }
 
 OomGovernor::OomGovernor(const OomGovernorOptions& options, std::int64_t budget_bytes)
-    : options_(options), budget_(std::max<std::int64_t>(0, budget_bytes)), effective_(budget_) {
-  const auto b = static_cast<double>(budget_);
-  floor_ = std::clamp<std::int64_t>(std::llround(b * options_.floor_fraction), 0, budget_);
+    : options_(options), budget_(std::max<std::int64_t>(0, budget_bytes)), ceiling_(budget_), effective_(budget_) {
+  floor_ = floor_of(ceiling_);
   // At least one byte, so that every raise makes progress.
-  step_ = std::max<std::int64_t>(1, std::llround(b * options_.increase_step));
+  step_ = std::max<std::int64_t>(1, std::llround(static_cast<double>(budget_) * options_.increase_step));
+}
+
+std::int64_t OomGovernor::floor_of(std::int64_t ceiling) const {
+  return std::clamp<std::int64_t>(std::llround(static_cast<double>(ceiling) * options_.floor_fraction), 0, ceiling);
+}
+
+std::optional<BudgetChange> OomGovernor::set_ceiling(std::int64_t bytes) {
+  const bool following = effective_ >= ceiling_;  // no OOM cut holds it lower
+  ceiling_ = std::clamp<std::int64_t>(bytes, 0, budget_);
+  floor_ = floor_of(ceiling_);
+  const std::int64_t next = following ? ceiling_ : std::min(effective_, ceiling_);
+  if (next == effective_) return std::nullopt;
+  BudgetChange change{effective_, next};
+  effective_ = next;
+  return change;
 }
 
 std::optional<BudgetChange> OomGovernor::on_oom(TimePoint now) {
@@ -37,18 +51,18 @@ std::optional<BudgetChange> OomGovernor::on_oom(TimePoint now) {
 }
 
 std::optional<BudgetChange> OomGovernor::on_tick(TimePoint now) {
-  if (effective_ >= budget_ || now < quiet_since_ + options_.quiet_period) return std::nullopt;
+  if (effective_ >= ceiling_ || now < quiet_since_ + options_.quiet_period) return std::nullopt;
   const std::int64_t periods = (now - quiet_since_) / options_.quiet_period;
   quiet_since_ += periods * options_.quiet_period;
   BudgetChange change{effective_, 0};
-  const std::int64_t room = budget_ - effective_;
-  effective_ = periods >= (room + step_ - 1) / step_ ? budget_ : effective_ + periods * step_;
+  const std::int64_t room = ceiling_ - effective_;
+  effective_ = periods >= (room + step_ - 1) / step_ ? ceiling_ : effective_ + periods * step_;
   change.to = effective_;
   return change;
 }
 
 std::optional<TimePoint> OomGovernor::next_change() const {
-  if (effective_ >= budget_) return std::nullopt;
+  if (effective_ >= ceiling_) return std::nullopt;
   return quiet_since_ + options_.quiet_period;
 }
 

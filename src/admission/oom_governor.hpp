@@ -1,7 +1,10 @@
 // OomGovernor: the policy that moves a device's effective budget after
 // out-of-memory errors (AIMD). An OOM cuts the effective budget
 // multiplicatively, down to a floor; each quiet period without an OOM then
-// raises it by a fixed step, up to the configured budget.
+// raises it by a fixed step, up to the ceiling. The ceiling is the configured
+// budget less what other processes took since (set_ceiling, from measured
+// foreign bytes); the floor is a share of the ceiling, so it stays inside
+// memory that is really there.
 //
 // Pure and single-threaded: no clock of its own (every call takes `now`), no
 // threads, no torch. The caller applies effective() to its admission
@@ -19,7 +22,7 @@ namespace vg {
 struct OomGovernorOptions {
   /// On an OOM: effective = max(floor, effective × decrease_factor). In (0, 1).
   double decrease_factor = 0.5;
-  /// Lowest effective budget, as a fraction of the configured budget. In [0, 1].
+  /// Lowest effective budget, as a fraction of the ceiling. In [0, 1].
   double floor_fraction = 0.25;
   /// Time without an OOM before each raise (> 0).
   Duration quiet_period = std::chrono::seconds(10);
@@ -51,18 +54,28 @@ class OomGovernor {
   /// change, if any.
   std::optional<BudgetChange> on_tick(TimePoint now);
 
-  /// When on_tick() will next raise the budget; nullopt at the full budget.
+  /// The memory measured now supports `bytes` (clamped to [0, budget]): the
+  /// effective budget follows the ceiling down at once; up too, unless an
+  /// OOM cut holds it lower (then quiet periods raise it, up to the
+  /// ceiling). The floor moves with the ceiling. The change, if any.
+  std::optional<BudgetChange> set_ceiling(std::int64_t bytes);
+
+  /// When on_tick() will next raise the budget; nullopt at the ceiling.
   std::optional<TimePoint> next_change() const;
 
   std::int64_t budget() const { return budget_; }
+  std::int64_t ceiling() const { return ceiling_; }
   std::int64_t effective() const { return effective_; }
   std::int64_t floor() const { return floor_; }
   std::int64_t step() const { return step_; }
 
  private:
+  std::int64_t floor_of(std::int64_t ceiling) const;
+
   OomGovernorOptions options_;
   std::int64_t budget_;
-  std::int64_t effective_;
+  std::int64_t ceiling_;  // <= budget_
+  std::int64_t effective_;  // <= ceiling_
   std::int64_t floor_;
   std::int64_t step_;
   TimePoint quiet_since_{};  // last OOM or raise; meaningful while effective_ < budget_

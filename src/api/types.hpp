@@ -158,7 +158,11 @@ struct DeviceState {
   std::int64_t used_bytes = 0;      ///< in use on the device now (CUDA: total - free, so cached segments count)
   std::int64_t peak_bytes = 0;      ///< highest used since start
   std::int64_t allocated_bytes = 0; ///< held by live tensors now (virtual: = used_bytes)
-  std::int64_t cache_reserved_bytes = 0;  ///< held by the caching allocator, allocated or cached (virtual: = used)
+  std::int64_t cache_reserved_bytes = 0;  ///< held by the caching allocator, allocated or cached (virtual: = allocated)
+  /// In use on the device but not by this process's allocator: other
+  /// processes (on CUDA also this process's context). The effective budget
+  /// leaves them out.
+  std::int64_t foreign_bytes = 0;
   std::int64_t resident_bytes = 0;  ///< weights and buffers of the models on it
   std::int64_t workspace_bytes = 0; ///< activations of the largest step, set aside once
   std::int64_t peak_reserved_bytes = 0;  ///< highest reserved_bytes since start
@@ -176,6 +180,11 @@ struct DeviceState {
   std::int64_t completed = 0;
   std::int64_t out_of_memory = 0;
   std::int64_t preemptions = 0;
+  // Changes of its effective budget, by reason (engine/oom_budget.hpp).
+  std::int64_t budget_cuts_out_of_memory = 0;
+  std::int64_t budget_raises_quiet_period = 0;
+  std::int64_t budget_cuts_foreign = 0;    ///< other processes took memory
+  std::int64_t budget_raises_foreign = 0;  ///< they freed it again
 };
 
 /// One request waiting in the admission queue (GET /v1/admission `waiting`).

@@ -15,6 +15,7 @@
 #include "common/origin.hpp"
 #include "config/config_fields.hpp"
 #include "device/device.hpp"
+#include "device/foreign_bytes_hook.hpp"
 #include "tokenizer/chat_template.hpp"
 #if VG_HAVE_QUEUE
 #include "queue/redis_url.hpp"
@@ -191,6 +192,9 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");
   if (test_poison_logits_step < 0) return bad("test_poison_logits_step", "must be >= 0");
   if (test_device_fault_step < 0) return bad("test_device_fault_step", "must be >= 0");
+  if (auto hook = parse_foreign_bytes_hook(test_foreign_bytes); !hook.ok()) {
+    return bad("test_foreign_bytes", hook.error().message);
+  }
   for (const std::string& e : engine) {
     if (e.rfind("unix:", 0) != 0 || e.size() <= 5) return bad("engine", "'" + e + "' is not unix:PATH");
     if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");

@@ -164,6 +164,11 @@ struct ServeConfig {
   /// Test hook: at this engine step (1-based) the device's next allocation fails with the
   /// c10::Error of a CUDA fault (an illegal memory access), virtual devices only; 0 = never.
   std::int64_t test_device_fault_step = 0;
+  /// Another process on the device (virtual: simulated; CUDA: cudaMalloc
+  /// outside the allocator): "STEP=SIZE,..." at engine steps, or "file:PATH"
+  /// whose byte size is read at every engine turn; "" = off
+  /// (device/foreign_bytes_hook.hpp).
+  std::string test_foreign_bytes;
   bool test_trim_heap = false;       ///< GET /v1/admission first calls malloc_trim(0), so RSS is comparable (soak)
 
   /// Checks ranges and formats; the first field that breaks a rule, or none.

@@ -233,6 +233,10 @@ const ConfigField kFields[] = {
      "Test hook: this engine step (from 1) fails with a CUDA fault (an illegal memory access; virtual devices "
      "only), which poisons the engine (an engine process then exits to be restarted)",
      &C::test_device_fault_step},
+    {"test_foreign_bytes", "test",
+     "Test hook: another process takes device memory: STEP=SIZE,... at engine steps (SIZE 0 frees it), or "
+     "file:PATH, a file whose byte size is read at every engine turn",
+     &C::test_foreign_bytes},
     {"test_trim_heap", "test",
      "Test hook: GET /v1/admission first returns free heap memory to the OS (malloc_trim), so that RSS "
      "measurements compare live memory (tools/soak.py)",

@@ -55,6 +55,7 @@ class CudaDevice final : public Device {
       : index_(index), name_("cuda:" + std::to_string(index)), capacity_(capacity) {}
   ~CudaDevice() override {
     for (void* p : held_) cc::raw_delete(p);
+    (void)set_test_foreign_bytes(0);
     release_cached_memory();
   }
 
@@ -75,6 +76,8 @@ class CudaDevice final : public Device {
     if (auto in_use = device_bytes_in_use()) outside = std::max<std::int64_t>(0, *in_use - stats.reserved);
     m.used = stats.reserved + outside;
     m.peak = std::max(m.used, stats.peak_reserved + outside);
+    m.own = stats.reserved;
+    m.foreign = outside;
     return m;
   }
 
@@ -132,6 +135,33 @@ class CudaDevice final : public Device {
     held_.push_back(cc::raw_alloc(static_cast<std::size_t>(bytes)));
   }
 
+  // Frees the block it held, then takes min(bytes, free) with cudaMalloc,
+  // outside the caching allocator: to the accounting it is another process.
+  std::int64_t set_test_foreign_bytes(std::int64_t bytes) override {
+    std::lock_guard lk(mu_);
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index_));
+    if (foreign_block_ != nullptr) (void)cudaFree(foreign_block_);
+    foreign_block_ = nullptr;
+    foreign_bytes_ = 0;
+    std::size_t free = 0;
+    std::size_t total = 0;
+    if (bytes <= 0 || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    // Leave 2 MiB: the driver needs some for itself.
+    const std::size_t spare = free > (std::size_t{2} << 20) ? free - (std::size_t{2} << 20) : 0;
+    const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(bytes), spare);
+    if (want > 0 && cudaMalloc(&foreign_block_, want) == cudaSuccess) {
+      foreign_bytes_ = static_cast<std::int64_t>(want);
+    } else {
+      (void)cudaGetLastError();
+      foreign_block_ = nullptr;
+    }
+    log_line(LogLevel::kInfo, name_ + ": test hook: another process holds " + std::to_string(foreign_bytes_) + " bytes");
+    return foreign_bytes_;
+  }
+
   void release_cached_memory() override {
     std::lock_guard lk(mu_);
     release_fillers_locked();
@@ -165,10 +195,12 @@ class CudaDevice final : public Device {
   const int index_;
   const std::string name_;
   const std::int64_t capacity_;
-  std::mutex mu_;  // guards fillers_, fraction_capped_ and held_ (the test hooks' state)
+  std::mutex mu_;  // guards fillers_, fraction_capped_, held_ and the foreign block (the test hooks' state)
   std::vector<void*> fillers_;
   std::vector<void*> held_;
   bool fraction_capped_ = false;
+  void* foreign_block_ = nullptr;  // set_test_foreign_bytes's cudaMalloc block
+  std::int64_t foreign_bytes_ = 0;
 };
 
 }  // namespace

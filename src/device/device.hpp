@@ -16,19 +16,25 @@
 
 namespace vg {
 
-/// A device's memory counters, in bytes. `used` is what budgets count: on a
-/// virtual device the bytes charged by its allocator; on CUDA the device's
-/// total minus its free memory (cudaMemGetInfo), i.e. the caching allocator's
-/// reserved segments (allocated or cached: fragmentation shows) plus the CUDA
-/// context and other processes. `allocated` is the bytes live tensors hold
-/// (what the memory profile fits KV cache and workspace sizes from).
+/// A device's memory counters, in bytes. `used` is everything in use on the
+/// device: on a virtual device the bytes its allocator charged plus the
+/// simulated bytes of other processes (set_test_foreign_bytes); on CUDA the
+/// device's total minus its free memory (cudaMemGetInfo). `own` is the part
+/// this process's allocator holds (virtual: charged bytes; CUDA: the caching
+/// allocator's reserved segments, allocated or cached, so fragmentation
+/// shows); `foreign` = used - own is the rest: other processes, and on CUDA
+/// also this process's CUDA context and library memory outside the caching
+/// allocator. `allocated` is the bytes live tensors hold (what the memory
+/// profile fits KV cache and workspace sizes from).
 struct DeviceMemory {
   std::int64_t capacity = 0;        ///< bytes the device has
   std::int64_t used = 0;            ///< bytes in use on the device now (see above)
   std::int64_t peak = 0;            ///< highest `used` since the last reset_peak()
-  std::int64_t allocated = 0;       ///< bytes held by live tensors (virtual: = used)
+  std::int64_t allocated = 0;       ///< bytes held by live tensors (virtual: the charged bytes)
   std::int64_t peak_allocated = 0;  ///< highest `allocated` since the last reset_peak()
-  std::int64_t cache_reserved = 0;  ///< bytes the caching allocator holds from the device (virtual: = used)
+  std::int64_t cache_reserved = 0;  ///< bytes the caching allocator holds from the device (virtual: = allocated)
+  std::int64_t own = 0;             ///< bytes this process's allocator holds (see above)
+  std::int64_t foreign = 0;         ///< used - own: bytes this process's allocator does not hold
 };
 
 class Device {
@@ -72,6 +78,14 @@ class Device {
   /// device until it is destroyed, a leak planted for the checks that must
   /// find one (scripts/gpu_check_driver.py inject-oom). Engine thread.
   virtual void hold_test_bytes(std::int64_t bytes) = 0;
+  /// Test hook (test_foreign_bytes): "another process" now holds `bytes`
+  /// (>= 0) of the device, replacing what it held before. It takes at most
+  /// what is free (an allocation of another process cannot pass capacity
+  /// either); returns the bytes it holds. Virtual: counted in `used` and
+  /// `foreign`, and this process's allocations fail where they would pass
+  /// capacity with them. CUDA: memory taken with cudaMalloc outside the
+  /// caching allocator. Any thread.
+  virtual std::int64_t set_test_foreign_bytes(std::int64_t bytes) = 0;
 };
 
 /// CPU memory with an enforced capacity (bytes).
@@ -89,6 +103,7 @@ class VirtualDevice final : public Device {
   void inject_device_fault() override { inject_fault_.store(true); }
   /// Charges `bytes` (capacity permitting) and never releases them.
   void hold_test_bytes(std::int64_t bytes) override { (void)try_charge(bytes); }
+  std::int64_t set_test_foreign_bytes(std::int64_t bytes) override;
 
   /// Called by the allocator: true once after inject_device_fault().
   bool take_injected_fault() {
@@ -96,7 +111,7 @@ class VirtualDevice final : public Device {
   }
 
   /// Called by the allocator. Returns false (and charges nothing) when
-  /// used + bytes would pass capacity.
+  /// used + bytes (foreign bytes included) would pass capacity.
   bool try_charge(std::int64_t bytes);
   void release(std::int64_t bytes);
 
@@ -104,8 +119,12 @@ class VirtualDevice final : public Device {
   VirtualDevice(int index, std::int64_t capacity_bytes);
   std::string name_;
   std::int64_t capacity_;
+  // used_ is charged + foreign bytes; foreign_ the part "another process"
+  // holds. Both change by compare-exchange on used_ first, so capacity holds.
   std::atomic<std::int64_t> used_{0};
-  std::atomic<std::int64_t> peak_{0};
+  std::atomic<std::int64_t> foreign_{0};
+  std::atomic<std::int64_t> peak_{0};      // of used_
+  std::atomic<std::int64_t> peak_own_{0};  // of used_ - foreign_
   std::atomic<bool> inject_oom_{false};
   std::atomic<bool> inject_fault_{false};
 };

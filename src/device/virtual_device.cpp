@@ -4,6 +4,7 @@
 // process and lives until exit (tensors may be freed during static teardown).
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -119,13 +120,47 @@ VirtualDevice::VirtualDevice(int index, std::int64_t capacity_bytes)
     : name_("virt:" + std::to_string(index)), capacity_(capacity_bytes) {}
 
 DeviceMemory VirtualDevice::memory() const {
-  const std::int64_t used = used_.load(std::memory_order_relaxed);
-  const std::int64_t peak = peak_.load(std::memory_order_relaxed);
+  DeviceMemory m;
+  m.capacity = capacity_;
+  m.foreign = foreign_.load(std::memory_order_relaxed);
+  m.used = std::max(m.foreign, used_.load(std::memory_order_relaxed));
+  m.peak = std::max(m.used, peak_.load(std::memory_order_relaxed));
   // Nothing is cached: every charged byte belongs to a live tensor.
-  return {capacity_, used, peak, used, peak, used};
+  m.own = m.used - m.foreign;
+  m.allocated = m.own;
+  m.cache_reserved = m.own;
+  m.peak_allocated = std::max(m.own, peak_own_.load(std::memory_order_relaxed));
+  return m;
 }
 
-void VirtualDevice::reset_peak() { peak_.store(used_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+std::int64_t VirtualDevice::set_test_foreign_bytes(std::int64_t bytes) {
+  bytes = std::max<std::int64_t>(0, bytes);
+  // One writer at a time: the foreign share moves by exchanges on used_.
+  static std::mutex writer;
+  std::lock_guard lk(writer);
+  const std::int64_t before = foreign_.load(std::memory_order_relaxed);
+  std::int64_t used = used_.load(std::memory_order_relaxed);
+  std::int64_t after = 0;
+  do {
+    after = std::min(bytes, capacity_ - (used - before));
+  } while (!used_.compare_exchange_weak(used, used - before + after, std::memory_order_relaxed));
+  foreign_.store(after, std::memory_order_relaxed);
+  return after;
+}
+
+void VirtualDevice::reset_peak() {
+  const std::int64_t used = used_.load(std::memory_order_relaxed);
+  peak_.store(used, std::memory_order_relaxed);
+  peak_own_.store(used - foreign_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+namespace {
+void raise_to(std::atomic<std::int64_t>& peak, std::int64_t now) {
+  std::int64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
 
 bool VirtualDevice::try_charge(std::int64_t bytes) {
   if (inject_oom_.load(std::memory_order_relaxed) && inject_oom_.exchange(false)) return false;
@@ -133,10 +168,8 @@ bool VirtualDevice::try_charge(std::int64_t bytes) {
   do {
     if (bytes > capacity_ - used) return false;
   } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  const std::int64_t now = used + bytes;
-  std::int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  raise_to(peak_, used + bytes);
+  raise_to(peak_own_, used + bytes - foreign_.load(std::memory_order_relaxed));
   return true;
 }
 

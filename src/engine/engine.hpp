@@ -21,6 +21,7 @@
 #include "api/events.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "device/foreign_bytes_hook.hpp"
 #include "model/sampler.hpp"
 
 namespace vg {
@@ -115,6 +116,9 @@ struct EngineStats {
   std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts (policy memory; else the budget)
   std::int64_t oom_budget_cuts = 0;    ///< times the OOM governor cut the effective budget
   std::int64_t oom_budget_raises = 0;  ///< times it raised it back after a quiet period
+  std::int64_t budget_foreign_grew = 0;    ///< times other processes' growth lowered it
+  std::int64_t budget_foreign_shrank = 0;  ///< times their shrinking raised it back
+  std::int64_t foreign_bytes = 0;  ///< bytes others held on the device at the last loop turn (DeviceMemory::foreign)
   std::int64_t preemptions = 0;   ///< running sequences stopped (KV cache freed) to be recomputed
   int consecutive_oom_steps = 0;  ///< out-of-memory steps since the last step that succeeded
   std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked the device not ready
@@ -156,6 +160,16 @@ class Engine {
     /// OOM governor (policy memory only): how a step's out-of-memory error
     /// cuts the effective budget and how quiet periods restore it.
     OomGovernorOptions oom_governor;
+    /// What the device's budget was worked out from at start-up
+    /// (device_budget). With it, each loop turn measures the bytes other
+    /// processes hold on the device and (policy memory) lowers the effective
+    /// budget by what they took, preempting the youngest sequences when what
+    /// runs no longer fits, and raises it back when they free it; nullopt:
+    /// the budget stays admission.budget_bytes.
+    std::optional<DeviceBudgetInputs> budget_inputs;
+    /// Test hook: another process takes and frees device memory
+    /// (device/foreign_bytes_hook.hpp); empty = off.
+    ForeignBytesHook test_foreign_bytes;
     /// Test hook: extra milliseconds slept by the engine thread after each
     /// step, so tests can hold requests running without sleeping themselves.
     double step_delay_ms = 0;

@@ -337,6 +337,8 @@ struct Engine::Impl {
   std::atomic<std::int64_t> in_prefill_kv_bytes{0};
   std::atomic<std::int64_t> in_prefill_cost{0};
   int consecutive_oom_steps = 0;                    // engine thread only; reset by a step that succeeds
+  std::int64_t shed_checked_budget = -1;            // engine thread only: effective budget shed_over_budget last saw
+  std::optional<std::int64_t> foreign_file_bytes;   // engine thread only: the hook file's last byte size
   // Watchdog heartbeats: start of the step in progress (Clock ticks), or
   // kIdle; of the engine thread and of the prefill worker.
   std::atomic<std::int64_t> step_started{engine_detail::kIdle};
@@ -426,7 +428,21 @@ struct Engine::Impl {
   /// An out-of-memory error at `now` (a failed step, or `victim`'s KV cache
   /// allocation): cut the budget, release cached memory, preempt.
   void recover_from_oom(TimePoint now, const Error& error, Sequence* victim = nullptr);
+  /// Running sequences in preemption order: the lowest priority class
+  /// first, the youngest first within a class.
+  std::vector<Sequence*> preemption_order() const;
+  /// Preempts `s` to be recomputed, or, once it was preempted
+  /// max_preemptions times, fails it with kOverloaded + Retry-After (`why`).
+  void preempt_or_refuse(Sequence& s, TimePoint now, const std::string& why);
   void preempt(Sequence& s, TimePoint now);
+  /// Policy memory: when the effective budget fell under what this device's
+  /// leases hold (other processes took memory), preempts running sequences
+  /// in preemption_order() until the excess is gone, before anything is
+  /// admitted.
+  void shed_over_budget(TimePoint now);
+  /// Test hook (options.test_foreign_bytes): the file's byte size, when it
+  /// changed, becomes what "another process" holds on the device.
+  void follow_foreign_bytes_file();
   /// A step succeeded: the out-of-memory streak ends.
   void on_step_ok();
   /// Whether grants are paused because the device is marked not ready.

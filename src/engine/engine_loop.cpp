@@ -18,6 +18,9 @@ using engine_detail::failed;
 using engine_detail::kIdle;
 using engine_detail::seconds_between;
 
+// How often an idle engine measures the bytes other processes hold.
+constexpr Duration kForeignBytesPoll = std::chrono::seconds(1);
+
 
 void Engine::Impl::run() {
   DeviceScope scope(&device);
@@ -27,7 +30,9 @@ void Engine::Impl::run() {
       // The events of this turn (queue positions, starts, tokens, ends)
       // wake each consumer once, as it ends (common/wakeup_batch.hpp).
       WakeupBatch events;
+      if (!options.test_foreign_bytes.file.empty()) follow_foreign_bytes_file();
       oom_budget->on_tick(Clock::now());
+      shed_over_budget(Clock::now());
       admit(Clock::now());
       if (prefill) collect_prefills(Clock::now());
       sweep_running(Clock::now());
@@ -53,6 +58,11 @@ void Engine::Impl::run() {
 bool Engine::Impl::wait_for_work() {
   auto next = admission->next_wakeup(Clock::now());
   if (auto raise = oom_budget->next_change(); raise && (!next || *raise < *next)) next = raise;
+  // Other processes' bytes are measured at each turn: at least one a second.
+  if (options.budget_inputs || !options.test_foreign_bytes.file.empty()) {
+    const TimePoint poll = Clock::now() + kForeignBytesPoll;
+    if (!next || poll < *next) next = poll;
+  }
   std::unique_lock lk(shared->mu);
   if (const TimePoint until = shared->unready_until; until > Clock::now() && (!next || until < *next)) next = until;
   auto ready = [&] { return shared->stopping || shared->wake || !running.empty(); };
@@ -428,6 +438,11 @@ void Engine::Impl::on_device_fault(const Error& error, const std::string& where)
 
 std::int64_t Engine::Impl::begin_step() {
   const std::int64_t n = ++steps_run;
+  if (auto foreign = options.test_foreign_bytes.at_step(n)) {
+    const std::int64_t held = device.set_test_foreign_bytes(*foreign);
+    spdlog::info("{}: test hook: at step {} another process holds {} bytes (asked {})", device.name(), n, held,
+                 *foreign);
+  }
   if (options.test_device_fault_at_step > 0 && n == options.test_device_fault_at_step) device.inject_device_fault();
   if (options.inject_oom_at_step > 0 && n >= options.inject_oom_at_step &&
       n < options.inject_oom_at_step + options.inject_oom_count) {

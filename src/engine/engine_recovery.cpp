@@ -4,7 +4,7 @@
 //   1. the OOM governor cuts the effective budget (policy memory);
 //   2. the device returns its cached memory (CUDA's caching allocator);
 //   3. running sequences, lowest priority class first and youngest first
-//      within a class, are preempted until the leases left
+//      within a class (preemption_order), are preempted until the leases left
 //      fit the effective budget (at least one): their KV caches and leases
 //      are freed and they go back to the head of the queue, to be recomputed
 //      from prompt + generated tokens, so their clients see only latency;
@@ -13,6 +13,9 @@
 //      ready for one quiet period (no grants, new requests refused), a
 //      breaker against serving errors forever. After it, work is granted
 //      again; one more failed step opens it again, one good step closes it.
+// Before that line: when other processes take memory, the effective budget
+// falls (OomBudget) and shed_over_budget preempts by the same order until
+// the leases fit again, before the next step can run out of memory.
 // The failed step itself leaves no trace: the model returns an Error (a
 // message), its tensors are freed when the step unwinds, and every cache is
 // as it was before the step.
@@ -48,18 +51,13 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
                   consecutive_oom_steps, std::chrono::duration<double>(options.oom_governor.quiet_period).count());
   }
 
-  // Victims: `victim` first (its cache allocation failed), then the lowest
-  // priority class, youngest first, until what is left fits the effective
-  // budget.
-  std::vector<Sequence*> order;
-  for (auto& s : running) {
-    if (!s->done && s.get() != victim) order.push_back(s.get());
+  // Victims: `victim` first (its cache allocation failed), then the
+  // preemption order, until what is left fits the effective budget.
+  std::vector<Sequence*> order = preemption_order();
+  if (victim) {
+    std::erase(order, victim);
+    order.insert(order.begin(), victim);
   }
-  std::sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
-    if (a->req->gen.priority != b->req->gen.priority) return a->req->gen.priority < b->req->gen.priority;
-    return a->admitted > b->admitted;
-  });
-  if (victim) order.insert(order.begin(), victim);
   std::int64_t held = in_prefill_cost;  // the prefill worker's leases stay
   for (const Sequence* s : order) held += s->req->cost;
   const std::int64_t fits =
@@ -67,19 +65,60 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
   const bool by_bytes = options.admission.policy.kind == AdmissionPolicy::Kind::kMemory;
   std::size_t n = 0;
   while (n < order.size() && (n == 0 || (by_bytes && held > fits))) held -= order[n++]->req->cost;
-
   for (std::size_t i = 0; i < n; ++i) {
-    Sequence& s = *order[i];
-    if (s.req->preemptions >= options.max_preemptions) {
-      Error busy(ErrorCode::kOverloaded, "device memory ran short during generation (" + error.message +
-                                             "); preempted " + std::to_string(s.req->preemptions) +
-                                             " times already; retry");
-      busy.retry_after_s = admission->retry_after_s(1, now);
-      fail(s, std::move(busy));
-    } else {
-      preempt(s, now);
-    }
+    preempt_or_refuse(*order[i], now, "device memory ran short during generation (" + error.message + ")");
   }
+}
+
+std::vector<Engine::Impl::Sequence*> Engine::Impl::preemption_order() const {
+  std::vector<Sequence*> order;
+  for (const auto& s : running) {
+    if (!s->done) order.push_back(s.get());
+  }
+  std::sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
+    if (a->req->gen.priority != b->req->gen.priority) return a->req->gen.priority < b->req->gen.priority;
+    return a->admitted > b->admitted;
+  });
+  return order;
+}
+
+void Engine::Impl::preempt_or_refuse(Sequence& s, TimePoint now, const std::string& why) {
+  if (s.req->preemptions < options.max_preemptions) {
+    preempt(s, now);
+    return;
+  }
+  Error busy(ErrorCode::kOverloaded,
+             why + "; preempted " + std::to_string(s.req->preemptions) + " times already; retry");
+  busy.retry_after_s = admission->retry_after_s(1, now);
+  fail(s, std::move(busy));
+}
+
+void Engine::Impl::shed_over_budget(TimePoint now) {
+  if (options.admission.policy.kind != AdmissionPolicy::Kind::kMemory) return;
+  // Only a lower effective budget can leave the leases above it: grants
+  // never pass it.
+  const std::int64_t effective = oom_budget->effective();
+  const bool lowered = effective < shed_checked_budget;
+  shed_checked_budget = effective;
+  if (!lowered) return;
+  const DeviceAdmission dev = admission->snapshot(now).devices[static_cast<std::size_t>(device_index)];
+  std::int64_t excess = dev.reserved_bytes - dev.effective_budget_bytes;
+  if (excess <= 0) return;
+  spdlog::warn("{}: leases hold {} bytes over the lowered effective budget of {} bytes: preempting", device.name(),
+               excess, dev.effective_budget_bytes);
+  for (Sequence* s : preemption_order()) {
+    if (excess <= 0) break;
+    excess -= s->req->cost;
+    preempt_or_refuse(*s, now, "other processes took the device memory it needed");
+  }
+}
+
+void Engine::Impl::follow_foreign_bytes_file() {
+  const std::optional<std::int64_t> bytes = options.test_foreign_bytes.read_file();
+  if (!bytes || bytes == foreign_file_bytes) return;
+  foreign_file_bytes = bytes;
+  const std::int64_t held = device.set_test_foreign_bytes(*bytes);
+  spdlog::info("{}: test hook: another process holds {} bytes (asked {})", device.name(), held, *bytes);
 }
 
 // Frees the sequence's KV cache and lease and puts its request back at the

@@ -43,7 +43,7 @@ Result<std::int64_t> step_peak(Model& model, Device& device, std::span<const Ste
 Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const ProfileOptions& options) {
   const ModelConfig& mc = model.config();
   MemoryProfile p;
-  p.resident_bytes = device.memory().used;
+  p.resident_bytes = device.memory().own;
   p.safety_factor = options.safety_factor;
 
   // KV cache: linear in capacity; fit slope and intercept from two sizes.

@@ -20,8 +20,9 @@ struct ProfileOptions {
   double safety_factor = 1.1;   ///< multiplier on the per-request cost (>= 1)
 };
 
-/// Measures the profile. `resident_bytes` is the device's used bytes on entry
-/// (the model is loaded, nothing else runs). Errors: kOutOfMemory when the
+/// Measures the profile. `resident_bytes` is the bytes this process holds on
+/// the device on entry (DeviceMemory::own: the model is loaded, nothing else
+/// runs; other processes' bytes never count). Errors: kOutOfMemory when the
 /// profile runs themselves do not fit on the device (with the numbers), or
 /// the model's step errors.
 Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const ProfileOptions& options);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "admission/admission_controller.hpp"
+#include "admission/memory_profile.hpp"
 #include "admission/oom_governor.hpp"
 #include "admission/tensor_cost.hpp"
 #include "api/types.hpp"
@@ -78,6 +79,10 @@ class TensorEngine {
   struct Options {
     AdmissionPolicy policy;
     std::int64_t budget_bytes = 0;   ///< its device's budget (the OOM governor's base)
+    /// What that budget was worked out from (device_budget): with it the
+    /// effective budget follows the bytes other processes hold, measured
+    /// before each grant; nullopt: it stays budget_bytes.
+    std::optional<DeviceBudgetInputs> budget_inputs;
     TensorMemoryProfile profile;     ///< cost = tensor_cost(profile, elements of the request)
     int max_batch = 8;               ///< requests in one forward pass (>= 1)
     double max_batch_delay_ms = 2;   ///< wait for more before a partial batch (>= 0)

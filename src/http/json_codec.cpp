@@ -494,6 +494,11 @@ std::string encode_admission(const AdmissionState& state) {
     o["peak_bytes"] = d.peak_bytes;
     o["allocated_bytes"] = d.allocated_bytes;
     o["cache_reserved_bytes"] = d.cache_reserved_bytes;
+    o["foreign_bytes"] = d.foreign_bytes;
+    o["budget_changes"] = {{"out_of_memory", d.budget_cuts_out_of_memory},
+                           {"quiet_period", d.budget_raises_quiet_period},
+                           {"foreign_grew", d.budget_cuts_foreign},
+                           {"foreign_shrank", d.budget_raises_foreign}};
     o["resident_bytes"] = d.resident_bytes;
     o["workspace_bytes"] = d.workspace_bytes;
     o["ready"] = d.ready;

@@ -19,7 +19,12 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
                           {"resident", d.resident_bytes},
                           {"workspace", d.workspace_bytes}},
                          d.running,
-                         d.ready});
+                         d.ready,
+                         d.foreign_bytes,
+                         {{"out_of_memory", d.budget_cuts_out_of_memory},
+                          {"quiet_period", d.budget_raises_quiet_period},
+                          {"foreign_grew", d.budget_cuts_foreign},
+                          {"foreign_shrank", d.budget_raises_foreign}}});
   }
   s.queue_depth = st.queue_depth;
   s.running = st.running;

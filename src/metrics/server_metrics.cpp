@@ -90,6 +90,16 @@ ServerMetrics::ServerMetrics(Registry& r)
                             "1 when the device takes new work, 0 while it is not_ready (repeated out-of-memory) "
                             "or unhealthy (failed at start-up).",
                             {"device"})),
+      device_foreign_bytes_(r.gauge("vramgate_device_foreign_bytes",
+                                    "Bytes in use on the device that this process's allocator does not hold: other "
+                                    "processes (on CUDA also this process's context). The effective budget leaves "
+                                    "them out.",
+                                    {"device"})),
+      budget_changes_total_(r.counter("vramgate_budget_changes_total",
+                                      "Changes of a device's effective budget by reason: out_of_memory (cut), "
+                                      "quiet_period (raised after no out-of-memory error), foreign_grew (other "
+                                      "processes took memory), foreign_shrank (they freed it).",
+                                      {"device", "reason"})),
       out_of_memory_total_(r.counter("vramgate_out_of_memory_total", "Engine steps that failed with out-of-memory.")
                                .with({})),
       preemptions_total_(r.counter("vramgate_preemptions_total",
@@ -177,6 +187,10 @@ void ServerMetrics::fill_state(const StateSample& s) {
     for (const auto& [kind, bytes] : d.bytes) device_bytes_.with({d.name, kind}).set(static_cast<double>(bytes));
     device_running_sequences_.with({d.name}).set(d.running);
     device_ready_.with({d.name}).set(d.ready ? 1 : 0);
+    device_foreign_bytes_.with({d.name}).set(static_cast<double>(d.foreign_bytes));
+    for (const auto& [reason, n] : d.budget_changes) {
+      budget_changes_total_.with({d.name, reason}).mirror(static_cast<double>(n));
+    }
   }
   const std::pair<const char*, std::int64_t> outcomes[] = {
       {"admitted", s.admitted},           {"queue_full", s.rejected_queue_full},

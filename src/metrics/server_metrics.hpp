@@ -28,6 +28,9 @@ struct StateSample {
     std::vector<std::pair<std::string, std::int64_t>> bytes;
     int running = 0;    ///< sequences running on it now
     bool ready = true;  ///< false while not_ready or unhealthy
+    std::int64_t foreign_bytes = 0;  ///< in use there, not by this process's allocator
+    /// reason -> changes of its effective budget since start (engine/oom_budget.hpp)
+    std::vector<std::pair<std::string, std::int64_t>> budget_changes;
   };
   std::vector<Device> devices;
   int queue_depth = 0;
@@ -142,6 +145,8 @@ class ServerMetrics {
   GaugeFamily& device_bytes_;
   GaugeFamily& device_running_sequences_;
   GaugeFamily& device_ready_;
+  GaugeFamily& device_foreign_bytes_;
+  CounterFamily& budget_changes_total_;
   Counter& out_of_memory_total_;
   Counter& preemptions_total_;
   CounterFamily& idempotent_replays_total_;

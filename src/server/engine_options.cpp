@@ -39,6 +39,8 @@ Engine::Options engine_options(const ServeConfig& config) {
   eo.test_leak_bytes_on_oom = config.test_leak_bytes_on_oom;
   eo.test_poison_logits_at_step = config.test_poison_logits_step;
   eo.test_device_fault_at_step = config.test_device_fault_step;
+  // Checked by ServeConfig::check(); an empty hook otherwise.
+  if (auto hook = parse_foreign_bytes_hook(config.test_foreign_bytes); hook.ok()) eo.test_foreign_bytes = *hook;
   return eo;
 }
 

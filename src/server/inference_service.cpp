@@ -43,6 +43,16 @@ class FinishedHandle final : public RequestHandle {
   std::string id_;
 };
 
+// One engine's budget changes on its device. The engines of one device each
+// follow the same foreign bytes, so those count once (the largest); their
+// out-of-memory governors are their own, so those add up.
+void add_budget_changes(DeviceState& ds, const EngineStats& es) {
+  ds.budget_cuts_out_of_memory += es.oom_budget_cuts;
+  ds.budget_raises_quiet_period += es.oom_budget_raises;
+  ds.budget_cuts_foreign = std::max(ds.budget_cuts_foreign, es.budget_foreign_grew);
+  ds.budget_raises_foreign = std::max(ds.budget_raises_foreign, es.budget_foreign_shrank);
+}
+
 }  // namespace
 
 InferenceService::InferenceService(const ServeConfig& config) : config_(config) {}
@@ -201,6 +211,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
         TensorEngine::Options to = tensor_engine_options(config);
         to.policy = policy;
         to.budget_bytes = d->setup.budget_bytes;
+        to.budget_inputs = d->setup.budget_inputs;
         // The largest fit over the devices, so a lease covers the request wherever it runs.
         to.profile = d->setup.tensor_profiles[m];
         for (DeviceEntry* other : serving) {
@@ -222,6 +233,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       Engine::Options eo = engine_options(config);
       eo.admission = ao;
       eo.admission.budget_bytes = d->setup.budget_bytes;
+      eo.budget_inputs = d->setup.budget_inputs;
       eo.profile = cost_profile(profiles);
       eo.metrics = metrics;
       eo.on_poisoned = on_poisoned;
@@ -469,6 +481,7 @@ AdmissionState InferenceService::admission_state() const {
     ds.peak_bytes = mem.peak;
     ds.allocated_bytes = mem.allocated;
     ds.cache_reserved_bytes = mem.cache_reserved;
+    ds.foreign_bytes = mem.foreign;
     ds.resident_bytes = d->setup.resident_bytes;
     ds.workspace_bytes = d->setup.workspace_bytes;
     const DeviceAdmission& da = as->devices[static_cast<std::size_t>(d->topology_index)];
@@ -483,6 +496,7 @@ AdmissionState InferenceService::admission_state() const {
       ds.completed += es.completed;
       ds.out_of_memory += es.out_of_memory;
       ds.preemptions += es.preemptions;
+      add_budget_changes(ds, es);
       st.cancelled += es.cancelled;
       st.completed += es.completed;
       st.failed += es.failed;

@@ -33,6 +33,19 @@ std::vector<ModelSource> find_model_sources(const ServeConfig& config) {
   return out;
 }
 
+namespace {
+// Where the device's memory went, for a start-up refusal: what others hold
+// binds, or the models' own bytes do.
+std::string budget_shortfall(const DeviceSetup& setup) {
+  const DeviceBudgetInputs& in = setup.budget_inputs;
+  return format_bytes(in.capacity_bytes) + " capacity, " + format_bytes(in.foreign_bytes) +
+         " held by other processes (free at start: " + format_bytes(in.capacity_bytes - in.foreign_bytes) +
+         " with the models' own " + format_bytes(in.resident_bytes) + " resident and " +
+         format_bytes(in.workspace_bytes) + " workspace), utilization " + format_decimal(in.utilization) + ", " +
+         format_bytes(in.reserve_bytes) + " reserve";
+}
+}  // namespace
+
 Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
                                 std::span<const ModelSource> models) {
   DeviceSetup out;
@@ -41,11 +54,11 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
   out.device = std::move(device).value();
   DeviceScope scope(out.device.get());
   for (const ModelSource& source : models) {
-    const std::int64_t before = out.device->memory().used;
+    const std::int64_t before = out.device->memory().own;
     if (source.torchscript) {
       auto tensor = TorchScriptModel::load(TorchScriptModel::Options{source.dir, out.device.get()});
       if (!tensor.ok()) return std::move(tensor).error();
-      const std::int64_t resident = out.device->memory().used - before;
+      const std::int64_t resident = out.device->memory().own - before;
       auto fit = measure_tensor_profile(**tensor, *out.device,
                                         TensorProfileOptions{config.max_batch, config.memory_safety});
       if (!fit.ok()) {
@@ -67,7 +80,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
     }
     auto model = Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype});
     if (!model.ok()) return std::move(model).error();
-    const std::int64_t resident = out.device->memory().used - before;
+    const std::int64_t resident = out.device->memory().own - before;
     auto profile = measure_memory_profile(**model, *out.device,
                                           ProfileOptions{config.max_batch, config.max_batch_tokens,
                                                          config.memory_safety});
@@ -89,12 +102,16 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
     out.tensor_models.push_back(nullptr);
   }
   out.reserve_bytes = config.memory_reserve_bytes();
-  const std::int64_t capacity = out.device->memory().capacity;
-  out.budget_bytes =
-      device_budget(capacity, config.memory_utilization, out.resident_bytes, out.workspace_bytes, out.reserve_bytes);
-  spdlog::info("budget of {}: {} = {} capacity x {} - {} resident - {} workspace - {} reserve", out.device->name(),
-               format_bytes(out.budget_bytes), format_bytes(capacity), format_decimal(config.memory_utilization),
-               format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes));
+  const DeviceMemory mem = out.device->memory();
+  out.budget_inputs = DeviceBudgetInputs{mem.capacity,          config.memory_utilization, mem.foreign,
+                                         out.resident_bytes,    out.workspace_bytes,       out.reserve_bytes};
+  out.budget_bytes = device_budget(out.budget_inputs);
+  spdlog::info("budget of {}: {} = min({} capacity x {}, {} capacity - {} held by others) - {} resident - {} "
+               "workspace - {} reserve ({} free now)",
+               out.device->name(), format_bytes(out.budget_bytes), format_bytes(mem.capacity),
+               format_decimal(config.memory_utilization), format_bytes(mem.capacity), format_bytes(mem.foreign),
+               format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes),
+               format_bytes(mem.capacity - mem.used));
   if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
     for (std::size_t i = 0; i < models.size(); ++i) {
       if (out.tensor_models[i]) {
@@ -104,7 +121,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
           return Error(ErrorCode::kConfig,
                        "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
                            ") cannot hold even a forward pass of '" + models[i].id + "' at its smallest shapes (" +
-                           format_bytes(smallest) + "): give the device more capacity");
+                           format_bytes(smallest) + "): " + budget_shortfall(out) + "; give the device more capacity");
         }
         continue;
       }
@@ -113,7 +130,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
         return Error(ErrorCode::kConfig,
                      "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
                          ") cannot hold even a 2-token request of '" + models[i].id + "' (" + format_bytes(smallest) +
-                         "): give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
+                         "): " + budget_shortfall(out) +
+                         "; give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
       }
     }
   }

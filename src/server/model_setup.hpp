@@ -54,7 +54,11 @@ struct DeviceSetup {
   std::int64_t resident_bytes = 0;   ///< sum over the models
   std::int64_t workspace_bytes = 0;  ///< sum over the models (their engines step concurrently)
   std::int64_t reserve_bytes = 0;    ///< --memory-reserve
-  /// device_budget(capacity, utilization, resident, workspace, reserve)
+  /// What the budget was worked out from once every model was profiled: the
+  /// device's capacity and its foreign bytes then (other processes; on CUDA
+  /// also this process's context), the sums above, the settings.
+  DeviceBudgetInputs budget_inputs;
+  /// device_budget(budget_inputs): at most what was free plus what the models hold.
   std::int64_t budget_bytes = 0;
 };
 

@@ -46,8 +46,9 @@ std::string json_string(const std::string& s) {
 Plan make_plan(const PlanInputs& inputs, std::span<const int> prompt_tokens, std::span<const int> max_tokens) {
   Plan plan;
   plan.inputs = inputs;
-  plan.budget_bytes = device_budget(inputs.capacity_bytes, inputs.utilization, inputs.profile.resident_bytes,
-                                    inputs.profile.workspace_bytes, inputs.reserve_bytes);
+  plan.budget_bytes = device_budget(DeviceBudgetInputs{inputs.capacity_bytes, inputs.utilization, inputs.foreign_bytes,
+                                                       inputs.profile.resident_bytes, inputs.profile.workspace_bytes,
+                                                       inputs.reserve_bytes});
   AdmissionPolicy policy;
   if (auto p = parse_admission_policy(inputs.admission); p.ok()) policy = *p;
   for (int prompt : prompt_tokens) {
@@ -89,6 +90,7 @@ Result<Plan> measure_plan(const ServeConfig& config, std::span<const int> prompt
   in.model_id = setup->id;
   in.device = setup->device->name();
   in.capacity_bytes = setup->device->memory().capacity;
+  in.foreign_bytes = setup->device->memory().foreign;
   in.utilization = config.memory_utilization;
   in.reserve_bytes = setup->reserve_bytes;
   in.max_batch = config.max_batch;
@@ -109,6 +111,10 @@ std::string format_plan_text(const Plan& plan) {
              format_bytes(p.resident_bytes).c_str(), format_bytes(p.workspace_bytes).c_str(), p.kv_bytes_per_token,
              p.sequence_overhead_bytes, p.safety_factor);
   out += "budget = capacity x utilization - resident - workspace - reserve\n";
+  if (in.foreign_bytes > 0) {
+    out += printf_string("  (capacity x utilization at most capacity - %" PRId64 " bytes other processes hold)\n",
+                         in.foreign_bytes);
+  }
   out += printf_string("       = %" PRId64 " x %g - %" PRId64 " - %" PRId64 " - %" PRId64 " = %" PRId64 " bytes (%s)\n",
              in.capacity_bytes, in.utilization, p.resident_bytes, p.workspace_bytes, in.reserve_bytes,
              plan.budget_bytes, format_bytes(plan.budget_bytes).c_str());
@@ -133,6 +139,7 @@ std::string format_plan_json(const Plan& plan) {
   out += "\"model\":" + json_string(in.model_id) + ",\"device\":" + json_string(in.device);
   out += printf_string(",\"context_length\":%d,\"capacity_bytes\":%" PRId64 ",\"memory_utilization\":%.17g", in.context_length,
              in.capacity_bytes, in.utilization);
+  out += printf_string(",\"foreign_bytes\":%" PRId64, in.foreign_bytes);
   out += printf_string(",\"reserve_bytes\":%" PRId64 ",\"max_batch\":%d,\"max_batch_tokens\":%d", in.reserve_bytes,
              in.max_batch, in.max_batch_tokens);
   out += ",\"admission\":" + json_string(in.admission);

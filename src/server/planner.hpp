@@ -23,6 +23,7 @@ struct PlanInputs {
   int context_length = 0;            ///< tokens
   std::int64_t capacity_bytes = 0;   ///< device capacity
   double utilization = 0.9;          ///< --memory-utilization
+  std::int64_t foreign_bytes = 0;    ///< held by others when measured (DeviceMemory::foreign)
   std::int64_t reserve_bytes = 0;    ///< --memory-reserve
   int max_batch = 8;                 ///< --max-batch
   int max_batch_tokens = 512;        ///< --max-batch-tokens

@@ -581,6 +581,11 @@ const std::pair<const char*, DeviceInt> kDeviceInts[] = {
     {"completed", &DeviceState::completed},
     {"out_of_memory", &DeviceState::out_of_memory},
     {"preemptions", &DeviceState::preemptions},
+    {"foreign_bytes", &DeviceState::foreign_bytes},
+    {"budget_cuts_out_of_memory", &DeviceState::budget_cuts_out_of_memory},
+    {"budget_raises_quiet_period", &DeviceState::budget_raises_quiet_period},
+    {"budget_cuts_foreign", &DeviceState::budget_cuts_foreign},
+    {"budget_raises_foreign", &DeviceState::budget_raises_foreign},
 };
 using StateInt = std::int64_t AdmissionState::*;
 const std::pair<const char*, StateInt> kStateInts[] = {

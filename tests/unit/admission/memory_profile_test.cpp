@@ -57,19 +57,29 @@ TEST(RequestCost, SaturatesInsteadOfOverflowing) {
 
 TEST(DeviceBudget, FollowsTheFormula) {
   // 10 GiB × 0.9 − 1 GiB − 512 MiB − 256 MiB
-  EXPECT_EQ(device_budget(10 * kGiB, 0.9, kGiB, 512 * kMiB, 256 * kMiB),
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, 0, kGiB, 512 * kMiB, 256 * kMiB}),
             (10 * kGiB) / 10 * 9 - kGiB - 512 * kMiB - 256 * kMiB);
-  EXPECT_EQ(device_budget(2 * kGiB, 1.0, 0, 0, 0), 2 * kGiB);
-  EXPECT_EQ(device_budget(1001, 0.5, 0, 0, 0), 500);  // floor
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{2 * kGiB, 1.0, 0, 0, 0, 0}), 2 * kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{1001, 0.5, 0, 0, 0, 0}), 500);  // floor
 }
 
 TEST(DeviceBudget, ClampsToZeroAndToFullUtilization) {
-  EXPECT_EQ(device_budget(kGiB, 0.9, kGiB, 0, 0), 0);
-  EXPECT_EQ(device_budget(kGiB, 1.5, 0, 0, 0), kGiB);
-  EXPECT_EQ(device_budget(kGiB, -0.5, 0, 0, 0), 0);
-  EXPECT_EQ(device_budget(kGiB, 1.0, -10, -10, -10), kGiB);
-  EXPECT_EQ(device_budget(kMax, 1.0, 0, 0, 1), kMax - 1);
-  EXPECT_EQ(device_budget(-5, 1.0, 0, 0, 0), 0);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{kGiB, 0.9, 0, kGiB, 0, 0}), 0);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{kGiB, 1.5, 0, 0, 0, 0}), kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{kGiB, -0.5, 0, 0, 0, 0}), 0);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{kGiB, 1.0, 0, -10, -10, -10}), kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{kMax, 1.0, 0, 0, 0, 1}), kMax - 1);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{-5, 1.0, 0, 0, 0, 0}), 0);
+}
+
+TEST(DeviceBudget, NeverCountsWhatOthersHold) {
+  // 10 GiB x 0.9 = 9 GiB: another process holding 0.5 GiB leaves 9.5 GiB, so
+  // utilization binds; holding 7 GiB leaves 3 GiB, and that binds.
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, kGiB / 2, kGiB, 0, 0}), (10 * kGiB) / 10 * 9 - kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, 7 * kGiB, kGiB, 0, 0}), 2 * kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, 9 * kGiB + 1, kGiB, 0, 0}), 0);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 1.0, 20 * kGiB, 0, 0, 0}), 0);  // more than capacity
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 1.0, -kGiB, 0, 0, 0}), 10 * kGiB);
 }
 
 TEST(MemoryProfileValidate, NamesTheBadField) {

@@ -144,5 +144,41 @@ TEST(OomGovernor, ZeroBudgetNeverChanges) {
   EXPECT_FALSE(g.next_change());
 }
 
+TEST(OomGovernor, TheEffectiveBudgetFollowsTheCeilingBothWays) {
+  OomGovernor g({}, kBudget);
+  auto down = g.set_ceiling(400);  // another process took 600 bytes
+  ASSERT_TRUE(down);
+  EXPECT_EQ(down->from, kBudget);
+  EXPECT_EQ(down->to, 400);
+  EXPECT_EQ(g.ceiling(), 400);
+  EXPECT_EQ(g.floor(), 100);  // a share of the memory really there
+  EXPECT_FALSE(g.next_change());  // nothing to raise: at the ceiling
+  EXPECT_FALSE(g.set_ceiling(400));
+  auto up = g.set_ceiling(5000);  // freed again: back to the budget, never above
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->to, kBudget);
+  EXPECT_EQ(g.ceiling(), kBudget);
+  EXPECT_EQ(g.floor(), 250);
+  EXPECT_EQ(g.set_ceiling(-5)->to, 0);
+}
+
+TEST(OomGovernor, AnOomCutHoldsWhenTheCeilingRises) {
+  ManualClock clock;
+  OomGovernor g({}, kBudget);
+  g.set_ceiling(600);
+  EXPECT_EQ(g.on_oom(clock.now())->to, 300);
+  EXPECT_EQ(g.on_oom(clock.advance(1s))->to, 150);  // the floor: 25 % of 600, not of the budget
+  EXPECT_FALSE(g.on_oom(clock.advance(1s)));
+  EXPECT_EQ(g.effective(), 150);
+  EXPECT_FALSE(g.set_ceiling(kBudget));  // the cut stays until quiet periods pass
+  EXPECT_EQ(g.effective(), 150);
+  EXPECT_EQ(g.on_tick(clock.advance(10s))->to, 250);  // steps stay 10 % of the budget
+  auto lower = g.set_ceiling(200);  // a cut ceiling still binds at once
+  ASSERT_TRUE(lower);
+  EXPECT_EQ(lower->to, 200);
+  EXPECT_FALSE(g.on_tick(clock.advance(1h)));  // at the ceiling
+  EXPECT_EQ(g.set_ceiling(700)->to, 700);   // at the ceiling again: follows it up
+}
+
 }  // namespace
 }  // namespace vg

@@ -96,6 +96,32 @@ TEST(VirtualDevice, PeakTracksHighestUseUntilReset) {
   EXPECT_EQ(device->memory().peak, 6000);
 }
 
+TEST(VirtualDevice, ForeignBytesCountAsUsedButNotOwnAndLeaveLessRoom) {
+  auto device = make_device(0, 16000);
+  DeviceScope scope(device.get());
+  torch::Tensor own = floats(1000);  // 4000 bytes
+  EXPECT_EQ(device->set_test_foreign_bytes(10000), 10000);
+  DeviceMemory m = device->memory();
+  EXPECT_EQ(m.used, 14000);
+  EXPECT_EQ(m.own, 4000);
+  EXPECT_EQ(m.allocated, 4000);
+  EXPECT_EQ(m.foreign, 10000);
+  EXPECT_EQ(m.peak, 14000);
+  EXPECT_EQ(m.peak_allocated, 4000);
+  EXPECT_THROW(floats(1000), c10::OutOfMemoryError);  // 4000 more would pass 16000
+  torch::Tensor fits = floats(500);
+  // Another process can take only what is free (16000 - 6000 now).
+  EXPECT_EQ(device->set_test_foreign_bytes(1 << 20), 10000);
+  EXPECT_EQ(device->set_test_foreign_bytes(0), 0);
+  m = device->memory();
+  EXPECT_EQ(m.used, 6000);
+  EXPECT_EQ(m.own, 6000);
+  EXPECT_EQ(m.foreign, 0);
+  torch::Tensor room = floats(2500);  // the freed bytes are there again
+  EXPECT_EQ(device->memory().used, 16000);
+  EXPECT_EQ(device->set_test_foreign_bytes(-5), 0);
+}
+
 TEST(VirtualDevice, NestedScopesChargeInnermostAndRestore) {
   auto outer = make_device(0, 16 * kMiB);
   auto inner = make_device(1, 16 * kMiB);

@@ -3,6 +3,7 @@
 // tests also run under ThreadSanitizer.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -19,7 +20,14 @@ class FakeDevice final : public Device {
       : name_("virt:" + std::to_string(index)), capacity_(capacity) {}
   const std::string& name() const override { return name_; }
   std::string torch_device() const override { return "cpu"; }
-  DeviceMemory memory() const override { return DeviceMemory{capacity_, 0, 0, 0, 0, 0}; }
+  DeviceMemory memory() const override {
+    DeviceMemory m;
+    m.capacity = capacity_;
+    m.foreign = foreign_.load();
+    m.used = m.foreign;
+    m.peak = m.foreign;
+    return m;
+  }
   void reset_peak() override {}
   void inject_out_of_memory() override { ++injected_; }
   void inject_device_fault() override { ++faults_; }
@@ -29,6 +37,10 @@ class FakeDevice final : public Device {
     prepared_.push_back(std::this_thread::get_id());
   }
   void hold_test_bytes(std::int64_t bytes) override { held_ += bytes; }
+  std::int64_t set_test_foreign_bytes(std::int64_t bytes) override {
+    foreign_ = std::min(std::max<std::int64_t>(0, bytes), capacity_);
+    return foreign_.load();
+  }
   /// The threads that prepared themselves, in order.
   std::vector<std::thread::id> prepared() const {
     std::lock_guard lk(mu_);
@@ -46,6 +58,7 @@ class FakeDevice final : public Device {
   std::atomic<int> released_{0};
   std::atomic<int> faults_{0};
   std::atomic<std::int64_t> held_{0};
+  std::atomic<std::int64_t> foreign_{0};
   mutable std::mutex mu_;
   std::vector<std::thread::id> prepared_;
 };

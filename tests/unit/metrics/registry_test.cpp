@@ -146,7 +146,7 @@ TEST(ServerMetrics, FillStateMirrorsCountersAndDeviceGauges) {
   s.admitted = 5;
   s.rejected_queue_full = 1;
   s.out_of_memory = 4;
-  s.devices.push_back({"virt:0", {{"capacity", 1024}, {"budget", 512}}});
+  s.devices.push_back({"virt:0", {{"capacity", 1024}, {"budget", 512}}, 0, true, 0, {}});
   m.count_http_request("/v1/completions", 200);
   m.count_http_request("/v1/completions", 200);
   m.generated_tokens_total.inc(9);
@@ -167,14 +167,25 @@ TEST(ServerMetrics, FillStateMirrorsCountersAndDeviceGauges) {
   EXPECT_TRUE(has_line(text, "vramgate_device_ready{device=\"virt:0\"} 1"));
 }
 
+TEST(ServerMetrics, ForeignBytesAndBudgetChangesPerDevice) {
+  Registry r;
+  ServerMetrics m(r);
+  StateSample s;
+  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 0, true, 600, {{"foreign_grew", 2}, {"foreign_shrank", 1}}});
+  const std::string text = m.scrape(s);
+  EXPECT_TRUE(has_line(text, "vramgate_device_foreign_bytes{device=\"virt:0\"} 600")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_budget_changes_total{device=\"virt:0\",reason=\"foreign_grew\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_budget_changes_total{device=\"virt:0\",reason=\"foreign_shrank\"} 1")) << text;
+}
+
 TEST(ServerMetrics, PerDeviceRunningAndReadyGauges) {
   Registry r;
   ServerMetrics m(r);
   StateSample s;
   s.ready = true;
   s.running = 3;
-  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 3, true});
-  s.devices.push_back({"virt:1", {{"capacity", 0}}, 0, false});
+  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 3, true, 0, {}});
+  s.devices.push_back({"virt:1", {{"capacity", 0}}, 0, false, 0, {}});
   std::string text = m.scrape(s);
   EXPECT_TRUE(has_line(text, "# TYPE vramgate_device_running_sequences gauge")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE vramgate_device_ready gauge")) << text;

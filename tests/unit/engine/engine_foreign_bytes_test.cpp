@@ -1,0 +1,122 @@
+// Memory the engine does not own: when "another process" takes device
+// memory (the foreign-bytes test hook at given steps), the effective budget
+// follows it down before anything more is admitted, the youngest sequences
+// are preempted when what runs no longer fits, and the budget comes back
+// when the bytes are freed. No out-of-memory error is ever needed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine/engine.hpp"
+#include "engine_test_util.hpp"
+
+namespace vg {
+namespace {
+
+using testing::Collector;
+using testing::EngineTest;
+
+constexpr std::int64_t kBudget = 100 * 100;  // 3 requests of 1 + 30 tokens at 100 bytes a token
+
+class ForeignBytesTest : public EngineTest {
+ protected:
+  // Policy memory over a device of kBudget bytes whose budget follows what
+  // others hold; `hook` says when they take and free it.
+  static Engine::Options foreign_options(const std::string& hook);
+};
+
+Engine::Options ForeignBytesTest::foreign_options(const std::string& hook) {
+  Engine::Options o = options();
+  o.admission.policy = AdmissionPolicy{};  // memory
+  o.admission.budget_bytes = kBudget;
+  o.budget_inputs = DeviceBudgetInputs{kBudget, 1.0, 0, 0, 0, 0};
+  o.oom_governor.quiet_period = std::chrono::hours(1);
+  auto parsed = parse_foreign_bytes_hook(hook);
+  EXPECT_TRUE(parsed.ok());
+  o.test_foreign_bytes = *parsed;
+  return o;
+}
+
+bool requeued_after_start(Collector& c) {
+  auto ev = c.events();
+  auto started = std::find_if(ev.begin(), ev.end(), [](const EngineEvent& e) {
+    return std::holds_alternative<StartedEvent>(e);
+  });
+  return started != ev.end() &&
+         std::any_of(started, ev.end(), [](const EngineEvent& e) { return std::holds_alternative<QueuedEvent>(e); });
+}
+
+TEST_F(ForeignBytesTest, ForeignGrowthLowersTheBudgetPreemptsTheYoungestAndItsReleaseRestoresIt) {
+  // Step 1: a's prefill (held); step 2: a decodes, b prefills; at step 3
+  // another process takes 6000 of the 10000 bytes; at step 12 it frees them.
+  auto engine = make(foreign_options("3=6000,12=0"));
+  model_.block();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), b).ok());
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(a->finished());
+  ASSERT_TRUE(b->finished());
+  EXPECT_EQ(a->text(), b->text());  // b was recomputed: same greedy text
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.out_of_memory, 0);
+  EXPECT_EQ(st.failed, 0);
+  EXPECT_EQ(st.preemptions, 1);  // 2 x 3100 bytes do not fit in 4000; one does
+  EXPECT_TRUE(requeued_after_start(*b));
+  EXPECT_FALSE(requeued_after_start(*a));
+  EXPECT_EQ(st.budget_foreign_grew, 1);
+  EXPECT_EQ(st.budget_foreign_shrank, 1);
+  EXPECT_EQ(st.foreign_bytes, 0);
+  EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
+TEST_F(ForeignBytesTest, ForeignGrowthThatLeavesRoomForWhatRunsPreemptsNothingButHoldsNewWork) {
+  // At step 2 others take 5000 bytes: a (3200) still fits in 5000, b (3100)
+  // does not fit beside it, so b waits in the queue until they free them at
+  // step 8. a's two-token prompt makes step 1 a prefill, so the decode step
+  // held is step 2.
+  auto engine = make(foreign_options("2=5000,8=0"));
+  model_.block_decode();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30, "ab"), a).ok());
+  ASSERT_TRUE(model_.wait_in_decode());  // step 2: the bytes are taken
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), b).ok());
+  model_.unblock_decode();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(b->finished());
+  // b started only once the bytes were freed (step 8): after a's 8th step.
+  const auto log = model_.steps_log();
+  const auto b_prefill = std::find_if(log.begin() + 2, log.end(), [](const std::vector<int>& step) {
+    return step.size() == 2;
+  });
+  EXPECT_GE(b_prefill - log.begin(), 8);
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.preemptions, 0);
+  EXPECT_EQ(st.out_of_memory, 0);
+  EXPECT_EQ(st.budget_foreign_grew, 1);
+  EXPECT_EQ(st.budget_foreign_shrank, 1);
+}
+
+TEST_F(ForeignBytesTest, OutsidePolicyMemoryForeignBytesAreMeasuredButMoveNoBudget) {
+  Engine::Options o = foreign_options("2=6000");
+  o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, 8};
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->finished());
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.foreign_bytes, 6000);
+  EXPECT_EQ(st.budget_foreign_grew, 0);
+  EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget);
+}
+
+}  // namespace
+}  // namespace vg
