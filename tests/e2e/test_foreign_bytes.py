@@ -1,0 +1,102 @@
+"""Memory the server does not own, end to end: mid-burst "another process"
+(the test_foreign_bytes hook, reading a file) takes 60 % of a virtual device,
+then frees it. Under policy memory the effective budget follows those bytes
+before anything more is admitted, the youngest sequences are preempted when
+what runs no longer fits, no step runs out of memory and every request
+completes; the budget comes back when the bytes are freed. Under none the
+same burst loses requests to out-of-memory steps (the baseline)."""
+import concurrent.futures
+
+import requests
+
+from conftest import wait_until
+
+CAPACITY = 40 << 20
+DEVICE = f"virt:0={CAPACITY >> 20}MiB"
+FOREIGN = CAPACITY * 6 // 10
+CLIENTS = 32
+BODY = {"prompt": "x" * 8, "max_tokens": 230, "ignore_eos": True, "temperature": 0}
+
+
+def expected_budget(device, foreign):
+    """device_budget() (admission/memory_profile.hpp) with `foreign` bytes held by others."""
+    usable = min(device["capacity_bytes"] * 9 // 10, device["capacity_bytes"] - foreign)
+    return max(0, usable - device["resident_bytes"] - device["workspace_bytes"])
+
+
+def burst(server, path, while_running):
+    """CLIENTS requests at once; `while_running(server)` runs once all slots are busy."""
+    def one(_):
+        return requests.post(server.url + "/v1/completions", json=BODY, timeout=300)
+
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as ex:
+        futures = [ex.submit(one, i) for i in range(CLIENTS)]
+        wait_until(lambda: server.admission()["running"] >= 16, what="16 sequences running")
+        while_running(server)
+        return [f.result() for f in futures]
+
+
+def device(server):
+    return server.admission()["devices"][0]
+
+
+def test_foreign_bytes_mid_burst_lower_the_budget_and_nothing_runs_out_of_memory(make_server, tmp_path):
+    path = tmp_path / "foreign"
+    path.write_text("0")
+    server = make_server("--device", DEVICE, "--max-batch", "16", "--test-step-delay-ms", "5",
+                         "--test-foreign-bytes", f"file:{path}", "--oom-quiet-period", "3600")
+    budget = device(server)["budget_bytes"]
+    assert budget == expected_budget(device(server), 0)
+    seen = {}
+
+    def take_then_free(s):
+        seen["reserved"] = device(s)["reserved_bytes"]
+        path.write_text(str(FOREIGN))
+        wait_until(lambda: device(s)["foreign_bytes"] == FOREIGN, what="the other process's bytes")
+        wait_until(lambda: device(s)["effective_budget_bytes"] == expected_budget(device(s), FOREIGN),
+                   what="the effective budget following them")
+        lowered = expected_budget(device(s), FOREIGN)
+        # What runs is shed down to the lowered budget, youngest first.
+        wait_until(lambda: device(s)["reserved_bytes"] <= lowered, what="the leases fitting the lowered budget")
+        seen["lowered"] = lowered
+        path.write_text("0")
+        wait_until(lambda: device(s)["effective_budget_bytes"] == budget, what="the budget back")
+
+    results = burst(server, path, take_then_free)
+    for r in results:
+        assert r.status_code == 200 or (r.status_code == 503 and "Retry-After" in r.headers), (r.status_code, r.text)
+    assert all(r.status_code == 200 for r in results), [r.status_code for r in results]
+    assert all(r.json()["usage"]["completion_tokens"] == BODY["max_tokens"] for r in results)
+    a = server.admission()
+    d = a["devices"][0]
+    assert a["out_of_memory"] == 0 and a["failed"] == 0, a
+    assert d["budget_changes"]["foreign_grew"] >= 1 and d["budget_changes"]["foreign_shrank"] >= 1, d
+    assert d["budget_changes"]["out_of_memory"] == 0, d
+    # The sizes are chosen so that 16 running requests no longer fit: some
+    # were preempted and recomputed.
+    assert seen["lowered"] < seen["reserved"] <= budget, seen
+    assert a["preemptions"] >= 1, a
+    assert d["foreign_bytes"] == 0 and d["effective_budget_bytes"] == budget
+    texts = {r.json()["choices"][0]["text"] for r in results}
+    assert len(texts) == 1  # greedy: the preempted ones were recomputed to the same text
+    metrics = server.get("/metrics").text
+    assert 'vramgate_device_foreign_bytes{device="virt:0"} 0' in metrics
+    assert 'vramgate_budget_changes_total{device="virt:0",reason="foreign_grew"}' in metrics
+
+
+def test_under_admission_none_the_same_burst_loses_requests(make_server, tmp_path):
+    path = tmp_path / "foreign"
+    path.write_text("0")
+    server = make_server("--device", DEVICE, "--admission", "none", "--test-step-delay-ms", "5",
+                         "--test-foreign-bytes", f"file:{path}")
+
+    def take(s):
+        path.write_text(str(FOREIGN))
+        wait_until(lambda: s.admission()["out_of_memory"] >= 1, what="an out-of-memory step")
+
+    results = burst(server, path, take)
+    statuses = [r.status_code for r in results]
+    assert any(s >= 500 for s in statuses), statuses
+    a = server.admission()
+    assert a["out_of_memory"] >= 1 and a["failed"] >= 1, a
+    assert device(server)["budget_changes"]["foreign_grew"] == 0  # none moves no budget
