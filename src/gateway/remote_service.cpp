@@ -515,6 +515,10 @@ void RemoteService::reap_children(TimePoint now) {
           std::string all;
           for (auto& o : slots_) all += fmt::format("{}the engine on {} {}", all.empty() ? "" : "; ", o->label(), o->failed);
           fatal_ = all + "; its log lines above say why";
+          const bool settings = std::all_of(slots_.begin(), slots_.end(), [](const auto& o) {
+            return o->last_exit == "exit 2";  // exit_text() of an exit with status 2
+          });
+          fatal_exit_status_ = settings ? 2 : 1;
         } else {
           spdlog::error("engine on {} (pid {}) {}: its devices are left out; the other engines serve", s->label(),
                         pid, s->failed);
@@ -1809,6 +1813,11 @@ std::vector<EngineInfo> RemoteService::engine_processes() const {
 std::optional<std::string> RemoteService::fatal_start_failure() const {
   std::lock_guard lk(mu_);
   return fatal_;
+}
+
+int RemoteService::fatal_start_exit_status() const {
+  std::lock_guard lk(mu_);
+  return fatal_exit_status_;
 }
 
 bool RemoteService::wait_ready(TimePoint deadline) const {

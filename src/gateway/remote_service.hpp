@@ -121,6 +121,9 @@ class RemoteService final : public Service {
   /// settings are unusable) before it ever served: restarting cannot help,
   /// and the server should exit. Any thread.
   std::optional<std::string> fatal_start_failure() const;
+  /// The exit status for fatal_start_failure(): 2 when every engine exited
+  /// 2 (its settings or device cannot serve), else 1.
+  int fatal_start_exit_status() const;
   /// Blocks until every engine is connected and ready (or left out: it could not start), or `deadline`.
   bool wait_ready(TimePoint deadline) const;
   /// New requests get 503 from now on; running ones go on.
@@ -208,6 +211,7 @@ class RemoteService final : public Service {
   bool draining_ = false;                           // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::optional<std::string> fatal_;                // guarded by mu_
+  int fatal_exit_status_ = 1;                       // guarded by mu_
   int open_channels_ = 0;                           // guarded by mu_: connections whose on_close has not run
   /// A model's prompt encoder and the hello facts it was loaded for.
   struct PromptEncoding {

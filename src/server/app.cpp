@@ -59,6 +59,11 @@ struct Backend {
   std::function<void()> shutdown;
 };
 
+/// The exit status of a start-up that failed with `error`: 2 when the
+/// settings or the device cannot serve (kConfig: a device too small for the
+/// model and one request, memory other processes hold included), else 1.
+int start_failure_status(const Error& error) { return error.code == ErrorCode::kConfig ? 2 : 1; }
+
 /// A folder only this user can use: created 0700 when missing; an existing
 /// one must belong to this user and give others no access (it is never
 /// changed). Errors: kConfig saying what is wrong.
@@ -327,7 +332,7 @@ int run_server(const ServeConfig& config) {
     auto service = InferenceService::create(config, &metrics);
     if (!service.ok()) {
       spdlog::error("start-up failed: {}", service.error().message);
-      return 1;
+      return start_failure_status(service.error());
     }
     local = std::move(service).value();
     InferenceService* s = local.get();
@@ -431,7 +436,7 @@ int run_server(const ServeConfig& config) {
         (*http)->stop_accepting();
         remote->shutdown();
         (*http)->stop();
-        return 1;
+        return remote->fatal_start_exit_status();
       }
     }
   } else {
@@ -539,7 +544,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     spdlog::error("start-up failed: {}", service.error().message);
     // Its supervisor shows this as the reason its devices are left out.
     std::ofstream(wire::start_failure_path(socket_path), std::ios::trunc) << service.error().message << "\n";
-    return 1;
+    return start_failure_status(service.error());
   }
 
   // The secret a gateway presents: random, readable by this user only. It

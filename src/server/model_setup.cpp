@@ -7,6 +7,7 @@
 #include "admission/admission_policy.hpp"
 #include "common/decimal.hpp"
 #include "device/device.hpp"
+#include "device/foreign_bytes_hook.hpp"
 #include "engine/memory_profiler.hpp"
 #include "engine/tensor_profiler.hpp"
 #include "model/model.hpp"
@@ -44,6 +45,14 @@ std::string budget_shortfall(const DeviceSetup& setup) {
          format_bytes(in.workspace_bytes) + " workspace), utilization " + format_decimal(in.utilization) + ", " +
          format_bytes(in.reserve_bytes) + " reserve";
 }
+
+// For a start-up failure on a shared device: what others hold.
+std::string held_by_others(const Device& device) {
+  const DeviceMemory m = device.memory();
+  if (m.foreign <= 0) return {};
+  return "; other processes hold " + format_bytes(m.foreign) + " of its " + format_bytes(m.capacity) +
+         " (this process holds " + format_bytes(m.own) + ", " + format_bytes(m.capacity - m.used) + " free)";
+}
 }  // namespace
 
 Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
@@ -52,6 +61,10 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
   auto device = create_device(spec.kind, spec.index, spec.capacity);
   if (!device.ok()) return std::move(device).error();
   out.device = std::move(device).value();
+  // Test hook: another process holds device memory before the models load.
+  if (auto hook = parse_foreign_bytes_hook(config.test_foreign_bytes); hook.ok()) {
+    if (auto bytes = hook->read_file()) out.device->set_test_foreign_bytes(*bytes);
+  }
   DeviceScope scope(out.device.get());
   for (const ModelSource& source : models) {
     const std::int64_t before = out.device->memory().own;
@@ -63,7 +76,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
                                         TensorProfileOptions{config.max_batch, config.memory_safety});
       if (!fit.ok()) {
         return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " +
-                                             out.device->name() + " failed: " + fit.error().message);
+                                             out.device->name() + " failed: " + fit.error().message +
+                                             held_by_others(*out.device));
       }
       fit->resident_bytes = resident;
       spdlog::info("model '{}' (torchscript) on {}: {} resident; {}", source.id, out.device->name(),
@@ -86,7 +100,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
                                                          config.memory_safety});
     if (!profile.ok()) {
       return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + out.device->name() +
-                                           " failed: " + profile.error().message);
+                                           " failed: " + profile.error().message + held_by_others(*out.device));
     }
     profile->resident_bytes = resident;
     // With a prefill worker a prefill step and a decode step may run at once.

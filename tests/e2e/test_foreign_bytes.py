@@ -6,10 +6,11 @@ what runs no longer fits, no step runs out of memory and every request
 completes; the budget comes back when the bytes are freed. Under none the
 same burst loses requests to out-of-memory steps (the baseline)."""
 import concurrent.futures
+import subprocess
 
 import requests
 
-from conftest import wait_until
+from conftest import BIN, MODE_ARGS, MODEL_DIR, wait_until
 
 CAPACITY = 40 << 20
 DEVICE = f"virt:0={CAPACITY >> 20}MiB"
@@ -100,3 +101,26 @@ def test_under_admission_none_the_same_burst_loses_requests(make_server, tmp_pat
     a = server.admission()
     assert a["out_of_memory"] >= 1 and a["failed"] >= 1, a
     assert device(server)["budget_changes"]["foreign_grew"] == 0  # none moves no budget
+
+
+def test_the_budget_at_start_up_counts_only_what_is_free(make_server, tmp_path):
+    # Another process holds 6 of the 16 MiB before the server starts.
+    path = tmp_path / "foreign"
+    path.write_text("6MiB")
+    server = make_server("--device", "virt:0=16MiB", "--test-foreign-bytes", f"file:{path}")
+    d = device(server)
+    assert d["foreign_bytes"] == 6 << 20, d
+    assert d["budget_bytes"] == expected_budget(d, 6 << 20) < expected_budget(d, 0), d
+    assert server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4}).status_code == 200
+    assert "held by others" in server.logs()
+
+
+def test_a_device_others_fill_stops_start_up_with_exit_2_and_the_numbers(tmp_path):
+    path = tmp_path / "foreign"
+    path.write_text("10MiB")
+    p = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", *MODE_ARGS, "--device",
+                        "virt:0=16MiB", "--test-foreign-bytes", f"file:{path}"],
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out
+    assert "start-up failed" in out and "other processes hold 10.0 MiB of its 16.0 MiB" in out, out
