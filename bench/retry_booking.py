@@ -18,6 +18,7 @@ bench/reports/retry-booking.md and .json.
 
   bench/retry_booking.py --binary build/release/vramgate
   bench/retry_booking.py --tiny --out-dir /tmp/rb   # seconds: a smoke run
+  bench/retry_booking.py --proxy-case   # clients behind one proxy, one body
 """
 import argparse
 import concurrent.futures
@@ -262,6 +263,163 @@ def report_md(args, results):
     return "\n".join(lines)
 
 
+# -- Clients behind one proxy, all sending the same body ---------------------
+# Many users of one upstream service asking the same thing reach the server
+# from one address (the proxy's). A refused request's retry is recognised by
+# body within a client, so an identical fresh request could take the booking
+# meant for another's retry, and a per-client share counted everyone behind
+# the proxy as one client. `--proxy-case` measures it under each policy.
+
+PROXY_POLICIES = [
+    # (name, server args, clients send x-stainless-retry-count)
+    ("before: the count not read, proxy not trusted", [], False),
+    ("after, default: the count read, proxy not trusted", [], True),
+    ("after: the count read, --trusted-proxy 127.0.0.1", ["--trusted-proxy", "127.0.0.1"], True),
+    ("--trusted-proxy 127.0.0.1, no count sent", ["--trusted-proxy", "127.0.0.1"], False),
+    # Fewer places: the per-client share binds (one client holds at most half).
+    ("--max-retry-bookings 12, the count read, proxy not trusted", ["--max-retry-bookings", "12"], True),
+    ("--max-retry-bookings 12, the count read, --trusted-proxy 127.0.0.1",
+     ["--max-retry-bookings", "12", "--trusted-proxy", "127.0.0.1"], True),
+]
+
+
+class SameBodyLoop(Loop):
+    """Loop's closed-loop clients, all sending one body through a proxy on
+    127.0.0.1 that names each client in X-Forwarded-For; with `send_count`,
+    each attempt carries x-stainless-retry-count (0 first, then the retry's
+    number) as the OpenAI SDKs send it."""
+
+    def __init__(self, url, max_tokens, end, tag, send_count):
+        super().__init__(url, max_tokens, end, tag)
+        self.send_count = send_count
+
+    def client(self, i):
+        session = requests.Session()
+        body = {"prompt": f"{self.tag} the same question", "max_tokens": self.max_tokens, "ignore_eos": True}
+        while time.monotonic() < self.end:
+            t0 = time.monotonic()
+            retries = 0
+            promised = None
+            while True:
+                headers = {"X-Forwarded-For": f"10.0.{i}.1"}
+                if self.send_count:
+                    headers["x-stainless-retry-count"] = str(retries)
+                sent = time.monotonic()
+                try:
+                    r = session.post(self.url + "/v1/completions", json=body, headers=headers, timeout=120)
+                except requests.RequestException as e:
+                    with self.lock:
+                        self.errors[type(e).__name__] = self.errors.get(type(e).__name__, 0) + 1
+                    break
+                now = time.monotonic()
+                with self.lock:
+                    if r.status_code == 200:
+                        self.done.append((now, now - t0, retries))
+                        if retries == 1:
+                            self.first_retry.append(True)
+                            self.lateness.append(sent + float(r.headers.get("X-Queue-Wait-Ms", "0")) / 1000 - promised)
+                    elif r.status_code != 503:
+                        self.errors[str(r.status_code)] = self.errors.get(str(r.status_code), 0) + 1
+                    elif retries == 1:
+                        self.first_retry.append(False)
+                if r.status_code != 503:
+                    break
+                wait = retry_wait_s(r)
+                if now + wait >= self.end:
+                    return
+                promised = now + wait
+                retries += 1
+                with self.lock:
+                    self.waited_s += wait
+                time.sleep(wait)  # the client honours the server's retry-after
+
+
+def proxy_policy(args, name, extra, send_count):
+    server = Server(args.binary, "--model-dir", args.model_dir, "--threads", "1", "--max-batch", str(args.max_batch),
+                    "--max-queue", str(args.max_queue), "--test-step-delay-ms", str(args.step_delay_ms), *extra)
+    try:
+        start = time.monotonic()
+        loop = SameBodyLoop(server.url, args.max_tokens, start + args.overload_s, "proxy", send_count)
+        loop.run(args.clients)
+        admission = requests.get(server.url + "/v1/admission", timeout=30).json()
+    finally:
+        server.stop()
+    first = loop.first_retry
+    return {
+        "policy": name,
+        "server_args": extra,
+        "sends_retry_count": send_count,
+        "refused_then_retried": len(first),
+        "first_retry_admitted_share": sum(first) / len(first) if first else None,
+        "admitted_minus_promised_p50_s": percentile(loop.lateness, 50),
+        "admitted_minus_promised_p99_s": percentile(loop.lateness, 99),
+        "completed": len(loop.done),
+        "goodput_rps": goodput(loop, start + args.warmup_s, start + args.overload_s),
+        "mean_retries": sum(r for _, _, r in loop.done) / len(loop.done) if loop.done else None,
+        "errors": loop.errors,
+        "retry_bookings": admission.get("retry_bookings"),
+    }
+
+
+def proxy_report_md(args, results):
+    lines = [
+        "# Booked retries behind one proxy: clients sending the same body",
+        "",
+        f"Command: `bench/retry_booking.py {' '.join(sys.argv[1:])}`".rstrip(),
+        "",
+        f"Server: tinylm, `--max-batch {args.max_batch} --max-queue {args.max_queue} --test-step-delay-ms "
+        f"{args.step_delay_ms}`, one compute thread, `--retry-bookings on`; requests of {args.max_tokens} tokens "
+        f"(`ignore_eos`). {args.clients} closed-loop clients for {args.overload_s} s, all from 127.0.0.1 with one "
+        "and the same body, each named by its own `X-Forwarded-For` (as a proxy in front writes it), each "
+        "retrying a refused request after exactly the retry-after-ms it was given. 1-minute load average before / "
+        f"after: {args.load_average[0]} / {args.load_average[1]} (2 cores, shared with other work).",
+        "",
+        "| policy | retries admitted on their first retry | goodput | completed | mean retries | bookings "
+        "booked / claimed / expired / early / refused |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        b = r["retry_bookings"] or {}
+        counts = " / ".join(str(b.get(k, "n/a")) for k in ("booked", "claimed", "expired", "early", "refused"))
+        lines.append(f"| {r['policy']} | {pct(r['first_retry_admitted_share'])} ({r['refused_then_retried']} "
+                     f"retried) | {fmt(r['goodput_rps'], '{:.1f}')} req/s | {r['completed']} | "
+                     f"{fmt(r['mean_retries'], '{:.2f}')} | {counts} |")
+    lines += [
+        "",
+        "Before: the server could not tell a fresh request from a retry: an identical fresh request from behind "
+        "the proxy took the booking of a refused one, whose retry then found none, or, when that booking was not "
+        "yet due, was itself refused as an early retry (the early count). After: a request that says it is a "
+        "first attempt (`x-stainless-retry-count: 0`, as the OpenAI SDKs send it) is never matched by its body, "
+        "and one that says it is a retry takes an open booking of its client and body, so the default "
+        "configuration admits every first retry; `--trusted-proxy` makes each forwarded client its own client "
+        "(its own share, its own body matches), which is enough even for clients that send no count.",
+        "",
+        "With fewer places (`--max-retry-bookings 12`) the places, not identity, bound first-retry admission. "
+        "Behind an untrusted proxy everyone is one client holding at most half of them; a refusal beyond them "
+        "books nothing, but its retry (same client, same body) takes whichever of that client's bookings is open, "
+        "so the clients use each other's places (and a retry that finds only ones not yet due is told to come "
+        "back: the early count). Behind a trusted proxy each client keeps its own place and no one takes it, "
+        "and the refusals that find all 12 held book nothing.",
+        "",
+    ]
+    if args.tiny:
+        lines.insert(2, "**Tiny smoke run: seconds of traffic, figures not meaningful.**\n")
+    return "\n".join(lines)
+
+
+def proxy_case(args):
+    load_before = os.getloadavg()[0]
+    results = [proxy_policy(args, name, extra, send_count) for name, extra, send_count in PROXY_POLICIES]
+    args.load_average = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "retry-booking-proxy.json"), "w") as f:
+        json.dump({"config": vars(args), "results": results}, f, indent=2)
+    md = proxy_report_md(args, results)
+    with open(os.path.join(args.out_dir, "retry-booking-proxy.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/release/vramgate"))
@@ -278,12 +436,18 @@ def main():
     ap.add_argument("--warmup-s", type=float, default=2)
     ap.add_argument("--skip-sdk", action="store_true", help="without the OpenAI SDK phase")
     ap.add_argument("--tiny", action="store_true", help="a few seconds per phase (smoke test)")
+    ap.add_argument("--proxy-case", action="store_true",
+                    help="only clients behind one proxy sending the same body, under each policy "
+                         "(writes retry-booking-proxy.md and .json)")
     args = ap.parse_args()
     if args.tiny:
         args.max_batch, args.max_queue, args.max_tokens = 2, 1, 4
         args.peak_s, args.overload_s, args.sdk_s, args.warmup_s = 1.5, 2.5, 2, 0.2
     if args.clients is None:
         args.clients = 3 * args.max_batch
+    if args.proxy_case:
+        proxy_case(args)
+        return
     load_before = os.getloadavg()[0]
     results = {mode: run_mode(args, mode) for mode in ("on", "off")}
     args.load_average = [round(load_before, 2), round(os.getloadavg()[0], 2)]

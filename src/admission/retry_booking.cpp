@@ -82,10 +82,8 @@ RetryBookings::Lookup RetryBookings::recognise(const RetryIdentity& id, TimePoin
     });
     if (found != bookings_.end()) out.by = "idempotency_key";
   }
-  if (found == bookings_.end() && id.attempt != RetryAttempt::kFirst) {
-    found = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) {
-      return b.client == id.client && b.fingerprint == id.fingerprint;
-    });
+  if (found == bookings_.end()) {
+    found = find_by_body(id, now);
     if (found != bookings_.end()) out.by = "body";
   }
   if (found == bookings_.end()) return out;
@@ -100,6 +98,19 @@ RetryBookings::Lookup RetryBookings::recognise(const RetryIdentity& id, TimePoin
   bookings_.erase(found);
   ++counters_.claimed;
   return out;
+}
+
+std::vector<RetryBooking>::iterator RetryBookings::find_by_body(const RetryIdentity& id, TimePoint now) {
+  if (id.attempt == RetryAttempt::kFirst) return bookings_.end();
+  const auto same = [&](const RetryBooking& b) { return b.client == id.client && b.fingerprint == id.fingerprint; };
+  if (id.attempt == RetryAttempt::kRetry) {
+    // The client's bookings of this body are interchangeable: one whose window is open, if any.
+    const auto open = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) {
+      return same(b) && now >= b.promised_at - options_.early;
+    });
+    if (open != bookings_.end()) return open;
+  }
+  return std::find_if(bookings_.begin(), bookings_.end(), same);
 }
 
 std::size_t RetryBookings::held_by(const std::string& client) const {

@@ -121,10 +121,12 @@ class RetryBookings {
   /// Releases expired bookings, then looks `id` up: by token (which must
   /// also carry the booking's fingerprint, else kMismatch), else by the same
   /// Idempotency-Key and fingerprint, else, unless `id` is a first
-  /// attempt, by the same client and fingerprint (the oldest such booking
-  /// first). A token or Idempotency-Key names the request's own booking, so
-  /// a first attempt is recognised by them (a client that retries by hand
-  /// with SDK retries off sends x-stainless-retry-count: 0 every time).
+  /// attempt, by the same client and fingerprint: for a request that says
+  /// it is a retry the oldest such booking whose window is open, else (and
+  /// for one that does not say) the oldest such booking. A token or
+  /// Idempotency-Key names the request's own booking, so a first attempt is
+  /// recognised by them (a client that retries by hand with SDK retries off
+  /// sends x-stainless-retry-count: 0 every time).
   Lookup recognise(const RetryIdentity& id, TimePoint now);
 
   struct Decision {
@@ -170,6 +172,8 @@ class RetryBookings {
   const RetryBookingOptions& options() const { return options_; }
 
  private:
+  /// The booking `id` matches by client and body (see recognise()); end() when none.
+  std::vector<RetryBooking>::iterator find_by_body(const RetryIdentity& id, TimePoint now);
   std::size_t held_by(const std::string& client) const;
   std::size_t clients_with(const std::string& client) const;
 

@@ -126,6 +126,27 @@ TEST(RetryBookings, AFirstAttemptNeverTakesABookingByItsBody) {
   EXPECT_STREQ(retry.by, "body");
 }
 
+TEST(RetryBookings, ASaidRetryTakesAnOpenBookingOfItsBodyBeforeAnOlderOneNotYetOpen) {
+  // Two refusals of one client and body; the later one was promised sooner
+  // (the drain rate rose in between). Its retry comes at its promise.
+  ManualClock c;
+  RetryBookings b({true, 16, 250ms, 2s, 30s});
+  ASSERT_TRUE(b.book(who("addr:proxy", "same"), c.now(), 3.0, 2, 10, 100, 8).booked);
+  c.advance(100ms);
+  ASSERT_TRUE(b.book(who("addr:proxy", "same"), c.now(), 1.0, 1, 10, 100, 8).booked);
+  c.advance(1s);
+  // Without the count the oldest is taken, and it is not due yet.
+  EXPECT_EQ(b.recognise(who("addr:proxy", "same"), c.now()).match, Match::kEarly);
+  // Said to be a retry: the open one, interchangeable with the older.
+  const auto retry = b.recognise(attempt(who("addr:proxy", "same"), RetryAttempt::kRetry), c.now());
+  EXPECT_EQ(retry.match, Match::kClaimed);
+  EXPECT_EQ(retry.booking.position, 1);
+  ASSERT_EQ(b.held().size(), 1u);
+  EXPECT_EQ(b.held()[0].position, 2);
+  // With none open it is early for the oldest, as before.
+  EXPECT_EQ(b.recognise(attempt(who("addr:proxy", "same"), RetryAttempt::kRetry), c.now()).match, Match::kEarly);
+}
+
 TEST(RetryBookings, AFirstAttemptStillClaimsItsOwnBookingByTokenOrIdempotencyKey) {
   // A client retrying by hand with SDK retries off says "first attempt" each
   // time; its token or Idempotency-Key names its own booking.
