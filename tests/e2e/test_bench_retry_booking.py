@@ -35,3 +35,22 @@ def test_retry_booking_benchmark_runs_both_modes_and_writes_the_report(tmp_path)
     md = (tmp_path / "retry-booking.md").read_text()
     assert "Tiny smoke run" in md
     assert "retries admitted on their first retry" in md and "OpenAI JS SDK" in md
+
+
+def test_proxy_case_runs_every_policy_and_writes_its_report(tmp_path):
+    run = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "retry_booking.py"), "--proxy-case", "--tiny",
+                          "--binary", BIN, "--model-dir", MODEL_DIR, "--out-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "retry-booking-proxy.json").read_text())
+    results = report["results"]
+    assert [r["sends_retry_count"] for r in results[:2]] == [False, True]  # before, after
+    assert any("--trusted-proxy" in r["server_args"] for r in results)
+    for r in results:
+        assert r["completed"] > 0 and r["errors"] == {}, r
+        if r["first_retry_admitted_share"] is not None:
+            assert 0 <= r["first_retry_admitted_share"] <= 1
+        assert r["retry_bookings"]["booked"] >= r["retry_bookings"]["claimed"]
+    md = (tmp_path / "retry-booking-proxy.md").read_text()
+    assert "Tiny smoke run" in md and "retries admitted on their first retry" in md
+    assert not (tmp_path / "retry-booking.json").exists()  # only this case ran
