@@ -6,6 +6,7 @@ what runs no longer fits, no step runs out of memory and every request
 completes; the budget comes back when the bytes are freed. Under none the
 same burst loses requests to out-of-memory steps (the baseline)."""
 import concurrent.futures
+import shutil
 import subprocess
 
 import requests
@@ -124,3 +125,39 @@ def test_a_device_others_fill_stops_start_up_with_exit_2_and_the_numbers(tmp_pat
     out = p.stdout + p.stderr
     assert p.returncode == 2, out
     assert "start-up failed" in out and "other processes hold 10.0 MiB of its 16.0 MiB" in out, out
+
+
+def test_two_engines_on_one_device_follow_the_same_foreign_bytes(make_server, tmp_path):
+    # Two models on one device: an engine each, one budget. Another process
+    # takes half the device mid-burst and frees it again.
+    root = tmp_path / "models"
+    for name in ("first", "second"):
+        shutil.copytree(MODEL_DIR, root / name)
+    path = tmp_path / "foreign"
+    path.write_text("0")
+    capacity = 48 << 20
+    server = make_server("--device", f"virt:0={capacity >> 20}MiB", "--test-step-delay-ms", "5",
+                         "--test-foreign-bytes", f"file:{path}", "--oom-quiet-period", "3600", model_dir=str(root))
+    budget = device(server)["budget_bytes"]
+    assert budget == expected_budget(device(server), 0)
+    foreign = capacity // 2
+
+    def one(i):
+        body = dict(BODY, model="first" if i % 2 else "second")
+        return requests.post(server.url + "/v1/completions", json=body, timeout=300)
+
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as ex:
+        futures = [ex.submit(one, i) for i in range(CLIENTS)]
+        wait_until(lambda: server.admission()["running"] >= 16, what="both engines running")
+        path.write_text(str(foreign))
+        wait_until(lambda: device(server)["effective_budget_bytes"] == expected_budget(device(server), foreign),
+                   what="the effective budget following the other process")
+        assert device(server)["foreign_bytes"] == foreign
+        path.write_text("0")
+        wait_until(lambda: device(server)["effective_budget_bytes"] == budget, what="the budget back")
+        results = [f.result() for f in futures]
+    assert all(r.status_code == 200 for r in results), [(r.status_code, r.text) for r in results if r.status_code != 200]
+    a = server.admission()
+    d = a["devices"][0]
+    assert a["out_of_memory"] == 0 and a["failed"] == 0, a
+    assert d["budget_changes"]["foreign_grew"] == 1 and d["budget_changes"]["foreign_shrank"] == 1, d
