@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The two checks of scripts/gpu-check, run against a built vramgate binary on
+"""The checks of scripts/gpu-check, run against a built vramgate binary on
 one device (cuda:0 on a GPU machine; any virt:N=SIZE works too, which is how
 the checks themselves are tried on a machine without a GPU). Standard library
 only: the GPU machine's Python may have nothing but torch.
@@ -17,6 +17,15 @@ only: the GPU machine's Python may have nothing but torch.
               Device::prepare_compute_thread), the next request succeeds.
               --leak-bytes plants a leak (--test-leak-bytes-on-oom) that the
               check must report.
+  shared-device
+              another process holds all but --shared-free-mib of the device
+              (on CUDA a Python child that allocates with torch; on a virtual
+              device the --test-foreign-bytes hook plays it), then serve there
+              under --admission memory and drive a burst (--shared-requests of
+              --shared-prompt-tokens + --shared-max-tokens from
+              --shared-clients clients, --max-batch --shared-max-batch), and
+              check: the start-up budget is at most what was free, every
+              request 200, no out-of-memory error.
 
 Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
 1 when a check fails. Numbers come from the server's own /v1/models and
@@ -25,7 +34,10 @@ Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
 import argparse
 import math
 import os
+import re
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -232,13 +244,109 @@ def check_inject_oom(args):
     return not problems
 
 
+# The other process on a GPU: holds all but argv[1] bytes of what is free on
+# argv[2] until its stdin closes; prints the bytes it holds and the total.
+HOLDER = """
+import sys, torch
+dev = torch.device(sys.argv[2])
+free, total = torch.cuda.mem_get_info(dev)
+n = max(0, free - int(sys.argv[1]))
+x = torch.empty(n, dtype=torch.uint8, device=dev)
+torch.cuda.synchronize(dev)
+print(n, total, flush=True)
+sys.stdin.read()
+"""
+
+
+def virtual_capacity(device):
+    """The bytes of a virt:N=SIZE device string (MiB/GiB/KiB or bytes)."""
+    m = re.fullmatch(r"virt:\d+=(\d+)(KiB|MiB|GiB)?", device)
+    if not m:
+        raise ValueError(f"cannot read the capacity of {device}")
+    return int(m.group(1)) << {"KiB": 10, "MiB": 20, "GiB": 30, None: 0}[m.group(2)]
+
+
+class OtherProcess:
+    """Holds all but `keep` bytes of the device while in a `with` block.
+    `server_args` are what the server needs to see it (the test hook on a
+    virtual device), `held` the bytes it holds."""
+
+    def __init__(self, args, keep):
+        self.args, self.keep, self.child, self.path, self.server_args = args, keep, None, None, []
+
+    def __enter__(self):
+        if self.args.device.startswith("cuda"):
+            self.child = subprocess.Popen([self.args.python, "-c", HOLDER, str(self.keep), self.args.device],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            line = self.child.stdout.readline().split()
+            if len(line) != 2:
+                raise RuntimeError(f"the memory holder did not start (exit {self.child.wait(timeout=30)})")
+            self.held = int(line[0])
+            return self
+        self.held = virtual_capacity(self.args.device) - self.keep
+        fd, self.path = tempfile.mkstemp(prefix="gpu-check-foreign-")
+        os.write(fd, str(self.held).encode())
+        os.close(fd)
+        self.server_args = ["--test-foreign-bytes", f"file:{self.path}"]
+        return self
+
+    def __exit__(self, *exc):
+        if self.child:
+            self.child.stdin.close()
+            self.child.wait(timeout=60)
+        if self.path:
+            os.unlink(self.path)
+
+
+def check_shared_device(args):
+    t0 = time.monotonic()
+    keep = args.shared_free_mib * MiB
+    with OtherProcess(args, keep) as other:
+        server = Server(args.binary, ["--device", args.device, "--model-dir", args.model_dir, "--threads",
+                                      str(args.threads), "--admission", "memory", "--max-batch",
+                                      str(args.shared_max_batch), "--max-queue", "512", "--queue-timeout", "240",
+                                      "--log-level", "info", *other.server_args])
+        try:
+            start = server.admission()["devices"][0]
+            sampler = Sampler(server)
+            body = completion(args.shared_prompt_tokens, args.shared_max_tokens)
+            statuses = drive(server, [body] * args.shared_requests, args.shared_clients)
+            sampler.stop()
+            final = wait_idle(server)
+            alive = server.proc.poll() is None
+            budget_line = next((line.strip() for line in server.log if "budget of " in line), "")
+        finally:
+            server.stop()
+    d = final["devices"][0]
+    problems = []
+    if start["budget_bytes"] > keep:
+        problems.append(f"budget {gb(start['budget_bytes'])} above the {gb(keep)} that was free")
+    if statuses.count(200) != len(statuses):
+        problems.append(f"statuses {sorted(set(statuses), key=str)}")
+    if final["out_of_memory"] != 0:
+        problems.append(f"{final['out_of_memory']} out-of-memory errors")
+    if not alive:
+        problems.append("process exited")
+    verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
+    print(f"gpu-check shared-device: {verdict}: another process held {gb(other.held)} of {gb(d['capacity_bytes'])}, "
+          f"{gb(keep)} left free; budget {gb(start['budget_bytes'])} (foreign {gb(start['foreign_bytes'])} at start); "
+          f"{statuses.count(200)}/{len(statuses)} completed, {final['out_of_memory']} OOM, "
+          f"{final.get('preemptions', 0)} preempted, at most {sampler.max['running']} running, "
+          f"{time.monotonic() - t0:.1f} s", flush=True)
+    print(f"gpu-check shared-device: start-up: {budget_line}", flush=True)
+    if problems:
+        print(server.tail(40), file=sys.stderr)
+    return not problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", required=True, help="the vramgate executable")
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--checks", default="load,inject-oom", help="comma-separated: load, inject-oom")
+    ap.add_argument("--checks", default="load,inject-oom,shared-device",
+                    help="comma-separated: load, inject-oom, shared-device")
     ap.add_argument("--prompt-tokens", type=int, default=192)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=32, help="load: completions sent")
@@ -248,8 +356,15 @@ def main():
     ap.add_argument("--inject-step", type=int, default=4)
     ap.add_argument("--leak-bytes", type=int, default=0,
                     help="inject-oom: bytes each recovery leaks on purpose (the check must then fail)")
+    ap.add_argument("--python", default=sys.executable, help="shared-device: the Python with torch (CUDA)")
+    ap.add_argument("--shared-free-mib", type=int, default=3 << 10, help="shared-device: MiB the other process leaves")
+    ap.add_argument("--shared-requests", type=int, default=96)
+    ap.add_argument("--shared-clients", type=int, default=64)
+    ap.add_argument("--shared-max-batch", type=int, default=64)
+    ap.add_argument("--shared-prompt-tokens", type=int, default=24)
+    ap.add_argument("--shared-max-tokens", type=int, default=1000)
     args = ap.parse_args()
-    checks = {"load": check_load, "inject-oom": check_inject_oom}
+    checks = {"load": check_load, "inject-oom": check_inject_oom, "shared-device": check_shared_device}
     unknown = [c for c in args.checks.split(",") if c not in checks]
     if unknown:
         ap.error(f"unknown check(s) {', '.join(unknown)}: choose from {', '.join(checks)}")

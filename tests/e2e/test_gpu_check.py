@@ -1,6 +1,7 @@
 """scripts/gpu_check_driver.py, the checks `scripts/gpu-check run` makes on a
-GPU, run on a virtual device against the release binary: both pass, and the
-inject-oom check finds a leak planted with --test-leak-bytes-on-oom."""
+GPU, run on a virtual device against the release binary: all pass (the
+shared-device one with the foreign-bytes test hook as the other process), and
+the inject-oom check finds a leak planted with --test-leak-bytes-on-oom."""
 import os
 import re
 import subprocess
@@ -14,11 +15,13 @@ DRIVER = os.path.join(ROOT, "scripts", "gpu_check_driver.py")
 
 def drive(*args):
     cmd = [sys.executable, DRIVER, "--binary", BIN, "--model-dir", MODEL_DIR, "--device", "virt:0=256MiB",
-           "--threads", "1", "--prompt-tokens", "24", "--max-tokens", "12", *args]
+           "--threads", "1", "--prompt-tokens", "24", "--max-tokens", "12", "--shared-free-mib", "24",
+           "--shared-requests", "24", "--shared-clients", "16", "--shared-max-batch", "16", "--shared-max-tokens",
+           "100", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def test_both_checks_pass_on_a_virtual_device():
+def test_every_check_passes_on_a_virtual_device():
     run = drive("--requests", "12", "--clients", "6", "--fit", "3")
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"^gpu-check load: PASS: 12/12 completed on virt:0, 0 OOM", run.stdout, re.M), run.stdout
@@ -26,6 +29,10 @@ def test_both_checks_pass_on_a_virtual_device():
                        run.stdout, re.M)
     assert inject, run.stdout
     assert inject.group(1) == inject.group(2)
+    shared = re.search(r"^gpu-check shared-device: PASS: another process held ([\d.]+) MiB of 256.0 MiB, "
+                       r"24.0 MiB left free; budget ([\d.]+) MiB .* 24/24 completed, 0 OOM", run.stdout, re.M)
+    assert shared, run.stdout
+    assert float(shared.group(1)) == 232.0 and float(shared.group(2)) < 24.0
 
 
 def test_inject_oom_finds_a_planted_leak():
