@@ -52,8 +52,8 @@ const ConfigField kFields[] = {
      "naive baseline: no fit check, no queue limit)",
      &C::admission},
     {"memory_utilization", "memory",
-     "Fraction of device capacity vramgate may use: budget = capacity x utilization - resident - workspace - "
-     "reserve",
+     "Share of the device's total memory vramgate may use, capped by what is free: budget = min(capacity x "
+     "utilization, capacity - bytes other processes hold) - resident - workspace - reserve",
      &C::memory_utilization},
     {"memory_reserve", "memory", "Bytes never handed to requests (e.g. 64MiB)", &C::memory_reserve, true},
     {"memory_safety", "memory", "Multiplier on each request's measured memory cost (>= 1)", &C::memory_safety},
