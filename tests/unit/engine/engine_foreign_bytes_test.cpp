@@ -104,6 +104,37 @@ TEST_F(ForeignBytesTest, ForeignGrowthThatLeavesRoomForWhatRunsPreemptsNothingBu
   EXPECT_EQ(st.budget_foreign_shrank, 1);
 }
 
+TEST_F(ForeignBytesTest, GrowthDuringAChunkedPrefillPreemptsThePrefillingSequence) {
+  // b decodes; a's 12-token prompt is prefilled 3 tokens a step beside it.
+  // At step 3, a mid-prefill, others take 6000 bytes: b (3100) fits in the
+  // 4000 left, a (2200) not beside it, and a is the younger: it is
+  // preempted before its next chunk and recomputed once the bytes are freed.
+  Engine::Options o = foreign_options("3=6000,12=0");
+  o.max_batch_tokens = 4;
+  auto engine = make(o);
+  model_.block();
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), b).ok());
+  ASSERT_TRUE(model_.wait_in_step());  // step 1: b's prefill
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(10, "abcdefghijkl"), a).ok());
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(a->finished());
+  ASSERT_TRUE(b->finished());
+  EXPECT_EQ(a->finished()->usage.completion_tokens, 10);
+  EXPECT_TRUE(requeued_after_start(*a));
+  EXPECT_FALSE(requeued_after_start(*b));
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.preemptions, 1);
+  EXPECT_EQ(st.out_of_memory, 0);
+  EXPECT_EQ(st.failed, 0);
+  // a's prompt went in over more than one step before the preemption.
+  const std::vector<int> inputs = model_.inputs_log();
+  EXPECT_NE(std::find(inputs.begin(), inputs.end(), 3), inputs.end());
+}
+
 TEST_F(ForeignBytesTest, OutsidePolicyMemoryForeignBytesAreMeasuredButMoveNoBudget) {
   Engine::Options o = foreign_options("2=6000");
   o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, 8};
