@@ -153,7 +153,7 @@ def assert_page_matches(scraper, state):
     assert scraper.by_id["policy"] == state["policy"]
     for d in state["devices"]:
         shown = scraper.devices[d["name"]]
-        for field in ("capacity_bytes", "budget_bytes", "reserved_bytes"):
+        for field in ("capacity_bytes", "budget_bytes", "reserved_bytes", "foreign_bytes"):
             assert int(shown[field]) == d[field], (field, shown, d)
         assert shown["state"] == d["state"]
 

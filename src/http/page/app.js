@@ -14,6 +14,7 @@ const BARS = [
   ["peak_reserved_bytes", "peak reserved"],
   ["used_bytes", "used"],
   ["peak_bytes", "peak"],
+  ["foreign_bytes", "held by others"],
 ];
 const DEVICE_COUNTS = [["running", "running"], ["completed", "completed"], ["out_of_memory", "out of memory"],
                        ["preemptions", "preemptions"]];
