@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "admission/admission_policy.hpp"
+#include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
@@ -137,15 +138,16 @@ std::string format_plan_json(const Plan& plan) {
   const MemoryProfile& p = in.profile;
   std::string out = "{";
   out += "\"model\":" + json_string(in.model_id) + ",\"device\":" + json_string(in.device);
-  out += printf_string(",\"context_length\":%d,\"capacity_bytes\":%" PRId64 ",\"memory_utilization\":%.17g", in.context_length,
-             in.capacity_bytes, in.utilization);
+  out += printf_string(",\"context_length\":%d,\"capacity_bytes\":%" PRId64, in.context_length, in.capacity_bytes);
+  out += ",\"memory_utilization\":" + format_decimal(in.utilization);
   out += printf_string(",\"foreign_bytes\":%" PRId64, in.foreign_bytes);
   out += printf_string(",\"reserve_bytes\":%" PRId64 ",\"max_batch\":%d,\"max_batch_tokens\":%d", in.reserve_bytes,
              in.max_batch, in.max_batch_tokens);
   out += ",\"admission\":" + json_string(in.admission);
   out += printf_string(",\"resident_bytes\":%" PRId64 ",\"workspace_bytes\":%" PRId64 ",\"kv_bytes_per_token\":%" PRId64
-             ",\"sequence_overhead_bytes\":%" PRId64 ",\"safety_factor\":%.17g",
-             p.resident_bytes, p.workspace_bytes, p.kv_bytes_per_token, p.sequence_overhead_bytes, p.safety_factor);
+             ",\"sequence_overhead_bytes\":%" PRId64,
+             p.resident_bytes, p.workspace_bytes, p.kv_bytes_per_token, p.sequence_overhead_bytes);
+  out += ",\"safety_factor\":" + format_decimal(p.safety_factor);
   out += printf_string(",\"budget_bytes\":%" PRId64 ",\"rows\":[", plan.budget_bytes);
   for (std::size_t i = 0; i < plan.rows.size(); ++i) {
     const PlanRow& r = plan.rows[i];

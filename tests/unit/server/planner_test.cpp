@@ -89,5 +89,14 @@ TEST(Planner, JsonCarriesTheNumbers) {
                               "\"concurrent\":2,\"bound_by\":\"memory\"}"));
 }
 
+TEST(Planner, JsonWritesTheShortestDecimalThatReadsBack) {
+  PlanInputs in = inputs();
+  in.utilization = 0.9;  // %.17g would write 0.90000000000000002
+  in.profile.safety_factor = 1.1;
+  const std::string json = format_plan_json(make_plan(in, kPrompts, kMaxTokens));
+  EXPECT_THAT(json, HasSubstr("\"memory_utilization\":0.9,"));
+  EXPECT_THAT(json, HasSubstr("\"safety_factor\":1.1,"));
+}
+
 }  // namespace
 }  // namespace vg
