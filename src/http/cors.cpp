@@ -7,7 +7,11 @@
 namespace vg::httpd {
 namespace {
 
-constexpr std::string_view kExposed = "Retry-After, X-Request-Id, X-Queue-Position, X-Queue-Wait-Ms";
+// The response headers a page may read: the retry headers of a 503 (the delay,
+// the booked retry's token to send back, and the two the OpenAI SDKs read), the
+// request id and the queue headers.
+constexpr std::string_view kExposed =
+    "Retry-After, retry-after-ms, x-should-retry, X-Retry-Token, X-Request-Id, X-Queue-Position, X-Queue-Wait-Ms";
 constexpr std::string_view kMethods = "GET, POST, OPTIONS";
 constexpr std::size_t kMaxHeaderName = 64;
 constexpr std::size_t kMaxHeaders = 32;

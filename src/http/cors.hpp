@@ -32,7 +32,8 @@ struct CorsPolicy {
 
 /// Headers for any response (errors and streams too) to a request whose
 /// Origin is `origin`: for an allowed origin Access-Control-Allow-Origin (the
-/// origin itself) and Access-Control-Expose-Headers (Retry-After,
+/// origin itself) and Access-Control-Expose-Headers (the retry headers
+/// Retry-After, retry-after-ms, x-should-retry and X-Retry-Token, then
 /// X-Request-Id, X-Queue-Position, X-Queue-Wait-Ms); `Vary: Origin` whenever
 /// CORS is enabled, since the answer depends on the Origin; nothing otherwise.
 HeaderList cors_response_headers(const CorsPolicy& policy, std::string_view origin);

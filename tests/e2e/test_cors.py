@@ -13,7 +13,8 @@ ALLOWED = "http://app.example:3000"
 OTHER = "http://localhost:3000"
 EVIL = "https://evil.example"
 KEY = "sk-cors-test-1"
-EXPOSED = {"Retry-After", "X-Request-Id", "X-Queue-Position", "X-Queue-Wait-Ms"}
+EXPOSED = {"Retry-After", "retry-after-ms", "x-should-retry", "X-Retry-Token", "X-Request-Id", "X-Queue-Position",
+           "X-Queue-Wait-Ms"}
 
 
 @pytest.fixture(scope="module")

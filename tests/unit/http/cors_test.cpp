@@ -35,11 +35,14 @@ TEST(Cors, AllowsListedOriginsOnlyCaseInsensitively) {
   EXPECT_FALSE(CorsPolicy{}.allows("http://localhost:3000"));
 }
 
-TEST(Cors, ResponseHeadersEchoTheOriginAndExposeTheQueueHeaders) {
+TEST(Cors, ResponseHeadersEchoTheOriginAndExposeTheRetryAndQueueHeaders) {
   auto h = as_map(cors_response_headers(kPolicy, "http://localhost:3000"));
   EXPECT_EQ(h["Access-Control-Allow-Origin"], "http://localhost:3000");
   EXPECT_EQ(h["Vary"], "Origin");
-  EXPECT_EQ(h["Access-Control-Expose-Headers"], "Retry-After, X-Request-Id, X-Queue-Position, X-Queue-Wait-Ms");
+  // X-Retry-Token: a page must read a booked retry's token to send it back.
+  EXPECT_EQ(h["Access-Control-Expose-Headers"],
+            "Retry-After, retry-after-ms, x-should-retry, X-Retry-Token, X-Request-Id, X-Queue-Position, "
+            "X-Queue-Wait-Ms");
   EXPECT_FALSE(h.contains("Access-Control-Allow-Credentials"));
 
   // A wildcard policy still names the origin (never "*").
