@@ -123,7 +123,8 @@ const ConfigField kFields[] = {
      &C::api_keys},
     {"metrics_auth", "traffic", "With api_keys: GET /metrics needs a key too", &C::metrics_auth},
     {"rate_limit", "traffic",
-     "Completion requests per second per API key (or client address without keys); more -> 429; 0 = off",
+     "Work requests (POST completions, chat, /infer, /v2 infer) per second per API key (or client address without "
+     "keys); more -> 429; 0 = off",
      &C::rate_limit},
     {"rate_burst", "traffic", "Token bucket size for rate_limit (requests); 0 = max(1, rate_limit)",
      &C::rate_burst},

@@ -110,6 +110,10 @@ def test_rate_limit_per_address_without_keys(make_server):
     r = server.post("/infer", small())
     assert r.status_code == 429, r.text
     assert int(r.headers["Retry-After"]) >= 99
+    # Every POST work route is metered: chat too.
+    chat = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
+    r = server.post("/v1/chat/completions", chat)
+    assert r.status_code == 429, r.text
     # GET routes are not metered.
     assert server.get("/v1/admission").status_code == 200
     assert server.admission()["admitted"] == 1
