@@ -5,11 +5,15 @@ import os
 import json
 import re
 import subprocess
+import tomllib
 
 import pytest
 
 from conftest import BIN, MODEL_DIR
 from scenario_util import cost_of
+
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def run(*args, timeout=120):
@@ -138,10 +142,31 @@ def test_plan_errors_name_the_problem(tmp_path):
 
 
 def test_example_deploy_config_is_valid():
-    example = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "vramgate.toml")
+    example = os.path.join(ROOT, "deploy", "vramgate.toml")
     out = run("serve", "--config", example, "--print-config")
     assert out.returncode == 0, out.stderr
     assert re.search(r'^device = "virt:0=2GiB"$', out.stdout, re.M), out.stdout
+
+
+def readme_config_excerpt():
+    """The TOML block of the README's Config file section (the excerpt of deploy/vramgate.toml)."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = readme[readme.index("### Config file"):]
+    section = section[:section.index("\n### ")]
+    blocks = re.findall(r"^```toml\n(.*?)^```", section, re.M | re.S)
+    assert len(blocks) == 1, blocks
+    return tomllib.loads(blocks[0])
+
+
+def test_the_readme_config_example_is_an_excerpt_of_the_deploy_file():
+    excerpt = readme_config_excerpt()
+    with open(os.path.join(ROOT, "deploy", "vramgate.toml"), "rb") as f:
+        deploy = tomllib.load(f)
+    assert excerpt, "the README shows no keys"
+    for table, keys in excerpt.items():
+        assert isinstance(keys, dict), f"{table} is not a table"
+        for key, value in keys.items():
+            assert deploy.get(table, {}).get(key, "(missing)") == value, f"[{table}] {key}"
 
 
 def test_a_budget_too_small_for_any_request_fails_start_up():
