@@ -62,7 +62,10 @@ std::int64_t device_budget(const DeviceBudgetInputs& in) {
   const std::int64_t util = std::min(to_millionths(in.utilization), kMillion);
   const std::int64_t capacity = std::max<std::int64_t>(in.capacity_bytes, 0);
   __int128 usable = static_cast<__int128>(capacity) * util / kMillion;  // floor
-  usable = std::min<__int128>(usable, capacity - std::min(capacity, std::max<std::int64_t>(in.foreign_bytes, 0)));
+  const std::int64_t grain = std::max<std::int64_t>(1, capacity / kForeignGrain);
+  const std::int64_t foreign = std::min(capacity, std::max<std::int64_t>(in.foreign_bytes, 0));
+  const std::int64_t counted = std::min(capacity, (foreign + grain - 1) / grain * grain);
+  usable = std::min<__int128>(usable, capacity - counted);
   usable -= std::max<std::int64_t>(in.resident_bytes, 0);
   usable -= std::max<std::int64_t>(in.workspace_bytes, 0);
   usable -= std::max<std::int64_t>(in.reserve_bytes, 0);

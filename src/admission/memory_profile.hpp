@@ -49,8 +49,14 @@ struct DeviceBudgetInputs {
 ///   usable = min(floor(capacity × utilization), capacity − foreign)
 ///   budget = usable − resident − workspace − reserve, clamped to >= 0.
 /// So the budget never counts memory another process holds: it is at most
-/// what is free plus what the models hold. `utilization` is clamped to
-/// [0, 1] and rounded to millionths; negative byte inputs count as 0.
+/// what is free plus what the models hold. `foreign` is first rounded up to
+/// a multiple of capacity / 4096 (kForeignGrain), so that others' small
+/// changes do not move the budget at every measurement. `utilization` is
+/// clamped to [0, 1] and rounded to millionths; negative byte inputs count
+/// as 0.
 std::int64_t device_budget(const DeviceBudgetInputs& in);
+
+/// The grain foreign bytes are rounded up to: capacity / kForeignGrain.
+inline constexpr std::int64_t kForeignGrain = 4096;
 
 }  // namespace vg

@@ -63,7 +63,18 @@ class CudaDevice final : public Device {
   std::string torch_device() const override { return name_; }
 
   DeviceMemory memory() const override {
-    const cc::AllocatorStats stats = cc::allocator_stats(index_);
+    // The allocator's stats and the device's free memory are read apart: a
+    // segment reserved or freed in between (another compute thread of this
+    // process) would show as foreign bytes for one reading. Read again until
+    // the reserved bytes hold still around the free-memory reading.
+    cc::AllocatorStats stats = cc::allocator_stats(index_);
+    std::optional<std::int64_t> in_use = device_bytes_in_use();
+    for (int i = 0; i < 3; ++i) {
+      const cc::AllocatorStats after = cc::allocator_stats(index_);
+      if (after.reserved == stats.reserved) break;
+      stats = after;
+      in_use = device_bytes_in_use();
+    }
     DeviceMemory m;
     m.capacity = capacity_;
     m.allocated = stats.allocated;
@@ -73,7 +84,7 @@ class CudaDevice final : public Device {
     // cuBLAS workspaces, other processes. Read now; the allocator's peak is
     // its own.
     std::int64_t outside = 0;
-    if (auto in_use = device_bytes_in_use()) outside = std::max<std::int64_t>(0, *in_use - stats.reserved);
+    if (in_use) outside = std::max<std::int64_t>(0, *in_use - stats.reserved);
     m.used = stats.reserved + outside;
     m.peak = std::max(m.used, stats.peak_reserved + outside);
     m.own = stats.reserved;

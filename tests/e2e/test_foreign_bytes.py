@@ -21,8 +21,11 @@ BODY = {"prompt": "x" * 8, "max_tokens": 230, "ignore_eos": True, "temperature":
 
 
 def expected_budget(device, foreign):
-    """device_budget() (admission/memory_profile.hpp) with `foreign` bytes held by others."""
-    usable = min(device["capacity_bytes"] * 9 // 10, device["capacity_bytes"] - foreign)
+    """device_budget() (admission/memory_profile.hpp) with `foreign` bytes held by others,
+    rounded up to a grain of capacity / 4096."""
+    grain = max(1, device["capacity_bytes"] // 4096)
+    counted = -(-foreign // grain) * grain
+    usable = min(device["capacity_bytes"] * 9 // 10, device["capacity_bytes"] - counted)
     return max(0, usable - device["resident_bytes"] - device["workspace_bytes"])
 
 

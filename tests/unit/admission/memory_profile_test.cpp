@@ -73,13 +73,28 @@ TEST(DeviceBudget, ClampsToZeroAndToFullUtilization) {
 }
 
 TEST(DeviceBudget, NeverCountsWhatOthersHold) {
-  // 10 GiB x 0.9 = 9 GiB: another process holding 0.5 GiB leaves 9.5 GiB, so
-  // utilization binds; holding 7 GiB leaves 3 GiB, and that binds.
-  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, kGiB / 2, kGiB, 0, 0}), (10 * kGiB) / 10 * 9 - kGiB);
-  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, 7 * kGiB, kGiB, 0, 0}), 2 * kGiB);
-  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 0.9, 9 * kGiB + 1, kGiB, 0, 0}), 0);
-  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 1.0, 20 * kGiB, 0, 0, 0}), 0);  // more than capacity
-  EXPECT_EQ(device_budget(DeviceBudgetInputs{10 * kGiB, 1.0, -kGiB, 0, 0, 0}), 10 * kGiB);
+  // 16 GiB x 0.9: another process holding 1 GiB leaves 15 GiB, so
+  // utilization binds; holding 12 GiB leaves 4 GiB, and that binds.
+  const std::int64_t cap = 16 * kGiB;
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{cap, 0.9, kGiB, kGiB, 0, 0}), cap * 9 / 10 - kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{cap, 0.9, 12 * kGiB, kGiB, 0, 0}), 3 * kGiB);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{cap, 0.9, 15 * kGiB, kGiB, 0, 0}), 0);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{cap, 1.0, 20 * kGiB, 0, 0, 0}), 0);  // more than capacity
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{cap, 1.0, -kGiB, 0, 0, 0}), cap);
+}
+
+TEST(DeviceBudget, ForeignBytesAreRoundedUpToAGrainOfTheCapacity) {
+  // 16 GiB / 4096 = 4 MiB: a few bytes more held by others lower the budget
+  // by one grain, and the budget does not move again until the next grain.
+  const std::int64_t cap = 16 * kGiB;
+  const std::int64_t grain = cap / kForeignGrain;
+  ASSERT_EQ(grain, 4 * kMiB);
+  const auto budget = [&](std::int64_t foreign) { return device_budget(DeviceBudgetInputs{cap, 1.0, foreign, 0, 0, 0}); };
+  EXPECT_EQ(budget(8 * kGiB), 8 * kGiB);
+  EXPECT_EQ(budget(8 * kGiB + 1), 8 * kGiB - grain);
+  EXPECT_EQ(budget(8 * kGiB + grain), 8 * kGiB - grain);
+  EXPECT_EQ(budget(8 * kGiB + grain + 1), 8 * kGiB - 2 * grain);
+  EXPECT_EQ(device_budget(DeviceBudgetInputs{1000, 1.0, 1, 0, 0, 0}), 999);  // grain 1 below 4096 bytes
 }
 
 TEST(MemoryProfileValidate, NamesTheBadField) {
