@@ -147,6 +147,7 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   Entry entry = s.make_entry(request, now, eo.deadline);
   entry.tokens = eo.tokens;
   entry.promised_at = promised;
+  entry.admitted_before = eo.admitted_before;
   if (bookable && eo.retry->bookable()) entry.retry = *eo.retry;
   // Queue order is entry-time order: a claimed booking goes before every
   // entry that arrived after its booking.
@@ -167,7 +168,9 @@ Status AdmissionController::requeue_front(RequestId id, std::int64_t cost_bytes,
   State& s = *state_;
   MutexLock lock(s.mu);
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
-  s.queue.insert(s.queue.begin(), s.make_entry(QueuedRequest{id, cost_bytes, enqueued_at, priority, model}, now, deadline));
+  Entry entry = s.make_entry(QueuedRequest{id, cost_bytes, enqueued_at, priority, model}, now, deadline);
+  entry.admitted_before = true;
+  s.queue.insert(s.queue.begin(), std::move(entry));
   ++s.counters.requeued;
   return Status::Ok();
 }
@@ -181,7 +184,7 @@ bool AdmissionController::cancel(RequestId id) {
 bool AdmissionController::withdraw(RequestId id) {
   State& s = *state_;
   MutexLock lock(s.mu);
-  return s.remove(id, &AdmissionCounters::withdrawn);
+  return s.remove(id, &AdmissionCounters::withdrawn, /*always=*/true);
 }
 
 std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
@@ -197,12 +200,13 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
       continue;
     }
     const double waited = to_s(now - it->request.enqueued_at);
+    const std::int64_t counted = it->admitted_before ? 0 : 1;  // see AdmissionCounters
     Error e;
     if (it->by_deadline) {
-      ++s.counters.deadline_expired;
+      s.counters.deadline_expired += counted;
       e = Error(ErrorCode::kTimeout, "request deadline passed while queued (waited " + seconds_text(waited) + ")");
     } else {
-      ++s.counters.queue_timeout;
+      s.counters.queue_timeout += counted;
       e = s.refuse("queue wait limit of " + seconds_text(to_s(s.options.queue_timeout)) + " reached at position " +
                        std::to_string(position),
                    it->request, it->tokens, it->retry ? &*it->retry : nullptr,
@@ -243,9 +247,9 @@ std::vector<AdmissionGrant> AdmissionController::grant(TimePoint now, int max_gr
     dev.reserved += r.cost_bytes;
     dev.active_leases += r.sequences;
     eng.active_leases += r.sequences;
-    ++s.counters.admitted;
-    s.holders[r.id] = State::Holder{engine, r.sequences};
     const Entry& entry = s.queue[i];
+    ++(entry.admitted_before ? s.counters.regranted : s.counters.admitted);
+    s.holders[r.id] = State::Holder{engine, r.sequences};
     s.running[r.id] = Running{entry.tokens, now};
     constexpr double kCostWeight = 0.1;  // moving mean over about the last ten grants
     s.mean_cost = s.mean_cost > 0 ? s.mean_cost + kCostWeight * (static_cast<double>(r.cost_bytes) - s.mean_cost)

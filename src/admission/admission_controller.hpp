@@ -89,6 +89,11 @@ struct EnqueueOptions {
   /// split into one per sequence (Lease::split), each then counted and
   /// returned on its own.
   int sequences = 1;
+  /// Admitted before by another engine that ended while it ran there (a
+  /// gateway's resubmission after an engine crash): its grant counts as
+  /// `regranted`, not `admitted`, and its end while queued is not counted
+  /// here (its engine counts it among the finished requests).
+  bool admitted_before = false;
 };
 
 /// The devices and engines that share one AdmissionController.
@@ -142,9 +147,16 @@ struct AdmissionExpiry {
   Error error;
 };
 
+/// Each request is counted once by how it leaves the queue: `admitted` (its
+/// first lease), or rejected_*, queue_timeout, deadline_expired, cancelled,
+/// withdrawn, dropped. A request admitted before (requeued after a
+/// preemption, or EnqueueOptions::admitted_before) counts as `regranted`
+/// when granted again, and not at all when it ends in the queue: it was
+/// admitted once, and its engine counts how it ended.
 struct AdmissionCounters {
   std::int64_t enqueued = 0;             ///< accepted into the queue
-  std::int64_t admitted = 0;             ///< granted a lease
+  std::int64_t admitted = 0;             ///< granted a lease, the first time
+  std::int64_t regranted = 0;            ///< granted again after a preemption or an engine's end
   std::int64_t released = 0;             ///< leases returned
   std::int64_t rejected_never_fits = 0;  ///< kExceedsDeviceMemory at enqueue
   std::int64_t rejected_queue_full = 0;  ///< kOverloaded at enqueue (a booked retry before its window included)
@@ -289,7 +301,8 @@ class AdmissionController {
   /// woken by enqueue or a lease release.
   std::optional<TimePoint> next_wakeup(TimePoint now) const;
 
-  /// A request finished at `now` (feeds the drain rate behind Retry-After).
+  /// A request completed at `now` (feeds the drain rate behind Retry-After):
+  /// once per request whatever its n, as Retry-After counts requests ahead.
   void record_completion(TimePoint now);
 
   /// Sets the budget grants are checked against (OOM governor), clamped to

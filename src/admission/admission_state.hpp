@@ -35,6 +35,7 @@ struct Entry {
   std::int64_t tokens = 0;   // tokens it will produce
   std::optional<RetryIdentity> retry;     // books its retry if the queue wait limit refuses it
   std::optional<TimePoint> promised_at;   // a claimed booking: the promised grant time
+  bool admitted_before = false;  // requeued or resubmitted: granted once already (AdmissionCounters)
 };
 
 struct Running {
@@ -205,13 +206,15 @@ struct AdmissionController::State final : LeaseLedger {
     return std::nullopt;
   }
 
-  /// Takes `id` out of the queue and counts it in `counter`; false when it
-  /// is not queued (cancel() and withdraw()).
-  bool remove(RequestId id, std::int64_t AdmissionCounters::*counter) VG_REQUIRES(mu) {
+  /// Takes `id` out of the queue and counts it in `counter` (a request
+  /// admitted before only when `always`); false when it is not queued
+  /// (cancel() and withdraw()).
+  bool remove(RequestId id, std::int64_t AdmissionCounters::*counter, bool always = false) VG_REQUIRES(mu) {
     const std::optional<std::size_t> i = find(id);
     if (!i) return false;
+    const bool counted = always || !queue[*i].admitted_before;
     queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(*i));
-    ++(counters.*counter);
+    if (counted) ++(counters.*counter);
     return true;
   }
 

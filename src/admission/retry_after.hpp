@@ -29,7 +29,8 @@ class DrainRateEstimator {
   DrainRateEstimator() : DrainRateEstimator(Options{}) {}
   explicit DrainRateEstimator(Options options) : options_(options) {}
 
-  /// One request completed (its lease was or will be released) at `now`.
+  /// One request completed (its leases were or will be released) at `now`;
+  /// once per request, whatever its number of choices.
   void record(TimePoint now);
 
   /// Work arrived at `now` after the device had none (nothing running or

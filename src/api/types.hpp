@@ -68,6 +68,9 @@ struct CompletionRequest {
   /// and whether the prompt's logprobs were sent. Empty: a fresh start.
   std::vector<std::int32_t> resume_tokens{};
   bool resume_prompt_sent = false;
+  /// Set by such a gateway when an engine admitted the request before (its
+  /// start was counted): it counts as granted again, not admitted again.
+  bool admitted_before = false;
 };
 
 /// A KServe v2 inference request (POST /v2/models/{name}/infer), decoded
@@ -234,11 +237,14 @@ struct AdmissionState {
   std::int64_t rejected_queue_full = 0;
   std::int64_t queue_timeouts = 0;
   std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
-  std::int64_t cancelled_queued = 0;  ///< client left while queued (part of cancelled)
+  std::int64_t cancelled_queued = 0;  ///< client left while queued (never admitted)
   /// Left an engine's queue to be placed on another engine (engine processes:
   /// the gateway moves a queued request to where room frees first); it is
   /// counted again by the engine that takes it.
   std::int64_t moved = 0;
+  // Admitted requests by how they ended, each once whatever its n: at rest,
+  // admitted = completed + failed + cancelled. Those that never left the
+  // queue are counted above (queue_timeouts, deadline_expired, cancelled_queued).
   std::int64_t cancelled = 0;
   std::int64_t completed = 0;
   std::int64_t failed = 0;

@@ -23,6 +23,16 @@ std::shared_ptr<EventSink> ChoiceGroup::sink_for(int choice) {
   return std::make_shared<ChoiceSink>(shared_from_this(), choice);
 }
 
+bool ChoiceGroup::ends_request(bool completed) {
+  std::lock_guard lk(mu_);
+  if (counted_) return false;
+  if (completed && --to_complete_ > 0) return false;
+  counted_ = true;
+  return true;
+}
+
+bool ChoiceGroup::first_token() { return first_token_.exchange(false); }
+
 void ChoiceGroup::push(int choice, EngineEvent event) {
   bool abort = false;
   {

@@ -153,6 +153,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   req->model_index = impl_->model_index;
   req->admission_id = impl_->front->next_id.fetch_add(1);
   req->cost = cost(req->gen);
+  req->admitted = req->gen.admitted_before;
   Shared& s = *impl_->shared;
   {
     std::lock_guard lk(s.mu);
@@ -179,6 +180,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   eo.model = req->model_index;
   eo.tokens = req->gen.max_tokens * std::max(1, req->gen.n);
   eo.sequences = std::max(1, req->gen.n);
+  eo.admitted_before = req->gen.admitted_before;
   if (!req->gen.retry.fingerprint.empty()) eo.retry = &req->gen.retry;
   auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, eo);
   if (!ticket.ok()) {

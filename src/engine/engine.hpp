@@ -98,6 +98,11 @@ struct GenerationRequest {
   /// would resume, with the sampler and the text stream replayed over them
   /// (nothing of them is sent again). Fewer than max_tokens.
   std::vector<std::int32_t> resume_generated{};
+  /// Admitted before by an engine process that died while it ran there (a
+  /// gateway's resubmission): counted as granted again, not admitted again
+  /// (AdmissionCounters), and its end counts among the finished requests
+  /// even when it ends in the queue.
+  bool admitted_before = false;
 };
 
 /// Counters and gauges an engine publishes (a snapshot).
@@ -105,6 +110,9 @@ struct EngineStats {
   int queue_depth = 0;
   int running = 0;
   int max_running = 0;            ///< sequences its steps may run at once (max_batch; no limit: 2^20)
+  // Requests admitted (granted a lease once, here or before a preemption or
+  // an engine process's end) that ended here, once each whatever their n;
+  // those that never left the queue are in AdmissionCounters instead.
   std::int64_t completed = 0;     ///< finished normally
   std::int64_t failed = 0;        ///< ended with an error (incl. timeouts, OOM)
   std::int64_t cancelled = 0;     ///< client went away

@@ -75,11 +75,17 @@ class ChoiceGroup : public std::enable_shared_from_this<ChoiceGroup> {
  public:
   /// `on_abort` wakes the engines (a choice may wait in the queue).
   ChoiceGroup(std::shared_ptr<EventSink> sink, int n, std::function<void()> on_abort)
-      : sink_(std::move(sink)), remaining_(n), on_abort_(std::move(on_abort)) {}
+      : sink_(std::move(sink)), remaining_(n), to_complete_(n), on_abort_(std::move(on_abort)) {}
   /// The sink of choice `choice`.
   std::shared_ptr<EventSink> sink_for(int choice);
   void push(int choice, EngineEvent event);
   bool aborted() const { return aborted_.load(); }
+  /// Counting the request once: a choice ended (`completed`: normally);
+  /// true when that end is the request's (the last choice to complete, or
+  /// the first to end otherwise), false for every other and after it.
+  bool ends_request(bool completed);
+  /// True for the group's first generated token only (time to first token).
+  bool first_token();
 
  private:
   std::shared_ptr<EventSink> sink_;
@@ -90,6 +96,9 @@ class ChoiceGroup : public std::enable_shared_from_this<ChoiceGroup> {
   bool started_ = false;    // guarded by mu_
   bool prompt_sent_ = false;  // guarded by mu_
   bool ended_ = false;      // guarded by mu_
+  int to_complete_;          // guarded by mu_: choices that must still complete (ends_request)
+  bool counted_ = false;     // guarded by mu_: ends_request() returned true
+  std::atomic<bool> first_token_{true};
   std::function<void()> on_abort_;
 };
 
@@ -107,6 +116,12 @@ struct Request final : RequestHandle {
   /// engine of the front reports positions); otherwise the thread that runs it.
   int reported_position = 0;
   int model_index = 0;              ///< the model it runs on (admission topology)
+  /// Granted a lease once (here, or by an engine process that died:
+  /// GenerationRequest::admitted_before): its end counts among the finished
+  /// requests (EngineStats), even from the queue after a preemption. Set
+  /// before it is shared with another thread (submit), or by the thread that
+  /// runs it when granted; read by whichever thread ends it.
+  bool admitted = false;
   int preemptions = 0;              ///< the thread that runs it only
   std::optional<Progress> resume;   ///< the thread that runs it only: set while requeued after preemption
   /// A choice of an n > 1 request: the request the client holds (its
@@ -397,6 +412,13 @@ struct Engine::Impl {
   void on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits);
   void finish(Sequence& s, const char* reason);
   void fail(Sequence& s, Error error);
+  /// `r` (a request, or one choice of an n > 1 request) ended at `now`,
+  /// normally (`error` null) or with `error`, having generated `generated`
+  /// tokens. The request is counted once, at the end that is its own
+  /// (ChoiceGroup::ends_request): in the duration histogram, by outcome in
+  /// the stats when it was admitted, and when completed in the drain rate
+  /// behind Retry-After. Either thread.
+  void count_end(const Request& r, const Error* error, int generated, TimePoint now);
 
   // engine_loop.cpp
   void sweep_running(TimePoint now);

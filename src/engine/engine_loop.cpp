@@ -112,20 +112,14 @@ void Engine::Impl::drop_queued(TimePoint now) {
   }
   if (dropped.empty()) return;
   for (auto& [r, e] : dropped) front->take(r->admission_id);
-  {
-    std::lock_guard lk(shared->mu);
-    for (auto& [r, e] : dropped) {
-      if (e.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
-      else ++shared->stats.failed;
-    }
-  }
   for (auto& [r, e] : dropped) {
     if (e.code == ErrorCode::kCancelled) {
       spdlog::info("request {} cancelled while queued: client closed", r->gen.id);
     } else {
       spdlog::info("request {} left the queue: {}", r->gen.id, e.message);
     }
-    observe_end(*r, now);
+    // Counted by admission unless it was admitted before (preempted, resubmitted).
+    count_end(*r, &e, r->resume ? static_cast<int>(r->resume->generated.size()) : 0, now);
     FailedEvent ev = failed(*r, std::move(e));
     ev.timings.queue_ms = ms_between(r->enqueued, now);
     r->sink->push(std::move(ev));
@@ -232,6 +226,7 @@ std::vector<std::unique_ptr<Engine::Impl::Sequence>> Engine::Impl::make_sequence
                                                                                    Lease lease, TimePoint now,
                                                                                    bool fork) {
   std::vector<std::unique_ptr<Sequence>> out;
+  req->admitted = true;
   const int n = req->gen.n;
   if (n <= 1 || req->parent) {
     out.push_back(make_sequence(std::move(req), std::move(lease), now));
@@ -262,6 +257,7 @@ std::vector<std::unique_ptr<Engine::Impl::Sequence>> Engine::Impl::make_sequence
     c->parent = req;
     c->group = group;
     c->choice = i;
+    c->admitted = true;
     children.push_back(std::move(c));
   }
   std::vector<Lease> parts;
@@ -501,7 +497,7 @@ void Engine::Impl::cancel_everything() {
   front->notify_all();
   const TimePoint now = Clock::now();
   for (auto& [id, r] : left) {
-    observe_end(*r, now);
+    count_end(*r, &bye, 0, now);
     r->sink->push(failed(*r, bye));
   }
 }

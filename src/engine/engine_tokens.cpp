@@ -1,6 +1,6 @@
 // What a step's tokens become: the events of each generated token (text,
 // logprobs, metrics), and the end of a sequence (finished or failed, its KV
-// cache and lease released). Engine thread (and the prefill worker for the
+// cache and lease released, the request counted once). Engine thread (and the prefill worker for the
 // sequences it holds); see engine_impl.hpp for who owns what.
 #include <spdlog/spdlog.h>
 
@@ -42,7 +42,10 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std:
   if (options.metrics) {
     options.metrics->generated_tokens_total.inc();
     if (generated == 1) {
-      options.metrics->time_to_first_token_seconds.observe(seconds_between(s.req->enqueued, now));
+      // One sample per request: its first token, whichever choice has it.
+      if (!s.req->group || s.req->group->first_token()) {
+        options.metrics->time_to_first_token_seconds.observe(seconds_between(s.req->enqueued, now));
+      }
     } else {
       options.metrics->inter_token_latency_seconds.observe(seconds_between(s.p.last_token, now));
     }
@@ -88,13 +91,7 @@ void Engine::Impl::finish(Sequence& s, const char* reason) {
   s.done = true;
   s.cache.reset();
   s.lease.release();
-  admission->record_completion(now);
-  {
-    std::lock_guard lk(shared->mu);
-    ++shared->stats.completed;
-    shared->stats.generated_tokens += s.generated();
-  }
-  observe_end(*s.req, now);
+  count_end(*s.req, nullptr, s.generated(), now);
   log_memory(*s.req, "finish");
   s.req->sink->push(std::move(ev));
 }
@@ -105,22 +102,34 @@ void Engine::Impl::fail(Sequence& s, Error error) {
   s.done = true;
   s.cache.reset();
   s.lease.release();
-  {
-    std::lock_guard lk(shared->mu);
-    if (error.code == ErrorCode::kCancelled) ++shared->stats.cancelled;
-    else ++shared->stats.failed;
-    shared->stats.generated_tokens += s.generated();
-  }
+  count_end(*s.req, &error, s.generated(), now);
   if (error.code == ErrorCode::kCancelled) {
     spdlog::info("request {} stopped after {} tokens: client closed", s.req->gen.id, s.generated());
   } else {
     spdlog::warn("request {} failed: {}", s.req->gen.id, error.message);
   }
-  observe_end(*s.req, now);
   log_memory(*s.req, "finish");
   FailedEvent ev{std::move(error), {s.req->prompt_tokens(), s.generated()}};
   ev.timings = s.timings(now);
   s.req->sink->push(std::move(ev));
+}
+
+void Engine::Impl::count_end(const Request& r, const Error* error, int generated, TimePoint now) {
+  const bool request_ends = !r.group || r.group->ends_request(error == nullptr);
+  {
+    std::lock_guard lk(shared->mu);
+    shared->stats.generated_tokens += generated;
+    if (request_ends && r.admitted) {
+      if (!error) ++shared->stats.completed;
+      else if (error->code == ErrorCode::kCancelled) ++shared->stats.cancelled;
+      else ++shared->stats.failed;
+    }
+  }
+  if (!request_ends) return;
+  // The drain rate counts requests freed, as Retry-After counts the
+  // requests ahead: one per request, whatever its n.
+  if (!error) admission->record_completion(now);
+  observe_end(r, now);
 }
 
 }  // namespace vg

@@ -53,7 +53,6 @@ struct TensorRegistry {
   std::shared_ptr<EngineFront> front;
   std::mutex mu;
   std::unordered_map<RequestId, std::shared_ptr<TensorJob>> queued;  // guarded by mu
-  std::atomic<std::int64_t> cancelled_queued{0};
 
   void put(std::shared_ptr<TensorJob> job) {
     std::lock_guard lk(mu);
@@ -88,8 +87,6 @@ struct TensorRegistry {
   }
 };
 
-std::int64_t queued_cancellations(const TensorRegistry& registry) { return registry.cancelled_queued.load(); }
-
 std::shared_ptr<TensorRegistry> make_tensor_registry(std::shared_ptr<EngineFront> front) {
   auto registry = std::make_shared<TensorRegistry>();
   registry->front = front;
@@ -113,7 +110,6 @@ class JobHandle final : public TensorHandle {
     job->cancelled.store(true);
     if (front_admission(*registry->front).cancel(job->admission_id)) {
       if (auto queued = registry->take(job->admission_id)) {
-        ++registry->cancelled_queued;
         queued->finish(Error(ErrorCode::kCancelled, "client closed the connection while queued"));
       }
     }

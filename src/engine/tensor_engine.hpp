@@ -71,8 +71,6 @@ struct TensorEngineStats {
 /// The tensor requests queued in one front (shared by its tensor engines).
 /// Made once per front by make_tensor_registry().
 std::shared_ptr<TensorRegistry> make_tensor_registry(std::shared_ptr<EngineFront> front);
-/// Tensor requests whose client left while they were queued, since start.
-std::int64_t queued_cancellations(const TensorRegistry& registry);
 
 class TensorEngine {
  public:

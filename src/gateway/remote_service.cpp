@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "gateway/gateway_counting.hpp"
 #include "metrics/server_metrics.hpp"
 #include "wire/channel.hpp"
 #include "wire/codec.hpp"
@@ -435,9 +436,7 @@ Result<std::unique_ptr<RemoteService>> RemoteService::create(Options options) {
     slot->state = "starting";
     svc->slots_.push_back(std::move(slot));
   }
-  if (svc->options_.metrics) {
-    for (auto& s : svc->slots_) svc->options_.metrics->declare_engine(s->label());
-  }
+  for (auto& s : svc->slots_) svc->publish_engine_metrics(*s);
   return svc;
 }
 
@@ -460,8 +459,23 @@ void RemoteService::answer(std::uint64_t id, json::object message) {
 
 void RemoteService::set_state(Slot& slot, const char* state) {
   slot.state = state;
-  if (options_.metrics) options_.metrics->set_engine_up(slot.label(), slot.ready());
+  publish_engine_metrics(slot);
   notify_changed();
+}
+
+void RemoteService::publish_engine_metrics(const Slot& slot) {
+  if (!options_.metrics) return;
+  // Under the device names the device metrics use; "auto" only once its hello resolved it.
+  std::vector<std::string> reported;  // its admission state's devices, else its hello's
+  if (slot.last_state) {
+    for (const DeviceState& d : slot.last_state->devices) reported.push_back(d.name);
+  }
+  if (reported.empty()) reported = slot.devices;
+  const std::optional<std::string> device = metric_device_label(reported, slot.ep.device);
+  if (!device) return;
+  options_.metrics->declare_engine(*device);
+  options_.metrics->set_engine_up(*device, slot.ready());
+  options_.metrics->set_engine_restarts(*device, slot.restarts);
 }
 
 void RemoteService::notify_changed() {
@@ -529,7 +543,6 @@ void RemoteService::reap_children(TimePoint now) {
       if (stable) s->backoff_s = options_.backoff_initial_s;
       s->next_start = now + dur(s->backoff_s);
       ++s->restarts;
-      if (options_.metrics) options_.metrics->count_engine_restart(s->label());
       spdlog::error("engine on {} (pid {}) ended: {}; restart {} in {:.1f} s", s->label(), pid, s->last_exit,
                     s->restarts, s->backoff_s);
       s->backoff_s = std::min(options_.backoff_max_s, s->backoff_s * 2);
@@ -769,8 +782,9 @@ void RemoteService::resubmit_pending(TimePoint now) {
     if (r->ended) continue;
     if (r->cancelled) {
       r->ended = true;
-      ++ended_here_.cancelled;
-      fail.emplace_back(r, FailedEvent{Error(ErrorCode::kCancelled, "client closed the connection"), {}, {}});
+      Error e(ErrorCode::kCancelled, "client closed the connection");
+      count_request_end(ended_here_, r->started_sent, &e);
+      fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
       continue;
     }
     // Every request held here was accepted by an engine before (a crash's,
@@ -779,6 +793,7 @@ void RemoteService::resubmit_pending(TimePoint now) {
       Error e(ErrorCode::kOverloaded, "no engine took the request again before its deadline");
       e.retry_after_s = retry_after_s();
       r->ended = true;
+      count_request_end(ended_here_, r->started_sent, &e);
       fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
       continue;
     }
@@ -974,6 +989,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     if (const json::value* a = m.if_contains("admission")) {
       auto state = wire::decode_admission_state(*a);
       if (state.ok()) s->learn(std::move(state).value());
+      publish_engine_metrics(*s);  // its device names may be known from now on
     }
     mirror_metrics(*s, m);
     return;
@@ -1127,7 +1143,9 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   EngineEvent e = std::move(event).value();
   bool forward = true;
   if (std::holds_alternative<StartedEvent>(e)) {
-    if (!r->started_here && !r->ended) ++s->unreported.admitted;
+    // Admitted once: a start on the engine that took it over after a crash
+    // is counted there as granted again (admitted_before), not here.
+    if (!r->started_sent && !r->ended) ++s->unreported.admitted;
     r->started_here = true;
     forward = !r->started_sent;
     r->started_sent = true;
@@ -1149,7 +1167,8 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   if (is_terminal(e)) {
     s->inflight.erase(r->rid);
     if (r->ended) return;
-    if (std::holds_alternative<FinishedEvent>(e)) ++s->unreported.completed;
+    const auto* failed = std::get_if<FailedEvent>(&e);
+    count_request_end(s->unreported, r->started_sent, failed ? &failed->error : nullptr);
     r->ended = true;
     --active_;
     if (active_ == 0) cv_.notify_all();  // wait_idle(); nothing else waits for a request's end
@@ -1201,7 +1220,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       ::kill(s->pid, SIGKILL);
       s->pid = 0;
       ++s->restarts;
-      if (options_.metrics) options_.metrics->count_engine_restart(s->label());
+      publish_engine_metrics(*s);
       s->next_start = Clock::now() + dur(s->backoff_s);
     }
     for (auto& [rid, r] : s->inflight) {
@@ -1218,9 +1237,10 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       if (r->cancelled || stopping_) {
         r->ended = true;
         --active_;
-        ends.emplace_back(r, FailedEvent{r->cancelled ? Error(ErrorCode::kCancelled, "client closed the connection")
-                                                     : Error(ErrorCode::kOverloaded, "server is shutting down"),
-                                         {}, {}});
+        Error e = r->cancelled ? Error(ErrorCode::kCancelled, "client closed the connection")
+                               : Error(ErrorCode::kOverloaded, "server is shutting down");
+        count_request_end(ended_here_, r->started_sent, &e);
+        ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
         continue;
       }
       // Every request the engine held counts, queued or running: whether
@@ -1233,12 +1253,11 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       if (r->crashes >= options_.max_crash_retries) {
         r->ended = true;
         --active_;
-        ends.emplace_back(r, FailedEvent{Error(ErrorCode::kEngineCrashed,
-                                               fmt::format("request {} was running in the engine each of the {} "
-                                                           "times it crashed (--max-crash-retries {}); it is not "
-                                                           "tried again",
-                                                           r->id_, r->crashes, options_.max_crash_retries)),
-                                         {}, {}});
+        Error e(ErrorCode::kEngineCrashed, fmt::format("request {} was running in the engine each of the {} times "
+                                                       "it crashed (--max-crash-retries {}); it is not tried again",
+                                                       r->id_, r->crashes, options_.max_crash_retries));
+        count_request_end(ended_here_, r->started_sent, &e);
+        ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
         spdlog::error("request {} failed: running at {} engine crashes", r->id_, r->crashes);
         continue;
       }
@@ -1248,6 +1267,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
         e.retry_after_s = retry_after_s();
         r->ended = true;
         --active_;
+        count_request_end(ended_here_, r->started_sent, &e);
         ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
         continue;
       }
@@ -1331,6 +1351,8 @@ json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
   json::object msg{{"t", "submit"}, {"rid", rid}, {"request", std::move(request)}};
   // After output was sent, the next engine resumes after it.
   if (!r.delivered.empty() || r.prompt_sent) msg["resume"] = wire::encode(wire::ResumeState{r.delivered, r.prompt_sent});
+  // An engine's start of it was counted: the next engine grants it again, it does not admit it again.
+  if (r.started_sent) msg["admitted_before"] = true;
   return msg;
 }
 
@@ -1429,6 +1451,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     if (a.ok()) return a;
   }
   // Refused, or no answer: nothing of it goes on.
+  const bool ends_here = !r->ended;
   if (!r->ended) {
     r->ended = true;
     --active_;
@@ -1458,14 +1481,21 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     r->slot->channel->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
   }
   if (type == "crashed") {
-    return Error(ErrorCode::kEngineCrashed,
-                 fmt::format("request {} was in the engine each of the {} times it crashed (--max-crash-retries {}); "
-                             "it is not tried again",
-                             r->id_, r->unanswered_crashes, options_.max_crash_retries));
+    Error e(ErrorCode::kEngineCrashed,
+            fmt::format("request {} was in the engine each of the {} times it crashed (--max-crash-retries {}); "
+                        "it is not tried again",
+                        r->id_, r->unanswered_crashes, options_.max_crash_retries));
+    if (ends_here) count_request_end(ended_here_, r->started_sent, &e);
+    return e;
   }
   Error e(ErrorCode::kOverloaded, type == "timeout" ? "the engine did not answer the submission in time"
                                                     : "the engine restarted while taking the request");
   e.retry_after_s = retry_after_s();
+  // Its engine is gone: nobody else counts its end (one that timed out is the engine's to end and count).
+  if (type == "closed" && ends_here) {
+    const Error cancelled(ErrorCode::kCancelled, "client closed the connection");
+    count_request_end(ended_here_, r->started_sent, r->cancelled ? &cancelled : &e);
+  }
   return e;
 }
 

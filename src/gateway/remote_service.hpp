@@ -185,7 +185,11 @@ class RemoteService final : public Service {
   double retry_after_s() const;
   std::string slot_reason(const Slot& slot) const;
   void mirror_metrics(Slot& slot, const boost::json::object& message);
+  /// Sets its state and publishes its metrics. Requires mu_.
   void set_state(Slot& slot, const char* state);
+  /// Its vramgate_engine_up and _restarts_total, labelled with its resolved
+  /// device names (none while they are unknown). Requires mu_.
+  void publish_engine_metrics(const Slot& slot);
   /// Wakes cv_'s waiters and the monitor: an engine connected, went or
   /// changed state, a request was cancelled, or shutdown began. With or without mu_.
   void notify_changed();
@@ -205,8 +209,9 @@ class RemoteService final : public Service {
   /// condition variable (with mu_), so an answer wakes its submit alone.
   std::map<std::uint64_t, std::condition_variable*> awaiting_;
   int active_ = 0;                                  // guarded by mu_: requests without their terminal event
-  /// Guarded by mu_: ends of requests no engine held (cancelled while held
-  /// here for an engine to take them again), counted into /v1/admission.
+  /// Guarded by mu_: ends of requests no engine will report (their engine
+  /// died with them, or they ended while held here for an engine to take
+  /// them again), counted into /v1/admission (gateway_counting.hpp).
   AdmissionState ended_here_;
   bool draining_ = false;                           // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_

@@ -532,6 +532,8 @@ std::string encode_admission(const AdmissionState& state) {
   o["rejected_never_fits"] = state.rejected_never_fits;
   o["rejected_queue_full"] = state.rejected_queue_full;
   o["queue_timeouts"] = state.queue_timeouts;
+  o["deadline_expired"] = state.deadline_expired;
+  o["cancelled_queued"] = state.cancelled_queued;
   o["moved"] = state.moved;
   o["cancelled"] = state.cancelled;
   o["completed"] = state.completed;

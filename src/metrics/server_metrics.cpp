@@ -158,7 +158,9 @@ void ServerMetrics::declare_engine(const std::string& device) {
 
 void ServerMetrics::set_engine_up(const std::string& device, bool up) { engine_up_.with({device}).set(up ? 1 : 0); }
 
-void ServerMetrics::count_engine_restart(const std::string& device) { engine_restarts_total_.with({device}).inc(); }
+void ServerMetrics::set_engine_restarts(const std::string& device, std::int64_t restarts) {
+  engine_restarts_total_.with({device}).mirror(static_cast<double>(restarts));
+}
 
 void ServerMetrics::count_queue_event(std::string_view kind, double n) {
   queue_events_total_.with({std::string(kind)}).inc(n);

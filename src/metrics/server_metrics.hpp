@@ -106,8 +106,8 @@ class ServerMetrics {
   void declare_engine(const std::string& device);
   /// vramgate_engine_up{device}: 1 while the engine serving `device` is connected and ready.
   void set_engine_up(const std::string& device, bool up);
-  /// vramgate_engine_restarts_total{device}
-  void count_engine_restart(const std::string& device);
+  /// vramgate_engine_restarts_total{device}: the supervisor's count so far.
+  void set_engine_restarts(const std::string& device, std::int64_t restarts);
   /// vramgate_requests_resumed_total{reason}: "resubmitted" (no token had been
   /// sent) or "resumed" (continued after the tokens sent).
   void count_resumed(std::string_view reason);

@@ -359,6 +359,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   gen.prompt_logprobs = request.echo && request.logprobs.has_value();
   gen.retry = request.retry;
   gen.resume_generated = request.resume_tokens;
+  gen.admitted_before = request.admitted_before;
   if (request.resume_prompt_sent) gen.prompt_logprobs = false;
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
@@ -548,7 +549,6 @@ AdmissionState InferenceService::admission_state() const {
     st.retry_early = as->retry_booking_counters.early;
     st.retry_refused = as->retry_booking_counters.refused;
   }
-  if (tensor_registry_) st.cancelled += queued_cancellations(*tensor_registry_);
   return st;
 }
 

@@ -308,6 +308,7 @@ void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
       req->resume_tokens = std::move(resume->tokens);
       req->resume_prompt_sent = resume->prompt_sent;
     }
+    if (const json::value* a = m.if_contains("admitted_before"); a && a->is_bool()) req->admitted_before = a->as_bool();
     const bool poison = !options_.crash_on_prompt.empty() &&
                         (contains_text(*req, options_.crash_on_prompt) ||
                          (options_.prompt_text && options_.prompt_text(*req).find(options_.crash_on_prompt) !=

@@ -6,8 +6,9 @@
 //   hello  {v, secret}                       hello    {v, pid, models, tensor_models, devices,
 //                                                      model_dir, config_digest, started_at, load_s,
 //                                                      admission}
-//   submit {rid, request, resume?}           accepted {rid, submission} | rejected {rid, error}
-//                                            event    {rid, event}     (until a terminal event)
+//   submit {rid, request, resume?,           accepted {rid, submission} | rejected {rid, error}
+//           admitted_before?}                event    {rid, event}     (until a terminal event)
+//          (admitted_before: an engine that died admitted it; counted as granted again)
 //   infer  {rid, request}                    accepted {rid, submission} | rejected {rid, error}
 //          (a TorchScript tensor request)     infer_done {rid, result | error}   (once)
 //   cancel {rid}                             (a FailedEvent cancelled, or an infer_done

@@ -125,8 +125,8 @@ def test_each_device_has_its_own_engine_and_a_crash_stops_only_that_one(make_ser
     assert after["virt:0=64MiB"]["pid"] != before["virt:0=64MiB"]["pid"], after
     assert after["virt:0=64MiB"]["last_exit"] == "signal 9", after
     lines = multi.metric_lines(server)
-    assert 'vramgate_engine_restarts_total{device="virt:0=64MiB"} 1' in lines
-    assert 'vramgate_engine_restarts_total{device="virt:1=64MiB"} 0' in lines
+    assert 'vramgate_engine_restarts_total{device="virt:0"} 1' in lines
+    assert 'vramgate_engine_restarts_total{device="virt:1"} 0' in lines
     # Both serve again.
     for i in range(4):
         r = server.post("/v1/completions", {"prompt": f"Again {i}", "max_tokens": 4})

@@ -289,6 +289,38 @@ TEST(AdmissionController, CancelRemovesOnlyQueuedRequests) {
   EXPECT_EQ(snap.reserved_bytes, 0);
 }
 
+// Each request is counted once by how it leaves the queue: a request granted
+// before (requeued after a preemption, or resubmitted after its engine died)
+// is granted again, not admitted again, and its end in the queue is its
+// engine's to count.
+TEST(AdmissionController, ARequestGrantedBeforeCountsAsRegrantedAndItsQueueEndIsNotCounted) {
+  auto c = make(options(100));
+  ManualClock clock;
+  ASSERT_TRUE(c->enqueue(1, 100, clock.now()).ok());
+  auto g = c->grant(clock.now());
+  ASSERT_EQ(g.size(), 1u);
+  g.clear();  // preempted: its lease released, then requeued
+  ASSERT_TRUE(c->requeue_front(1, 100, clock.now(), clock.now()).ok());
+  ASSERT_EQ(c->grant(clock.now()).size(), 1u);  // granted again, lease released at once
+  ASSERT_TRUE(c->requeue_front(1, 100, clock.now(), clock.now()).ok());
+  EXPECT_TRUE(c->cancel(1));
+  EnqueueOptions resubmitted;
+  resubmitted.admitted_before = true;
+  ASSERT_TRUE(c->enqueue(2, 100, clock.now(), resubmitted).ok());
+  ASSERT_EQ(c->grant(clock.now()).size(), 1u);
+  ASSERT_TRUE(c->enqueue(3, 100, clock.now(), resubmitted).ok());
+  clock.advance(31s);
+  EXPECT_EQ(c->expire(clock.now()).size(), 1u);
+  ASSERT_TRUE(c->enqueue(4, 100, clock.now()).ok());
+  EXPECT_TRUE(c->cancel(4));
+  const AdmissionCounters n = c->snapshot(clock.now()).counters;
+  EXPECT_EQ(n.admitted, 1);
+  EXPECT_EQ(n.regranted, 2);
+  EXPECT_EQ(n.requeued, 2);
+  EXPECT_EQ(n.cancelled, 1);  // request 4 only
+  EXPECT_EQ(n.queue_timeout, 0);
+}
+
 TEST(AdmissionController, EffectiveBudgetCutRevokesNothingAndBlocksGrantsUntilUnder) {
   auto c = make(options(1000));
   ManualClock clock;

@@ -108,9 +108,13 @@ TEST_F(EngineTest, CancelWhileQueuedDropsTheRequestBeforeItRuns) {
   EXPECT_EQ(b->failed()->code, ErrorCode::kCancelled);
   for (auto& e : b->events()) EXPECT_FALSE(std::holds_alternative<StartedEvent>(e));
   ASSERT_TRUE(a->wait_done());
-  // a: 1 prefill + 2 decode steps; b never ran.
+  // a: 1 prefill + 2 decode steps; b never ran: admission counts it (it
+  // never left the queue), the finished requests do not.
   EXPECT_EQ(model_.step_tokens(), 3);
-  EXPECT_EQ(engine->stats().cancelled, 1);
+  EXPECT_EQ(engine->admission().counters.cancelled, 1);
+  EXPECT_EQ(engine->stats().cancelled, 0);
+  EXPECT_EQ(engine->stats().completed, 1);
+  EXPECT_EQ(engine->admission().counters.admitted, 1);
 }
 
 TEST_F(EngineTest, AQueuedRequestCanBeWithdrawnWithoutAnEventAndARunningOneCannot) {
