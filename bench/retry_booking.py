@@ -60,6 +60,7 @@ class Loop:
         self.lateness = []     # admitted - promised (s), first retries that were admitted
         self.waited_s = 0.0    # time clients slept on retry-after
         self.errors = {}
+        self.body_extra = {}   # more fields of every request's body
 
     def client(self, i):
         session = requests.Session()
@@ -67,7 +68,7 @@ class Loop:
         while time.monotonic() < self.end:
             seq += 1
             body = {"prompt": f"{self.tag} client {i} request {seq}", "max_tokens": self.max_tokens,
-                    "ignore_eos": True}
+                    "ignore_eos": True, **self.body_extra}
             t0 = time.monotonic()
             retries = 0
             promised = None
@@ -258,6 +259,9 @@ def report_md(args, results):
         f"x the unloaded peak: {'met' if (on['goodput_ratio'] or 0) >= 0.9 else 'NOT met'}.",
         "",
     ]
+    if results.get("choices"):
+        import retry_choices
+        lines += retry_choices.report_lines(args, results["choices"])
     if args.tiny:
         lines.insert(2, "**Tiny smoke run: seconds of traffic, figures not meaningful.**\n")
     return "\n".join(lines)
@@ -435,6 +439,9 @@ def main():
     ap.add_argument("--sdk-s", type=float, default=15)
     ap.add_argument("--warmup-s", type=float, default=2)
     ap.add_argument("--skip-sdk", action="store_true", help="without the OpenAI SDK phase")
+    ap.add_argument("--choices-s", type=float, default=20, help="seconds of each run of the n = 4 case")
+    ap.add_argument("--choices-tokens", type=int, default=40, help="tokens of a request in the n = 4 case")
+    ap.add_argument("--skip-choices", action="store_true", help="without the n = 4 case (retry_choices.py)")
     ap.add_argument("--tiny", action="store_true", help="a few seconds per phase (smoke test)")
     ap.add_argument("--proxy-case", action="store_true",
                     help="only clients behind one proxy sending the same body, under each policy "
@@ -443,6 +450,7 @@ def main():
     if args.tiny:
         args.max_batch, args.max_queue, args.max_tokens = 2, 1, 4
         args.peak_s, args.overload_s, args.sdk_s, args.warmup_s = 1.5, 2.5, 2, 0.2
+        args.choices_s, args.choices_tokens = 2.5, 8
     if args.clients is None:
         args.clients = 3 * args.max_batch
     if args.proxy_case:
@@ -450,6 +458,9 @@ def main():
         return
     load_before = os.getloadavg()[0]
     results = {mode: run_mode(args, mode) for mode in ("on", "off")}
+    if not args.skip_choices:
+        import retry_choices  # the n = 4 case
+        results["choices"] = retry_choices.run_both(args)
     args.load_average = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     os.makedirs(args.out_dir, exist_ok=True)
     config = {k: v for k, v in vars(args).items()}

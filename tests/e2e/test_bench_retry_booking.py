@@ -32,7 +32,13 @@ def test_retry_booking_benchmark_runs_both_modes_and_writes_the_report(tmp_path)
     # The baseline books nothing; with bookings the server counted its own.
     assert off["retry_bookings"]["booked"] == 0
     assert on["retry_bookings"]["booked"] >= on["retry_bookings"]["claimed"]
+    # The n = 4 case: requests of 4 choices against requests of 1, same shape.
+    choices = report["results"]["choices"]
+    assert choices["1"]["n"] == 1 and choices["4"]["n"] == 4, choices
+    for r in choices.values():
+        assert r["completed"] > 0 and r["errors"] == {}, r
     md = (tmp_path / "retry-booking.md").read_text()
+    assert "Requests of n = 4 choices" in md
     assert "Tiny smoke run" in md
     assert "retries admitted on their first retry" in md and "OpenAI JS SDK" in md
 
