@@ -156,7 +156,7 @@ struct DeviceState {
   std::string name;
   std::int64_t capacity_bytes = 0;
   std::int64_t budget_bytes = 0;    ///< what admission may hand to requests
-  std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts
+  std::int64_t effective_budget_bytes = 0;  ///< budget after other processes' bytes and OOM-governor cuts
   std::int64_t reserved_bytes = 0;  ///< held by leases now
   std::int64_t used_bytes = 0;      ///< in use on the device now (CUDA: total - free, so cached segments count)
   std::int64_t peak_bytes = 0;      ///< highest used since start
