@@ -146,10 +146,7 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
                                        req->gen.priority, req->model_index);
   if (!st.ok()) {  // cannot happen: a running request is not queued
     front->take(req->admission_id);
-    {
-      std::lock_guard lk(shared->mu);
-      ++shared->stats.failed;
-    }
+    count_end(*req, &st.error(), static_cast<int>(generated), now);
     req->sink->push(engine_detail::failed(*req, st.error()));
     return;
   }
