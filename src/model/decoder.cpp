@@ -176,7 +176,9 @@ Status DecoderModel::read_weights(const Checkpoint& checkpoint, std::string pref
     read(w);
   } catch (...) {
     Error e = current_exception_error(checkpoint.path().string() + ": loading weights onto " + device_->name());
-    e.code = ErrorCode::kModelLoad;
+    // Weights that do not fit stay out of memory (the device is too small:
+    // a setting); any other failure is the checkpoint's.
+    if (e.code != ErrorCode::kOutOfMemory) e.code = ErrorCode::kModelLoad;
     return e;
   }
   parameter_count_ = w.parameters();

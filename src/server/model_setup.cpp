@@ -53,6 +53,14 @@ std::string held_by_others(const Device& device) {
   return "; other processes hold " + format_bytes(m.foreign) + " of its " + format_bytes(m.capacity) +
          " (this process holds " + format_bytes(m.own) + ", " + format_bytes(m.capacity - m.used) + " free)";
 }
+
+// A model that could not load: weights that do not fit mean the device, as
+// configured, cannot serve it (kConfig, with what others hold); any other
+// failure stays the model's.
+Error load_failure(Error error, const Device& device) {
+  if (error.code != ErrorCode::kOutOfMemory) return error;
+  return Error(ErrorCode::kConfig, error.message + held_by_others(device));
+}
 }  // namespace
 
 Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
@@ -70,7 +78,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
     const std::int64_t before = out.device->memory().own;
     if (source.torchscript) {
       auto tensor = TorchScriptModel::load(TorchScriptModel::Options{source.dir, out.device.get()});
-      if (!tensor.ok()) return std::move(tensor).error();
+      if (!tensor.ok()) return load_failure(std::move(tensor).error(), *out.device);
       const std::int64_t resident = out.device->memory().own - before;
       auto fit = measure_tensor_profile(**tensor, *out.device,
                                         TensorProfileOptions{config.max_batch, config.memory_safety});
@@ -93,7 +101,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       continue;
     }
     auto model = Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype});
-    if (!model.ok()) return std::move(model).error();
+    if (!model.ok()) return load_failure(std::move(model).error(), *out.device);
     const std::int64_t resident = out.device->memory().own - before;
     auto profile = measure_memory_profile(**model, *out.device,
                                           ProfileOptions{config.max_batch, config.max_batch_tokens,
