@@ -15,6 +15,7 @@ Status validate(const OomGovernorOptions& o) {
   if (!(o.floor_fraction >= 0 && o.floor_fraction <= 1)) return bad("oom budget floor must be in [0, 1]");
   if (o.quiet_period <= Duration::zero()) return bad("oom quiet period must be > 0");
   if (!(o.increase_step > 0 && o.increase_step <= 1)) return bad("oom increase step must be in (0, 1]");
+  if (o.foreign_raise_hold < Duration::zero()) return bad("foreign raise hold must be >= 0");
   return Status::Ok();
 }
 
@@ -30,10 +31,11 @@ std::int64_t OomGovernor::floor_of(std::int64_t ceiling) const {
 }
 
 std::optional<BudgetChange> OomGovernor::set_ceiling(std::int64_t bytes) {
-  const bool following = effective_ >= ceiling_;  // no OOM cut holds it lower
   ceiling_ = std::clamp<std::int64_t>(bytes, 0, budget_);
   floor_ = floor_of(ceiling_);
-  const std::int64_t next = following ? ceiling_ : std::min(effective_, ceiling_);
+  // Under an OOM cut the budget only falls with the ceiling; quiet periods
+  // raise it again, even when the ceiling fell below the cut meanwhile.
+  const std::int64_t next = cut_ ? std::min(effective_, ceiling_) : ceiling_;
   if (next == effective_) return std::nullopt;
   BudgetChange change{effective_, next};
   effective_ = next;
@@ -42,6 +44,7 @@ std::optional<BudgetChange> OomGovernor::set_ceiling(std::int64_t bytes) {
 
 std::optional<BudgetChange> OomGovernor::on_oom(TimePoint now) {
   quiet_since_ = now;
+  cut_ = true;
   const auto cut = static_cast<std::int64_t>(static_cast<double>(effective_) * options_.decrease_factor);
   const std::int64_t next = std::max(floor_, std::min(effective_, cut));
   if (next == effective_) return std::nullopt;
@@ -57,6 +60,7 @@ std::optional<BudgetChange> OomGovernor::on_tick(TimePoint now) {
   BudgetChange change{effective_, 0};
   const std::int64_t room = ceiling_ - effective_;
   effective_ = periods >= (room + step_ - 1) / step_ ? ceiling_ : effective_ + periods * step_;
+  cut_ = effective_ < ceiling_;
   change.to = effective_;
   return change;
 }

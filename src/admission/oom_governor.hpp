@@ -28,6 +28,10 @@ struct OomGovernorOptions {
   Duration quiet_period = std::chrono::seconds(10);
   /// Raise per quiet period, as a fraction of the configured budget. In (0, 1].
   double increase_step = 0.1;
+  /// How long other processes must hold less before the ceiling rises again
+  /// (engine/oom_budget.hpp), so that memory that comes and goes does not
+  /// make the engine preempt and regrant again and again. >= 0.
+  Duration foreign_raise_hold = std::chrono::seconds(1);
 };
 
 /// kConfig naming the first option out of range.
@@ -56,8 +60,10 @@ class OomGovernor {
 
   /// The memory measured now supports `bytes` (clamped to [0, budget]): the
   /// effective budget follows the ceiling down at once; up too, unless an
-  /// OOM cut holds it lower (then quiet periods raise it, up to the
-  /// ceiling). The floor moves with the ceiling. The change, if any.
+  /// OOM cut is in force (from on_oom() until quiet periods have raised the
+  /// budget back to the ceiling: then only those raise it, even when the
+  /// ceiling fell below the cut meanwhile). The floor moves with the
+  /// ceiling. The change, if any.
   std::optional<BudgetChange> set_ceiling(std::int64_t bytes);
 
   /// When on_tick() will next raise the budget; nullopt at the ceiling.
@@ -76,6 +82,7 @@ class OomGovernor {
   std::int64_t budget_;
   std::int64_t ceiling_;  // <= budget_
   std::int64_t effective_;  // <= ceiling_
+  bool cut_ = false;        // an OOM cut is in force (see set_ceiling)
   std::int64_t floor_;
   std::int64_t step_;
   TimePoint quiet_since_{};  // last OOM or raise; meaningful while effective_ < budget_

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "common/decimal.hpp"
 #include "device/device.hpp"
 
@@ -20,13 +22,13 @@ const char* budget_reason_name(BudgetReason reason) {
 OomBudget::OomBudget(const OomGovernorOptions& options, std::int64_t budget_bytes, bool active,
                      AdmissionController& admission, Device& device, std::optional<DeviceBudgetInputs> inputs,
                      int device_index)
-    : governor_(options, budget_bytes), active_(active), admission_(admission), device_(device),
+    : governor_(options, budget_bytes), raise_hold_(options.foreign_raise_hold), active_(active), admission_(admission), device_(device),
       inputs_(inputs), device_index_(device_index) {
   if (inputs_) foreign_bytes_ = inputs_->foreign_bytes;
 }
 
 void OomBudget::on_oom(TimePoint now) {
-  follow_foreign();
+  follow_foreign(now);
   if (!active_) return;
   auto change = governor_.on_oom(now);
   if (!change) {
@@ -40,7 +42,7 @@ void OomBudget::on_oom(TimePoint now) {
 }
 
 void OomBudget::on_tick(TimePoint now) {
-  follow_foreign();
+  follow_foreign(now);
   if (!active_) return;
   auto change = governor_.on_tick(now);
   if (!change) return;
@@ -50,19 +52,26 @@ void OomBudget::on_tick(TimePoint now) {
 }
 
 // The ceiling is the start-up formula with the foreign bytes measured now:
-// what is free now plus what the models hold, never above the budget.
-void OomBudget::follow_foreign() {
+// what is free now plus what the models hold, never above the budget. It
+// falls at once and rises once the foreign bytes have allowed it for
+// raise_hold_.
+void OomBudget::follow_foreign(TimePoint now) {
   if (!inputs_) return;
   const std::int64_t foreign = device_.memory().foreign;
-  if (foreign == foreign_bytes_) return;
   const std::int64_t before = foreign_bytes_;
   foreign_bytes_ = foreign;
   if (!active_) return;
-  DeviceBudgetInputs now = *inputs_;
-  now.foreign_bytes = foreign;
-  auto change = governor_.set_ceiling(device_budget(now));
+  DeviceBudgetInputs measured = *inputs_;
+  measured.foreign_bytes = foreign;
+  const std::int64_t ceiling = std::min(device_budget(measured), governor_.budget());
+  if (ceiling > governor_.ceiling()) {
+    if (!raise_since_) raise_since_ = now;
+    if (now - *raise_since_ < raise_hold_) return;
+  }
+  raise_since_.reset();
+  auto change = governor_.set_ceiling(ceiling);
   if (!change) return;
-  const BudgetReason reason = foreign > before ? BudgetReason::kForeignGrew : BudgetReason::kForeignShrank;
+  const BudgetReason reason = change->to < change->from ? BudgetReason::kForeignGrew : BudgetReason::kForeignShrank;
   spdlog::warn("{}: other processes hold {} (was {}): effective budget {} from {} to {} bytes", device_.name(),
                format_bytes(foreign), format_bytes(before),
                reason == BudgetReason::kForeignGrew ? "lowered" : "raised", change->from, change->to);
@@ -71,7 +80,9 @@ void OomBudget::follow_foreign() {
 
 std::optional<TimePoint> OomBudget::next_change() const {
   if (!active_) return std::nullopt;
-  return governor_.next_change();
+  std::optional<TimePoint> next = governor_.next_change();
+  if (raise_since_ && (!next || *raise_since_ + raise_hold_ < *next)) next = *raise_since_ + raise_hold_;
+  return next;
 }
 
 void OomBudget::publish(EngineStats& stats) const {

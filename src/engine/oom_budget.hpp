@@ -1,7 +1,10 @@
 // OomBudget: the effective budget of one engine's device. Each loop turn it
 // measures the bytes other processes hold on the device (foreign bytes) and
 // lowers the budget's ceiling by what they took beyond the start-up budget
-// (or raises it back when they free it), before anything more is admitted;
+// at once, before anything more is admitted; it raises it back only once
+// they have held less for OomGovernorOptions::foreign_raise_hold, so memory
+// that comes and goes does not make the engine preempt and regrant again
+// and again;
 // out-of-memory errors and quiet periods move the effective budget under that
 // ceiling (OomGovernor). Each change is applied to the device's admission
 // controller, logged and counted by reason.
@@ -50,7 +53,8 @@ class OomBudget {
   /// Measures the foreign bytes and follows them, then raises the effective
   /// budget after quiet periods. Call once per loop turn, before admitting.
   void on_tick(TimePoint now);
-  /// When on_tick() will next raise the budget; nullopt when it will not.
+  /// When on_tick() will next raise the budget (a quiet period's end, or
+  /// the end of the foreign raise hold); nullopt when it will not.
   std::optional<TimePoint> next_change() const;
   /// The effective budget (bytes; policy memory: after cuts; else the budget).
   std::int64_t effective() const { return governor_.effective(); }
@@ -58,16 +62,18 @@ class OomBudget {
   void publish(EngineStats& stats) const;
 
  private:
-  void follow_foreign();
+  void follow_foreign(TimePoint now);
   void apply(const BudgetChange& change, BudgetReason reason);
 
   OomGovernor governor_;
+  Duration raise_hold_;
   bool active_;
   AdmissionController& admission_;
   Device& device_;
   std::optional<DeviceBudgetInputs> inputs_;
   int device_index_ = 0;
   std::int64_t foreign_bytes_ = 0;  // measured at the last turn
+  std::optional<TimePoint> raise_since_;  // since when the foreign bytes allow a higher ceiling
   std::array<std::int64_t, 4> changes_{};  // by BudgetReason
 };
 

@@ -173,11 +173,17 @@ TEST(OomGovernor, AnOomCutHoldsWhenTheCeilingRises) {
   EXPECT_FALSE(g.set_ceiling(kBudget));  // the cut stays until quiet periods pass
   EXPECT_EQ(g.effective(), 150);
   EXPECT_EQ(g.on_tick(clock.advance(10s))->to, 250);  // steps stay 10 % of the budget
-  auto lower = g.set_ceiling(200);  // a cut ceiling still binds at once
+  auto lower = g.set_ceiling(200);  // a lower ceiling still binds at once
   ASSERT_TRUE(lower);
   EXPECT_EQ(lower->to, 200);
-  EXPECT_FALSE(g.on_tick(clock.advance(1h)));  // at the ceiling
-  EXPECT_EQ(g.set_ceiling(700)->to, 700);   // at the ceiling again: follows it up
+  EXPECT_FALSE(g.on_tick(clock.advance(1s)));  // at the ceiling
+  // The ceiling rises again: the cut is still in force, so the budget does
+  // not jump to it; quiet periods raise it step by step.
+  EXPECT_FALSE(g.set_ceiling(700));
+  EXPECT_EQ(g.effective(), 200);
+  EXPECT_EQ(g.on_tick(clock.advance(10s))->to, 300);
+  EXPECT_EQ(g.on_tick(clock.advance(50s))->to, 700);  // back at the ceiling: the cut is over
+  EXPECT_EQ(g.set_ceiling(900)->to, 900);             // and the ceiling is followed again
 }
 
 }  // namespace

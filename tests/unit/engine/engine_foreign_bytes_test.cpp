@@ -31,6 +31,7 @@ Engine::Options ForeignBytesTest::foreign_options(const std::string& hook) {
   o.admission.budget_bytes = kBudget;
   o.budget_inputs = DeviceBudgetInputs{kBudget, 1.0, 0, 0, 0, 0};
   o.oom_governor.quiet_period = std::chrono::hours(1);
+  o.oom_governor.foreign_raise_hold = Duration::zero();  // raised back at the next turn
   auto parsed = parse_foreign_bytes_hook(hook);
   EXPECT_TRUE(parsed.ok());
   o.test_foreign_bytes = *parsed;
@@ -133,6 +134,32 @@ TEST_F(ForeignBytesTest, GrowthDuringAChunkedPrefillPreemptsThePrefillingSequenc
   // a's prompt went in over more than one step before the preemption.
   const std::vector<int> inputs = model_.inputs_log();
   EXPECT_NE(std::find(inputs.begin(), inputs.end(), 3), inputs.end());
+}
+
+TEST_F(ForeignBytesTest, MemoryThatComesAndGoesLowersTheBudgetOnceAndPreemptsOnce) {
+  // Others take 6000 bytes at step 3 and free them at every other step
+  // after, taking them again in between. Raises wait for the bytes to stay
+  // freed for an hour: the budget is lowered once and b preempted once,
+  // not every time the bytes come and go.
+  Engine::Options o = foreign_options("3=6000,4=0,5=6000,6=0,7=6000,8=0,9=6000");
+  o.oom_governor.foreign_raise_hold = std::chrono::hours(1);
+  auto engine = make(o);
+  model_.block();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), b).ok());
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(a->finished());
+  ASSERT_TRUE(b->finished());  // granted again once a's lease was released
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.preemptions, 1);
+  EXPECT_EQ(st.budget_foreign_grew, 1);
+  EXPECT_EQ(st.budget_foreign_shrank, 0);
+  EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget - 6000);
 }
 
 TEST_F(ForeignBytesTest, OutsidePolicyMemoryForeignBytesAreMeasuredButMoveNoBudget) {
