@@ -45,6 +45,15 @@ def request_log(server):
     return out
 
 
+def logged_claims(server, n):
+    """How the claimed retries were recognised, sorted, once the request log
+    holds `n` of them (a request's line is written as it ends, which may be
+    after its client has the answer)."""
+    claims = lambda: sorted(l["retry"] for l in request_log(server) if l.get("retry"))  # noqa: E731
+    wait_until(lambda: len(claims()) >= n, what=f"{n} claimed retries in the request log")
+    return claims()
+
+
 def check_overloaded(r, booked=True):
     """A 503 with the four headers, its body repeating the promise and place."""
     assert r.status_code == 503, r.text
@@ -112,7 +121,7 @@ def test_retry_by_token_takes_its_held_place_ahead_of_later_arrivals(make_server
         assert [f.result().status_code for f in work] == [200, 200]
     state = bookings(server, alpha)
     assert state["claimed"] == 1 and state["booked"] == 2
-    assert [l["retry"] for l in request_log(server) if l.get("retry")] == ["token"]
+    assert logged_claims(server, 1) == ["token"]
 
 
 def test_retry_by_idempotency_key_and_by_body(make_server):
@@ -130,7 +139,7 @@ def test_retry_by_idempotency_key_and_by_body(make_server):
         assert by_body.result().status_code == 200, by_body.result().text
         [f.result() for f in work]
     assert bookings(server)["claimed"] == 2
-    assert sorted(l["retry"] for l in request_log(server) if l.get("retry")) == ["body", "idempotency_key"]
+    assert logged_claims(server, 2) == ["body", "idempotency_key"]
 
 
 def test_early_retry_is_told_the_time_left_and_a_late_one_finds_the_booking_released(make_server):
@@ -278,7 +287,7 @@ def test_identical_bodies_behind_a_trusted_proxy_claim_their_own_bookings(make_s
             assert a_retry.status_code == 200, a_retry.text
             [f.result() for f in work]
         assert bookings(server)["claimed"] == len(claims)
-        assert sorted(l["retry"] for l in request_log(server) if l.get("retry")) == claims
+        assert logged_claims(server, len(claims)) == claims
 
 
 def test_a_fresh_identical_request_does_not_take_a_booking(make_server):
@@ -296,4 +305,4 @@ def test_a_fresh_identical_request_does_not_take_a_booking(make_server):
         assert retry.status_code == 200, retry.text
         assert bookings(server)["claimed"] == 1
         [f.result() for f in work]
-    assert [l["retry"] for l in request_log(server) if l.get("retry")] == ["body"]
+    assert logged_claims(server, 1) == ["body"]
