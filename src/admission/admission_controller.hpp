@@ -305,11 +305,15 @@ class AdmissionController {
   /// once per request whatever its n, as Retry-After counts requests ahead.
   void record_completion(TimePoint now);
 
-  /// Sets the budget grants are checked against (OOM governor), clamped to
-  /// [0, budget]. A cut revokes nothing: no grant happens until reserved
-  /// bytes fall under the new value. Only the memory policy checks it (fixed
-  /// and none are baselines without an OOM governor). Returns the value set.
-  std::int64_t set_effective_budget(std::int64_t bytes, int device = 0);
+  /// Sets what `source` (an engine's OOM governor: its index; -1 for a
+  /// caller that names none) allows on `device`, clamped to [0, budget]; the
+  /// budget grants are checked against is the least that the sources of the
+  /// device allow, so one engine's cut is not undone by another of the same
+  /// device. A cut revokes nothing: no grant happens until reserved bytes
+  /// fall under the new value. Only the memory policy checks it (fixed and
+  /// none are baselines without an OOM governor). Returns the device's
+  /// effective budget.
+  std::int64_t set_effective_budget(std::int64_t bytes, int device = 0, int source = -1);
 
   /// Removes every queued request (shutdown) and returns their ids in FIFO order.
   std::vector<RequestId> drop_all();

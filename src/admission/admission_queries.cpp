@@ -43,12 +43,14 @@ void AdmissionController::record_completion(TimePoint now) {
   state_->drain.record(now);
 }
 
-std::int64_t AdmissionController::set_effective_budget(std::int64_t bytes, int device) {
+std::int64_t AdmissionController::set_effective_budget(std::int64_t bytes, int device, int source) {
   State& s = *state_;
   MutexLock lock(s.mu);
   if (device < 0 || static_cast<std::size_t>(device) >= s.devices.size()) return 0;
   State::DeviceState& d = s.devices[static_cast<std::size_t>(device)];
-  d.effective_budget = std::clamp<std::int64_t>(bytes, 0, d.config.budget_bytes);
+  d.proposed[source] = std::clamp<std::int64_t>(bytes, 0, d.config.budget_bytes);
+  d.effective_budget = d.config.budget_bytes;
+  for (const auto& [from, proposed] : d.proposed) d.effective_budget = std::min(d.effective_budget, proposed);
   return d.effective_budget;
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -55,7 +56,10 @@ struct AdmissionController::State final : LeaseLedger {
 
   struct DeviceState {
     AdmissionTopology::Device config;
-    std::int64_t effective_budget = 0;
+    std::int64_t effective_budget = 0;  // the least of `proposed`
+    // What each source (an engine's OOM governor; -1: a caller that names
+    // none) last set through set_effective_budget().
+    std::map<int, std::int64_t> proposed;
     std::int64_t reserved = 0;
     std::int64_t peak_reserved = 0;
     int active_leases = 0;
@@ -89,7 +93,7 @@ struct AdmissionController::State final : LeaseLedger {
       : options(o), bookings(o.retry_booking), drain(o.drain_rate),
         on_release(cb ? std::make_shared<const Callback>(std::move(cb)) : nullptr) {
     MutexLock lock(mu);
-    for (const auto& d : topology.devices) devices.push_back(DeviceState{d, d.budget_bytes});
+    for (const auto& d : topology.devices) devices.push_back(DeviceState{d, d.budget_bytes, {}});
     for (const auto& e : topology.engines) engines.push_back(EngineState{e});
   }
 

@@ -111,7 +111,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   }
   impl->oom_budget.emplace(options.oom_governor, options.admission.budget_bytes,
                            options.admission.policy.kind == AdmissionPolicy::Kind::kMemory, *impl->admission, device,
-                           options.budget_inputs, impl->device_index);
+                           options.budget_inputs, impl->device_index, impl->index);
   impl->oom_budget->publish(impl->shared->stats);
   Impl* raw = impl.get();
   if (impl->prefill) impl->prefill->thread = start_compute_thread(device, [raw] { raw->prefill_loop(); });

@@ -21,9 +21,9 @@ const char* budget_reason_name(BudgetReason reason) {
 
 OomBudget::OomBudget(const OomGovernorOptions& options, std::int64_t budget_bytes, bool active,
                      AdmissionController& admission, Device& device, std::optional<DeviceBudgetInputs> inputs,
-                     int device_index)
+                     int device_index, int engine_index)
     : governor_(options, budget_bytes), raise_hold_(options.foreign_raise_hold), active_(active), admission_(admission), device_(device),
-      inputs_(inputs), device_index_(device_index) {
+      inputs_(inputs), device_index_(device_index), engine_index_(engine_index) {
   if (inputs_) foreign_bytes_ = inputs_->foreign_bytes;
 }
 
@@ -96,7 +96,7 @@ void OomBudget::publish(EngineStats& stats) const {
 
 void OomBudget::apply(const BudgetChange& change, BudgetReason reason) {
   ++changes_[static_cast<std::size_t>(reason)];
-  admission_.set_effective_budget(change.to, device_index_);
+  admission_.set_effective_budget(change.to, device_index_, engine_index_);
 }
 
 }  // namespace vg

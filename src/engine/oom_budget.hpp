@@ -43,9 +43,11 @@ class OomBudget {
   /// the device's configured budget; `inputs` what it was worked out from at
   /// start-up (device_budget): with them the ceiling follows the measured
   /// foreign bytes; without them (nullopt) it stays the budget.
-  /// `device_index` is the device's place in the admission topology.
+  /// `device_index` is the device's place in the admission topology,
+  /// `engine_index` the engine's (the source of its budget there: the
+  /// device's effective budget is the least its engines allow).
   OomBudget(const OomGovernorOptions& options, std::int64_t budget_bytes, bool active, AdmissionController& admission,
-            Device& device, std::optional<DeviceBudgetInputs> inputs, int device_index = 0);
+            Device& device, std::optional<DeviceBudgetInputs> inputs, int device_index = 0, int engine_index = 0);
 
   /// A step failed with out-of-memory at `now`: measure the device, then
   /// cut the effective budget (its floor a share of what is there).
@@ -72,6 +74,7 @@ class OomBudget {
   Device& device_;
   std::optional<DeviceBudgetInputs> inputs_;
   int device_index_ = 0;
+  int engine_index_ = 0;
   std::int64_t foreign_bytes_ = 0;  // measured at the last turn
   std::optional<TimePoint> raise_since_;  // since when the foreign bytes allow a higher ceiling
   std::array<std::int64_t, 4> changes_{};  // by BudgetReason

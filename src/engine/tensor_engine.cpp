@@ -256,7 +256,7 @@ Result<std::unique_ptr<TensorEngine>> TensorEngine::create(const Options& option
                                 &m->tensor_requests_total.with({options.model_name, "cancelled"})};
   }
   impl->oom.emplace(options.oom_governor, options.budget_bytes, options.policy.kind == AdmissionPolicy::Kind::kMemory,
-                    *impl->admission, device, options.budget_inputs, place->device);
+                    *impl->admission, device, options.budget_inputs, place->device, index);
   add_front_listener(*front, [weak = std::weak_ptr<TensorSignal>(impl->signal)] {
     if (auto s = weak.lock()) s->notify();
   });

@@ -180,6 +180,20 @@ TEST(AdmissionTopologyTest, EffectiveBudgetIsPerDevice) {
   EXPECT_EQ(ac->snapshot(clock.now()).devices[1].effective_budget_bytes, 30);
 }
 
+TEST(AdmissionTopologyTest, TheEffectiveBudgetIsTheLeastItsSourcesAllow) {
+  // Two engines (sources 0 and 1) of one device: one's cut holds while the
+  // other raises what it allows; raising the cut source lifts the budget.
+  ManualClock clock;
+  auto ac = make(two_devices(100, 100));
+  EXPECT_EQ(ac->set_effective_budget(40, 0, 0), 40);
+  EXPECT_EQ(ac->set_effective_budget(90, 0, 1), 40);
+  EXPECT_EQ(ac->set_effective_budget(100, 0, 1), 40);
+  EXPECT_EQ(ac->set_effective_budget(70, 0, 0), 70);
+  EXPECT_EQ(ac->set_effective_budget(500, 0, 0), 100);  // each clamped to the budget
+  EXPECT_EQ(ac->snapshot(clock.now()).devices[0].effective_budget_bytes, 100);
+  EXPECT_EQ(ac->snapshot(clock.now()).devices[1].effective_budget_bytes, 100);  // the other device is apart
+}
+
 TEST(AdmissionTopologyTest, RejectsABadTopology) {
   AdmissionOptions o;
   EXPECT_FALSE(AdmissionController::create(o, AdmissionTopology{}).ok());
