@@ -23,7 +23,23 @@ class ForeignBytesTest : public EngineTest {
   // Policy memory over a device of kBudget bytes whose budget follows what
   // others hold; `hook` says when they take and free it.
   static Engine::Options foreign_options(const std::string& hook);
+  // a (30 tokens) starts alone; b (30 tokens) is submitted while a's
+  // prefill step is held, so it joins at step 2; both must finish.
+  void run_two(Engine& engine, const std::shared_ptr<Collector>& a, const std::shared_ptr<Collector>& b);
 };
+
+void ForeignBytesTest::run_two(Engine& engine, const std::shared_ptr<Collector>& a,
+                               const std::shared_ptr<Collector>& b) {
+  model_.block();
+  ASSERT_TRUE(engine.submit(req(30), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());
+  ASSERT_TRUE(engine.submit(req(30), b).ok());
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(a->finished());
+  ASSERT_TRUE(b->finished());
+}
 
 Engine::Options ForeignBytesTest::foreign_options(const std::string& hook) {
   Engine::Options o = options();
@@ -51,17 +67,9 @@ TEST_F(ForeignBytesTest, ForeignGrowthLowersTheBudgetPreemptsTheYoungestAndItsRe
   // Step 1: a's prefill (held); step 2: a decodes, b prefills; at step 3
   // another process takes 6000 of the 10000 bytes; at step 12 it frees them.
   auto engine = make(foreign_options("3=6000,12=0"));
-  model_.block();
   auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), a).ok());
-  ASSERT_TRUE(model_.wait_in_step());
   auto b = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), b).ok());
-  model_.unblock();
-  ASSERT_TRUE(a->wait_done());
-  ASSERT_TRUE(b->wait_done());
-  ASSERT_TRUE(a->finished());
-  ASSERT_TRUE(b->finished());
+  run_two(*engine, a, b);
   EXPECT_EQ(a->text(), b->text());  // b was recomputed: same greedy text
   const EngineStats st = engine->stats();
   EXPECT_EQ(st.out_of_memory, 0);
@@ -144,17 +152,9 @@ TEST_F(ForeignBytesTest, MemoryThatComesAndGoesLowersTheBudgetOnceAndPreemptsOnc
   Engine::Options o = foreign_options("3=6000,4=0,5=6000,6=0,7=6000,8=0,9=6000");
   o.oom_governor.foreign_raise_hold = std::chrono::hours(1);
   auto engine = make(o);
-  model_.block();
   auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), a).ok());
-  ASSERT_TRUE(model_.wait_in_step());
   auto b = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), b).ok());
-  model_.unblock();
-  ASSERT_TRUE(a->wait_done());
-  ASSERT_TRUE(b->wait_done());
-  ASSERT_TRUE(a->finished());
-  ASSERT_TRUE(b->finished());  // granted again once a's lease was released
+  run_two(*engine, a, b);  // b granted again once a's lease was released
   const EngineStats st = engine->stats();
   EXPECT_EQ(st.preemptions, 1);
   EXPECT_EQ(st.budget_foreign_grew, 1);
