@@ -1,4 +1,4 @@
-// Admission policies and the queue with aging (design.md "admission policy",
+// Admission policies and the queue with aging (docs/design.md "admission policy",
 // "queue"): which queued requests may start now. Pure functions of a snapshot
 // and `now` (style.md habit 7); any thread.
 #pragma once

@@ -1,5 +1,5 @@
 // Memory arithmetic of admission: the memory profile of a model on a device,
-// the cost of one request and the budget of a device (design.md, "Terms").
+// the cost of one request and the budget of a device (docs/design.md, "Terms").
 // Pure functions on int64 bytes, saturating instead of overflowing; any thread.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace vg {
 
-/// Measured at start-up, per model and device (design.md "memory profile").
+/// Measured at start-up, per model and device (docs/design.md "memory profile").
 struct MemoryProfile {
   std::int64_t resident_bytes = 0;           ///< weights, buffers, runtime context (held for the model's life)
   std::int64_t workspace_bytes = 0;          ///< activations of the largest step (set aside once, not per request)
@@ -28,7 +28,7 @@ struct MemoryProfile {
 /// with a message naming the field.
 Status validate(const MemoryProfile& profile);
 
-/// Bytes one request may hold at its peak (design.md "cost"):
+/// Bytes one request may hold at its peak (docs/design.md "cost"):
 ///   cost = ceil(((prompt_tokens + max_tokens) × kv_bytes_per_token + sequence_overhead_bytes) × safety_factor)
 /// Negative token counts count as 0. Saturates at INT64_MAX (such a request
 /// never fits). The safety factor is rounded to millionths and applied in

@@ -1,5 +1,5 @@
 // Retry-After: how long a refused client should wait, from the measured drain
-// rate of a device (design.md "queue", scenarios.md S6). DrainRateEstimator is
+// rate of a device (docs/design.md "queue", docs/scenarios.md S6). DrainRateEstimator is
 // a plain value type (not thread-safe; AdmissionController guards its own);
 // retry_after_seconds() is a pure function. Both take `now` from the caller.
 #pragma once

@@ -1,4 +1,4 @@
-// Request priority classes (design.md "Traffic policies"): the vocabulary
+// Request priority classes (docs/admission-and-memory.md "Traffic policies"): the vocabulary
 // shared by the HTTP layer (request field, X-Priority header, API keys),
 // admission (higher classes are granted first, with aging) and the engine
 // (preemption takes from the lowest class first). Pure; any thread.

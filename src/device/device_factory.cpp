@@ -5,7 +5,7 @@
 namespace vg {
 namespace {
 
-/// The virtual device `auto` falls back to without a GPU (design.md).
+/// The virtual device `auto` falls back to without a GPU (docs/design.md).
 constexpr std::int64_t kDefaultVirtualCapacity = std::int64_t{2} << 30;
 
 }  // namespace

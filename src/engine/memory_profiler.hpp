@@ -1,4 +1,4 @@
-// Measures a model's memory profile on its device at start-up (design.md
+// Measures a model's memory profile on its device at start-up (docs/design.md
 // "memory profile"): resident bytes, KV cache bytes per token and per
 // sequence (fitted from two cache sizes), and the workspace — the activation
 // peak of the largest step the engine will run, found by profile runs that

@@ -1,5 +1,5 @@
 """Memory-aware admission end to end: scenarios S2, S3, S6-S10 of
-shared/scenarios.md against the real binary on a small virtual device.
+docs/scenarios.md against the real binary on a small virtual device.
 Expected counts come from the server's own costs and budget."""
 import concurrent.futures
 import json

@@ -1,5 +1,5 @@
 // AdmissionController on a manual clock: immediate errors with their numbers,
-// grants, expiry, cancel, effective budget, snapshot (scenarios.md S2, I1, I2).
+// grants, expiry, cancel, effective budget, snapshot (docs/scenarios.md S2, I1, I2).
 #include "admission/admission_controller.hpp"
 
 #include <gtest/gtest.h>

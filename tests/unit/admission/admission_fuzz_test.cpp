@@ -1,4 +1,4 @@
-// S1 fuzz (scenarios.md): thousands of enqueue / grant / cancel / expire
+// S1 fuzz (docs/scenarios.md): thousands of enqueue / grant / cancel / expire
 // cycles from several threads, with random costs, deadlines and cancels that
 // land right around grants, and leases released on another thread. Seeded,
 // on a shared manual clock (an atomic tick count), no sleeps.

@@ -1,5 +1,5 @@
 // Admission policies: parsing, and the pure grant selection with aging
-// (scenarios.md S7 at the level of one decision).
+// (docs/scenarios.md S7 at the level of one decision).
 #include "admission/admission_policy.hpp"
 
 #include <gtest/gtest.h>

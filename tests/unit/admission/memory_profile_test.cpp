@@ -1,4 +1,4 @@
-// Cost and budget arithmetic (design.md "cost", "budget"), incl. boundaries
+// Cost and budget arithmetic (docs/design.md "cost", "budget"), incl. boundaries
 // and overflow.
 #include "admission/memory_profile.hpp"
 

@@ -1,4 +1,4 @@
-// Scenarios S1 (deterministic part), S6 and S7 of scenarios.md on the
+// Scenarios S1 (deterministic part), S6 and S7 of docs/scenarios.md on the
 // admission controller with a manual clock. Sizes relative to the budget B:
 // small = B/6, medium = B/3, large = 0.9·B.
 #include <gtest/gtest.h>
