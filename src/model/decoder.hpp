@@ -12,12 +12,14 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "device/device.hpp"
 #include "model/checkpoint.hpp"
+#include "model/kv_blocks.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 
@@ -60,28 +62,77 @@ class WeightLoader {
 
 class DecoderModel;
 
-/// K and V of every layer in one allocation [n_layer, 2, capacity,
-/// n_kv_head, head_dim]; k(l) and v(l) are views [capacity, n_kv_head,
-/// head_dim], so the keys of one position are contiguous.
-class DecoderCache final : public KvCache {
+/// The storage of a KV block pool: K and V of every layer in one allocation
+/// [n_layer, 2, blocks x block_tokens, n_kv_head, head_dim]; k(l) and v(l)
+/// are views [slots, n_kv_head, head_dim], where block b holds slots
+/// b x block_tokens .. (b + 1) x block_tokens - 1, so the keys of one
+/// position are contiguous, and so are those of one block. Shared by the
+/// caches that hold its blocks (the last one frees it); its block
+/// bookkeeping is locked, since a prefill worker's thread makes and ends
+/// caches too.
+class KvPool {
  public:
-  DecoderCache(const DecoderModel* owner, at::Tensor storage);
-  int length() const override { return length_; }
-  int capacity() const override { return static_cast<int>(storage_.size(2)); }
-  std::int64_t bytes() const override { return storage_.numel() * storage_.element_size(); }
-
-  const DecoderModel* owner() const { return owner_; }
+  KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared);
   const at::Tensor& k(int layer) const { return k_[static_cast<std::size_t>(layer)]; }
   const at::Tensor& v(int layer) const { return v_[static_cast<std::size_t>(layer)]; }
+  /// [n_layer, 2, slots, n_kv_head, head_dim]
+  const at::Tensor& storage() const { return storage_; }
+  std::int64_t block_tokens() const { return block_tokens_; }
+  /// Device bytes of one block (every layer's K and V of block_tokens positions).
+  std::int64_t block_bytes() const { return block_bytes_; }
+  /// Whether it is a model's pool (Model::use_kv_pool), not one cache's own.
+  bool shared() const { return shared_; }
+
+  /// KvBlockAllocator::take(count, out) under the lock.
+  bool take(std::int64_t count, std::vector<std::int32_t>& out);
+  void share(std::int32_t block);
+  void release(std::span<const std::int32_t> blocks);
+  KvBlockCounts counts() const;
+
+ private:
+  at::Tensor storage_;
+  std::vector<at::Tensor> k_, v_;
+  std::int64_t block_tokens_;
+  std::int64_t block_bytes_;
+  bool shared_;
+  mutable std::mutex mutex_;
+  KvBlockAllocator blocks_;  ///< guarded by mutex_
+};
+
+/// One sequence's KV cache: its block table in a KvPool (a model's shared
+/// pool, or a pool of one block of exactly its capacity, its own).
+class DecoderCache final : public KvCache {
+ public:
+  DecoderCache(const DecoderModel* owner, std::shared_ptr<KvPool> pool, std::vector<std::int32_t> blocks);
+  ~DecoderCache() override;
+  DecoderCache(const DecoderCache&) = delete;
+  DecoderCache& operator=(const DecoderCache&) = delete;
+
+  int length() const override { return length_; }
+  int capacity() const override { return static_cast<int>(blocks_.size() * pool_->block_tokens()); }
+  std::int64_t bytes() const override { return static_cast<std::int64_t>(blocks_.size()) * pool_->block_bytes(); }
+
+  const DecoderModel* owner() const { return owner_; }
+  KvPool& pool() const { return *pool_; }
+  const std::shared_ptr<KvPool>& pool_ptr() const { return pool_; }
+  /// The block table: block ids in position order.
+  const std::vector<std::int32_t>& blocks() const { return blocks_; }
+  std::vector<std::int32_t>& blocks() { return blocks_; }
+  /// The pool slot of `position` (< capacity()).
+  std::int64_t slot(std::int64_t position) const {
+    const std::int64_t bt = pool_->block_tokens();
+    return blocks_[static_cast<std::size_t>(position / bt)] * bt + position % bt;
+  }
+  /// The slot of position 0 when positions 0..positions-1 lie in consecutive
+  /// slots (always in a cache's own pool), else -1.
+  std::int64_t contiguous_first_slot(std::int64_t positions) const;
   void advance(int tokens) { length_ += tokens; }
   void set_length(int tokens) { length_ = tokens; }
-  /// [n_layer, 2, capacity, n_kv_head, head_dim]
-  const at::Tensor& storage() const { return storage_; }
 
  private:
   const DecoderModel* owner_;
-  at::Tensor storage_;
-  std::vector<at::Tensor> k_, v_;
+  std::shared_ptr<KvPool> pool_;
+  std::vector<std::int32_t> blocks_;
   int length_ = 0;
 };
 
@@ -92,28 +143,41 @@ struct Segment {
   std::int64_t t = 0;             ///< new tokens
   std::int64_t row0 = 0;          ///< its first row in the concatenated [rows, ...] tensors
   at::Tensor mask;                ///< [t, pos0 + t], true where a key lies after the query; undefined when t == 1
+  /// The cached positions it reads (pos0 + t for a prefill chunk, after
+  /// writing its own; pos0 for a decode of a DecodeGroup's concatenation):
+  /// the slot of position 0 when they lie in consecutive slots of its pool
+  /// (read as a view), else -1 and `slots` lists their slots (int64 on the
+  /// device).
+  std::int64_t first_slot = -1;
+  at::Tensor slots;
 };
 
 /// Decode segments of a step on the tensor path that attend together: per
-/// layer, their cached keys and new keys are concatenated ([sum of lengths +
-/// rows, n_kv_head, head_dim]), gathered into a padded [n_kv_head, rows, 1,
-/// keys, head_dim] batch and attended with one pair of batched matrix
-/// products and a masked softmax.
+/// layer, their keys are gathered into a padded [n_kv_head, rows, 1, keys,
+/// head_dim] batch and attended with one pair of batched matrix products and
+/// a masked softmax. When every decode segment's cache is in one pool
+/// (DecodeBatch::pool), the new keys are first written to the pool and
+/// `gather` lists pool slots; otherwise the cached keys of its segments and
+/// the new keys are concatenated ([sum of lengths + rows, n_kv_head,
+/// head_dim]) and `gather` lists rows of that.
 struct DecodeGroup {
   std::int64_t row0 = 0;  ///< its first decode row
   std::int64_t rows = 0;
   std::int64_t keys = 0;  ///< padded key count: its longest sequence's length + 1
-  at::Tensor gather;      ///< [rows * keys] int64: row of the concatenation for each padded key (0 for padding)
+  at::Tensor gather;      ///< [rows * keys] int64: pool slot or row of the concatenation for each padded key (a valid one for padding)
   at::Tensor pad;         ///< [1, rows, 1, 1, keys] bool: true past a sequence's length + 1 keys
 };
 
 /// The decode segments of a step on the tensor path: one group, or in host
 /// memory two (those short enough for libtorch's small-matrix CPU kernel,
-/// then the others), so each sequence gets the arithmetic it gets alone. Their
-/// new K and V reach the caches at the end of the step, in one copy for all
-/// layers and sequences.
+/// then the others), so each sequence gets the arithmetic it gets alone. In
+/// one pool their new K and V are written to it at every layer (one
+/// index_copy_ each); otherwise they reach the caches at the end of the step,
+/// in one copy for all layers and sequences.
 struct DecodeBatch {
   std::vector<DecodeGroup> groups;
+  KvPool* pool = nullptr;  ///< the pool of every decode segment's cache, if they share one
+  at::Tensor write;        ///< with `pool`: [n_decode] int64, the slot each new key goes to
   /// Per layer, K then V of the decode rows [n_decode, n_kv_head, head_dim]
   /// (contiguous), appended by attention() as the layers run.
   mutable std::vector<at::Tensor> new_kv;
@@ -147,6 +211,10 @@ class DecoderModel : public Model {
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) final;
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) final;
   Status copy_cache(const KvCache& from, KvCache& to) final;
+  Status use_kv_pool(const KvPoolOptions& options) final;
+  std::optional<KvBlockCounts> kv_pool_counts() const final;
+  std::int64_t kv_block_bytes() const final;
+  Status grow_cache(KvCache& cache, int capacity_tokens) final;
   Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) final;
 
  protected:
@@ -203,9 +271,25 @@ class DecoderModel : public Model {
   std::int64_t parameter_count_ = 0;
 
  private:
+  /// A pool's storage for `slots` positions on the device (a libtorch error
+  /// escapes: callers catch).
+  at::Tensor kv_storage(std::int64_t slots) const;
+  /// The cache as one of this model's, or nullptr.
+  DecoderCache* own_cache(KvCache& cache) const;
+  /// Copies positions 0..from.length()-1 of `from` to the same positions of
+  /// `to` in every layer (a libtorch error escapes: callers catch).
+  void copy_positions(const DecoderCache& from, DecoderCache& to, std::int64_t first) const;
+  std::shared_ptr<KvPool> pool_;  ///< the shared block pool, once use_kv_pool made one
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
   Plan plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
+  /// The tensor-path DecodeGroups of `p`'s first n_decode segments (the
+  /// first `n_small` of them in a group of their own): appends each group's
+  /// gather and pad, then (in one pool) the decode write slots, to `host`.
+  void plan_decode_groups(Plan& p, std::int64_t n_small, std::vector<std::int64_t>& host) const;
+  /// Sets each cached segment's first_slot and appends the slots of those
+  /// that are not consecutive to `host`; returns how many each appended.
+  std::vector<std::int64_t> plan_segment_slots(Plan& p, std::vector<std::int64_t>& host) const;
   /// Whether decode segments attend through the host kernel: float32,
   /// float64 or bfloat16 weights in host memory, unless
   /// config().host_decode_kernel is off.

@@ -39,6 +39,22 @@ template <typename T, typename C>
   return sum;
 }
 
+/// Calls f(first, count, slot) for each block run of keys 0..keys-1: keys
+/// first..first+count-1 lie in consecutive slots from `slot` of the pool.
+template <typename T, typename C, typename F>
+[[gnu::always_inline]] inline void for_each_block(const DecodeSequence<T, C>& s, std::int64_t keys, F&& f) {
+  const std::int64_t bt = s.block_tokens;
+  for (std::int64_t first = 0, b = 0; first < keys; first += bt, ++b) {
+    f(first, std::min(bt, keys - first), static_cast<std::int64_t>(s.blocks[b]) * bt);
+  }
+}
+
+/// The pool slot of `position`.
+template <typename T, typename C>
+[[gnu::always_inline]] inline std::int64_t slot_of(const DecodeSequence<T, C>& s, std::int64_t position) {
+  return static_cast<std::int64_t>(s.blocks[position / s.block_tokens]) * s.block_tokens + position % s.block_tokens;
+}
+
 /// p[0..n) <- softmax(p): the maximum, exp(p - max) summed in order, then
 /// each divided by the sum.
 template <typename T>
@@ -66,22 +82,26 @@ template <typename T, typename C>
   const std::int64_t row = shape.n_kv_head * hd;              // one position of the cache
   const std::int64_t keys = s.position + 1;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
-  for (std::int64_t j = 0; j < keys; ++j) {
-    const C* kj = s.k_cache + j * row;
-    for (std::int64_t h = 0; h < heads; ++h) scores[h * keys + j] = dot(s.q + h * hd, kj + (h / group) * hd, hd) * scale;
-  }
+  for_each_block(s, keys, [&](std::int64_t first, std::int64_t count, std::int64_t slot) {
+    for (std::int64_t j = first; j < first + count; ++j) {
+      const C* kj = s.k_cache + (slot + j - first) * row;
+      for (std::int64_t h = 0; h < heads; ++h) scores[h * keys + j] = dot(s.q + h * hd, kj + (h / group) * hd, hd) * scale;
+    }
+  });
   for (std::int64_t h = 0; h < heads; ++h) softmax_in_place(scores + h * keys, keys);
   // out[h][c] = sum over j in order of p[h][j] * v[j][h / group][c].
   std::fill(s.out, s.out + heads * hd, T(0));
-  for (std::int64_t j = 0; j < keys; ++j) {
-    const C* vj = s.v_cache + j * row;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      const T p = scores[h * keys + j];
-      const C* v = vj + (h / group) * hd;
-      T* out = s.out + h * hd;
-      for (std::int64_t c = 0; c < hd; ++c) out[c] += p * widen(v[c]);
+  for_each_block(s, keys, [&](std::int64_t first, std::int64_t count, std::int64_t slot) {
+    for (std::int64_t j = first; j < first + count; ++j) {
+      const C* vj = s.v_cache + (slot + j - first) * row;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const T p = scores[h * keys + j];
+        const C* v = vj + (h / group) * hd;
+        T* out = s.out + h * hd;
+        for (std::int64_t c = 0; c < hd; ++c) out[c] += p * widen(v[c]);
+      }
     }
-  }
+  });
 }
 
 #if defined(__x86_64__)
@@ -109,20 +129,25 @@ template <int V, int H, typename C>
     #pragma GCC unroll 16
     for (int c = 0; c < V; ++c) out[h][c] = _mm256_setzero_ps();
   }
-  const C* v[H];
+  std::int64_t head_offset[H];
   const float* p[H];
   #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) {
-    v[h] = s.v_cache + ((h0 + h) / group) * (8 * V);
+    head_offset[h] = ((h0 + h) / group) * (8 * V);
     p[h] = scores + (h0 + h) * keys;
   }
-  for (std::int64_t i = 0; i < keys; ++i) {
-    #pragma GCC unroll 8
-    for (int h = 0; h < H; ++h) {
-      const __m256 pv = _mm256_broadcast_ss(p[h] + i);
-      const C* vi = v[h] + i * row;
-      #pragma GCC unroll 16
-      for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, load8_as_float(vi + 8 * c), out[h][c]);
+  // Block runs as explicit loops: a lambda would not be compiled for AVX2.
+  for (std::int64_t first = 0, b = 0; first < keys; first += s.block_tokens, ++b) {
+    const std::int64_t count = std::min(s.block_tokens, keys - first);
+    const C* block = s.v_cache + static_cast<std::int64_t>(s.blocks[b]) * s.block_tokens * row;  // key i at block + (i - first) * row
+    for (std::int64_t i = first; i < first + count; ++i) {
+      #pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) {
+        const __m256 pv = _mm256_broadcast_ss(p[h] + i);
+        const C* vi = block + (i - first) * row + head_offset[h];
+        #pragma GCC unroll 16
+        for (int c = 0; c < V; ++c) out[h][c] = _mm256_fmadd_ps(pv, load8_as_float(vi + 8 * c), out[h][c]);
+      }
     }
   }
   #pragma GCC unroll 8
@@ -151,26 +176,32 @@ template <int V, typename C>  // head_dim / 8, the stored type
   const __m256 scale_v = _mm256_set1_ps(scale);
   for (std::int64_t h = 0; h < heads; ++h) {
     const float* q = s.q + h * hd;
-    const C* k = s.k_cache + (h / group) * hd;
     float* p = scores + h * keys;
-    std::int64_t j = 0;
-    for (; j + 8 <= keys; j += 8) {
-      __m256 acc[8];
-      for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
-      #pragma GCC unroll 4
-      for (std::int64_t c = 0; c < V; ++c) {
-        const __m256 qv = _mm256_loadu_ps(q + 8 * c);
-        #pragma GCC unroll 8
-        for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, load8_as_float(k + (j + l) * row + 8 * c), acc[l]);
+    // Eight keys at a time within each block run; a key's score is the same
+    // sum however its run is split.
+    for (std::int64_t first = 0, b = 0; first < keys; first += s.block_tokens, ++b) {
+      const std::int64_t count = std::min(s.block_tokens, keys - first);
+      const std::int64_t slot = static_cast<std::int64_t>(s.blocks[b]) * s.block_tokens;
+      const C* k = s.k_cache + slot * row + (h / group) * hd;  // key j at k + (j - first) * row
+      std::int64_t j = first;
+      for (; j + 8 <= first + count; j += 8) {
+        __m256 acc[8];
+        for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
+        #pragma GCC unroll 4
+        for (std::int64_t c = 0; c < V; ++c) {
+          const __m256 qv = _mm256_loadu_ps(q + 8 * c);
+          #pragma GCC unroll 8
+          for (int l = 0; l < 8; ++l) acc[l] = _mm256_fmadd_ps(qv, load8_as_float(k + (j - first + l) * row + 8 * c), acc[l]);
+        }
+        _mm256_storeu_ps(p + j, _mm256_mul_ps(lane_sums(acc), scale_v));
       }
-      _mm256_storeu_ps(p + j, _mm256_mul_ps(lane_sums(acc), scale_v));
-    }
-    for (; j < keys; ++j) {
-      __m256 acc[8];
-      acc[0] = _mm256_setzero_ps();
-      for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8_as_float(k + j * row + 8 * c), acc[0]);
-      for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
-      p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
+      for (; j < first + count; ++j) {
+        __m256 acc[8];
+        acc[0] = _mm256_setzero_ps();
+        for (std::int64_t c = 0; c < V; ++c) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), load8_as_float(k + (j - first) * row + 8 * c), acc[0]);
+        for (int l = 1; l < 8; ++l) acc[l] = _mm256_setzero_ps();
+        p[j] = _mm256_cvtss_f32(_mm256_mul_ps(lane_sums(acc), scale_v));
+      }
     }
     // softmax_in_place, with its division eight at a time.
     float max = -INFINITY;
@@ -264,8 +295,9 @@ void decode_attention(std::type_identity_t<std::span<const DecodeSequence<T, C>>
   std::int64_t longest = 0, work = 0;
   for (const DecodeSequence<T, C>& s : sequences) {
     const std::int64_t row = shape.n_kv_head * hd;
-    std::memcpy(s.k_cache + s.position * row, s.k_new, sizeof(C) * row);
-    std::memcpy(s.v_cache + s.position * row, s.v_new, sizeof(C) * row);
+    const std::int64_t slot = slot_of(s, s.position);
+    std::memcpy(s.k_cache + slot * row, s.k_new, sizeof(C) * row);
+    std::memcpy(s.v_cache + slot * row, s.v_new, sizeof(C) * row);
     longest = std::max(longest, s.position + 1);
     work += (s.position + 1) * shape.n_head;
   }

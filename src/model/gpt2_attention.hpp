@@ -18,19 +18,22 @@ struct DecodeAttentionShape {
   std::int64_t head_dim = 0;
 };
 
-/// One sequence's new token and its cache. Rows are contiguous head by head.
-/// T is the arithmetic type (float or double); C the type keys and values are
-/// stored in: T, or std::uint16_t holding bfloat16 bits (upper half of a
-/// float32) with T = float, widened exactly as they are read.
+/// One sequence's new token and its paged cache. Rows are contiguous head by
+/// head. T is the arithmetic type (float or double); C the type keys and
+/// values are stored in: T, or std::uint16_t holding bfloat16 bits (upper
+/// half of a float32) with T = float, widened exactly as they are read.
+/// Position p of the sequence lives in slot blocks[p / block_tokens] x
+/// block_tokens + p % block_tokens of the pool (kv_blocks.hpp).
 template <typename T, typename C = T>
 struct DecodeSequence {
   const T* q = nullptr;      ///< [n_head, head_dim]
   const C* k_new = nullptr;  ///< [n_kv_head, head_dim]
   const C* v_new = nullptr;  ///< [n_kv_head, head_dim]
-  C* k_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
-  C* v_cache = nullptr;      ///< [capacity, n_kv_head, head_dim], contiguous
-  std::int64_t capacity = 0;
-  std::int64_t position = 0;  ///< where the new token goes (< capacity); keys 0..position are attended
+  C* k_cache = nullptr;      ///< the pool's keys [slots, n_kv_head, head_dim], contiguous
+  C* v_cache = nullptr;      ///< the pool's values [slots, n_kv_head, head_dim], contiguous
+  const std::int32_t* blocks = nullptr;  ///< block table: at least position / block_tokens + 1 entries
+  std::int64_t block_tokens = 0;         ///< positions per block (>= 1)
+  std::int64_t position = 0;  ///< where the new token goes; keys 0..position are attended
   T* out = nullptr;           ///< [n_head, head_dim]
 };
 

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
+#include "model/kv_blocks.hpp"
 
 namespace vg {
 
@@ -40,18 +42,27 @@ struct ModelConfig {
   bool host_decode_kernel = true;
 };
 
-/// One sequence's KV cache: per layer, K and V of shape
-/// [capacity, n_kv_head, head_dim] in the model dtype, allocated in full on
-/// creation so that growth up to capacity never allocates.
+/// One sequence's KV cache: per layer, K and V of every cached position in
+/// the model dtype, in blocks (kv_blocks.hpp) listed by a block table. Its
+/// blocks are held from creation, so that growth up to capacity never
+/// allocates; in a shared block pool (Model::use_kv_pool) it may take more
+/// (Model::grow_cache), and n > 1 choices share the blocks of their prompt.
 class KvCache {
  public:
   virtual ~KvCache() = default;
   /// Tokens cached so far.
   virtual int length() const = 0;
-  /// Tokens it can hold.
+  /// Tokens it can hold: its blocks x tokens per block.
   virtual int capacity() const = 0;
-  /// Device bytes it holds.
+  /// Device bytes of its blocks (a block shared with another cache counts in both).
   virtual std::int64_t bytes() const = 0;
+};
+
+/// A pool of KV blocks allocated once on the model's device, from which every
+/// cache that Model::new_cache makes afterwards takes its blocks.
+struct KvPoolOptions {
+  int block_tokens = 16;    ///< positions per block (1..n_positions)
+  std::int64_t blocks = 0;  ///< blocks in the pool (>= 1)
 };
 
 /// One sequence's part of a step: `tokens` are appended at positions
@@ -94,14 +105,39 @@ class Model {
   /// The tokenizer that goes with the model.
   virtual const Tokenizer& tokenizer() const = 0;
 
-  /// Allocates a KV cache for `capacity_tokens` tokens (1..n_positions).
-  /// Errors: kOutOfMemory when the device cannot hold it.
+  /// A KV cache for `capacity_tokens` tokens (1..n_positions). Without a
+  /// block pool it is one block of exactly that many tokens, allocated now
+  /// through the device's allocator; with one (use_kv_pool), the blocks that
+  /// hold them are taken from the pool and nothing is allocated. Errors:
+  /// kInvalidRequest for a capacity outside the range, kOutOfMemory when the
+  /// device (or the pool) cannot hold it.
   virtual Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) = 0;
 
+  /// Allocates a pool of KV blocks on the device (options.blocks x the bytes
+  /// of one block, kv_pool_counts()) that the caches made afterwards take
+  /// their blocks from; caches made before keep theirs. A later call replaces
+  /// the pool for later caches. Errors: kInvalidRequest for options outside
+  /// their ranges or a model without a KV cache, kOutOfMemory when the device
+  /// cannot hold the pool. The default refuses (kInvalidRequest).
+  virtual Status use_kv_pool(const KvPoolOptions& options);
+  /// Blocks of the pool (nullopt: no pool). The default has none.
+  virtual std::optional<KvBlockCounts> kv_pool_counts() const;
+  /// Device bytes of one block of the pool (0: no pool). The default has none.
+  virtual std::int64_t kv_block_bytes() const;
+  /// Gives `cache` blocks from its pool until it holds `capacity_tokens`
+  /// (<= n_positions); a smaller capacity changes nothing. Errors:
+  /// kInvalidRequest for a cache of another model, outside a pool, or a
+  /// capacity past n_positions; kOutOfMemory when the pool has too few free
+  /// blocks (the cache is left as it was). The default refuses.
+  virtual Status grow_cache(KvCache& cache, int capacity_tokens);
+
   /// Makes `to` hold the same cached tokens as `from` (a prompt prefilled
-  /// once, shared by the n choices of a request): copies from's length()
-  /// tokens of every layer into `to`, whose capacity must hold them. Errors:
-  /// kInvalidRequest for caches of another model or too small.
+  /// once, shared by the n choices of a request), `to` having none yet. In
+  /// one pool, `to` shares from's full blocks (no copy; neither cache ever
+  /// writes a shared block, since both write past their length only) and gets
+  /// a copy of the partly filled last one; otherwise every layer's cached
+  /// positions are copied. Errors: kInvalidRequest for caches of another
+  /// model, a `to` that holds tokens, or one too small.
   virtual Status copy_cache(const KvCache& from, KvCache& to) = 0;
 
   /// Runs one step over several sequences (prefill chunks and/or single decode

@@ -36,8 +36,11 @@ struct Case {
     out.assign(static_cast<std::size_t>(heads * head_dim), NAN);
   }
 
+  std::vector<std::int32_t> blocks{0};  ///< one block of position + 1 tokens
+
   DecodeSequence<float> sequence() {
-    return {q.data(), k_new.data(), v_new.data(), k_cache.data(), v_cache.data(), position + 1, position, out.data()};
+    return {q.data(), k_new.data(), v_new.data(), k_cache.data(), v_cache.data(), blocks.data(), position + 1,
+            position, out.data()};
   }
 
   double reference(std::int64_t h, std::int64_t c) const {
@@ -98,6 +101,44 @@ TEST(DecodeAttention, EachSequenceIsBitIdenticalAloneAndWithOthers) {
   }
 }
 
+// A cache in blocks scattered over a pool gives the contiguous cache's
+// output bit for bit, for block sizes that split the kernel's groups of eight
+// keys and those that do not, and the new key and value land in the slot of
+// the position's block.
+TEST(DecodeAttention, ACacheInScatteredBlocksGivesTheContiguousOutput) {
+  unsigned seed = 300;
+  for (std::int64_t head_dim : {12, 32, 64}) {
+    for (std::int64_t block_tokens : {1, 5, 8, 16}) {
+      for (std::int64_t position : {0, 7, 8, 40}) {
+        Case c(4, 2, head_dim, position, seed++);
+        const std::int64_t row = 2 * head_dim;
+        const std::int64_t n_blocks = (position + block_tokens) / block_tokens;
+        // Block b of the sequence is pool block (n_blocks - 1 - b) * 2 + 1 of a pool twice as large.
+        std::vector<std::int32_t> table;
+        for (std::int64_t b = 0; b < n_blocks; ++b) table.push_back(static_cast<std::int32_t>((n_blocks - 1 - b) * 2 + 1));
+        std::vector<float> k_pool(static_cast<std::size_t>(2 * n_blocks * block_tokens * row), NAN);
+        std::vector<float> v_pool(k_pool.size(), NAN);
+        for (std::int64_t p = 0; p < position; ++p) {
+          const std::int64_t slot = table[std::size_t(p / block_tokens)] * block_tokens + p % block_tokens;
+          std::copy_n(c.k_cache.begin() + p * row, row, k_pool.begin() + slot * row);
+          std::copy_n(c.v_cache.begin() + p * row, row, v_pool.begin() + slot * row);
+        }
+        std::vector<float> out(c.out.size(), NAN);
+        const DecodeSequence<float> paged{c.q.data(),  c.k_new.data(), c.v_new.data(), k_pool.data(), v_pool.data(),
+                                          table.data(), block_tokens,  position,       out.data()};
+        decode_attention<float>(std::span(&paged, 1), c.shape);
+        const DecodeSequence<float> contiguous = c.sequence();
+        decode_attention<float>(std::span(&contiguous, 1), c.shape);
+        ASSERT_EQ(out, c.out) << "head_dim " << head_dim << ", block_tokens " << block_tokens << ", position "
+                              << position;
+        const std::int64_t slot = table[std::size_t(position / block_tokens)] * block_tokens + position % block_tokens;
+        EXPECT_TRUE(std::equal(c.k_new.begin(), c.k_new.end(), k_pool.begin() + slot * row));
+        EXPECT_TRUE(std::equal(c.v_new.begin(), c.v_new.end(), v_pool.begin() + slot * row));
+      }
+    }
+  }
+}
+
 /// bfloat16 bits of x, rounded to nearest even (x finite).
 std::uint16_t to_bf16(float x) {
   const auto bits = std::bit_cast<std::uint32_t>(x);
@@ -126,8 +167,9 @@ TEST(DecodeAttention, Bfloat16CacheGivesTheFloatKernelsOutputOnItsValues) {
         round(c.k_cache, k_cache);
         round(c.v_cache, v_cache);
         std::vector<float> out(c.out.size(), NAN);
-        const DecodeSequence<float, std::uint16_t> b{c.q.data(),       k_new.data(), v_new.data(), k_cache.data(),
-                                                     v_cache.data(),   position + 1, position,     out.data()};
+        const DecodeSequence<float, std::uint16_t> b{c.q.data(),     k_new.data(),     v_new.data(),
+                                                     k_cache.data(), v_cache.data(),   c.blocks.data(),
+                                                     position + 1,   position,         out.data()};
         decode_attention<float, std::uint16_t>(std::span(&b, 1), c.shape);
         const DecodeSequence<float> f = c.sequence();
         decode_attention<float>(std::span(&f, 1), c.shape);

@@ -1,0 +1,19 @@
+// The defaults of Model's optional parts: a model without a KV block pool
+// (model.hpp). Torch-free, so that models outside this folder link them.
+#include "model/model.hpp"
+
+namespace vg {
+
+Status Model::use_kv_pool(const KvPoolOptions&) {
+  return Error{ErrorCode::kInvalidRequest, "this model has no KV block pool"};
+}
+
+std::optional<KvBlockCounts> Model::kv_pool_counts() const { return std::nullopt; }
+
+std::int64_t Model::kv_block_bytes() const { return 0; }
+
+Status Model::grow_cache(KvCache&, int) {
+  return Error{ErrorCode::kInvalidRequest, "this model has no KV block pool to grow a cache from"};
+}
+
+}  // namespace vg

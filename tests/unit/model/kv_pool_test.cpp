@@ -1,0 +1,272 @@
+// KV caches in a shared block pool (Model::use_kv_pool): a step over caches
+// whose blocks are scattered over the pool gives the logits of caches of
+// their own, bit for bit, on every attention path (host decode kernel,
+// tensor path, prefill chunks), dtype and grouped-query attention; n > 1
+// choices share the full blocks of their prompt; the pool hands out, grows
+// and takes back blocks, and refuses what it cannot hold.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/device.hpp"
+#include "model/model.hpp"
+#include "model_test_util.hpp"
+
+namespace vg {
+namespace {
+
+using testing::TempDir;
+
+constexpr std::int64_t kGiB = 1LL << 30;
+
+std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, const std::string& dtype,
+                            bool host_kernel) {
+  auto m = Model::load({dir, device, dtype, host_kernel});
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+/// Each sequence's chunks: a prompt of 3..29 tokens (odd ones in two
+/// chunks), then `decode` single tokens; sequence i joins at step i % 3.
+struct Schedule {
+  int join = 0;
+  std::vector<std::vector<std::int32_t>> chunks;
+  int tokens() const {
+    int n = 0;
+    for (const auto& c : chunks) n += static_cast<int>(c.size());
+    return n;
+  }
+};
+
+std::vector<Schedule> schedules(int sequences, int decode, int vocab) {
+  std::vector<Schedule> out;
+  for (int i = 0; i < sequences; ++i) {
+    Schedule s;
+    s.join = i % 3;
+    std::vector<std::int32_t> prompt;
+    for (int j = 0; j < 3 + (i * 11) % 27; ++j) prompt.push_back((j * 37 + i * 101 + 5) % vocab);
+    if (i % 2 == 1) {
+      const auto half = static_cast<std::ptrdiff_t>(prompt.size() / 2);
+      s.chunks.emplace_back(prompt.begin(), prompt.begin() + half);
+      s.chunks.emplace_back(prompt.begin() + half, prompt.end());
+    } else {
+      s.chunks.push_back(prompt);
+    }
+    for (int j = 0; j < decode; ++j) s.chunks.push_back({(i * 7 + j * 3) % vocab});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+/// Every schedule's chunk logits, all sequences stepped together.
+std::vector<std::vector<std::vector<float>>> run(Model& model, const std::vector<Schedule>& plan) {
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (const Schedule& s : plan) {
+    auto cache = model.new_cache(s.tokens());
+    EXPECT_TRUE(cache.ok()) << cache.error().message;
+    if (!cache.ok()) return {};
+    caches.push_back(std::move(cache).value());
+  }
+  std::vector<std::vector<std::vector<float>>> out(plan.size());
+  for (int step = 0;; ++step) {
+    std::vector<StepInput> inputs;
+    std::vector<std::size_t> who;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const int k = step - plan[i].join;
+      if (k >= 0 && k < static_cast<int>(plan[i].chunks.size())) {
+        inputs.push_back({caches[i].get(), plan[i].chunks[static_cast<std::size_t>(k)]});
+        who.push_back(i);
+      }
+    }
+    if (inputs.empty() && step > 0) break;
+    auto r = model.step(inputs);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    if (!r.ok()) return out;
+    for (std::size_t j = 0; j < who.size(); ++j) out[who[j]].push_back(r->at(j));
+  }
+  return out;
+}
+
+/// Leaves every other block of a fresh pool free between held ones, so that
+/// the caches made next get blocks that are not consecutive.
+std::vector<std::unique_ptr<KvCache>> scatter(Model& model, int block_tokens, int pairs) {
+  std::vector<std::unique_ptr<KvCache>> all, kept;
+  for (int i = 0; i < 2 * pairs; ++i) all.push_back(std::move(model.new_cache(block_tokens)).value());
+  for (int i = 0; i < 2 * pairs; i += 2) kept.push_back(std::move(all[static_cast<std::size_t>(i)]));
+  return kept;  // the odd ones are freed as `all` goes
+}
+
+/// The logits of `plan` with caches of their own and with caches scattered
+/// over a pool of 4-token blocks are the same bits.
+void expect_pool_matches_own_caches(const std::filesystem::path& dir, const std::string& dtype, bool host_kernel) {
+  SCOPED_TRACE(dtype + (host_kernel ? ", host decode kernel" : ", tensor path"));
+  auto device = std::move(VirtualDevice::create(0, kGiB)).value();
+  auto own = load(dir, device.get(), dtype, host_kernel);
+  auto pooled = load(dir, device.get(), dtype, host_kernel);
+  ASSERT_NE(own, nullptr);
+  ASSERT_NE(pooled, nullptr);
+  ASSERT_TRUE(pooled->use_kv_pool({4, 400}).ok());
+  const auto held = scatter(*pooled, 4, 60);
+  const auto plan = schedules(12, 8, own->config().vocab_size);
+  const auto expected = run(*own, plan);
+  const auto got = run(*pooled, plan);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    ASSERT_EQ(got[i].size(), plan[i].chunks.size()) << "sequence " << i;
+    for (std::size_t c = 0; c < got[i].size(); ++c) EXPECT_EQ(got[i][c], expected[i][c]) << "sequence " << i << ", chunk " << c;
+  }
+  // The caches of the run gave their blocks back; the scattered ones hold theirs.
+  EXPECT_EQ(pooled->kv_pool_counts()->used, static_cast<std::int64_t>(held.size()));
+}
+
+TEST(KvPool, Gpt2InScatteredBlocksGivesTheLogitsOfOwnCachesOnEveryPath) {
+  TempDir dir;
+  testing::RandomGpt2 spec;
+  spec.n_positions = 64;
+  testing::write_random_gpt2(dir.path(), spec);
+  for (const bool host_kernel : {true, false}) {
+    for (const char* dtype : {"float32", "bfloat16", "float64"}) expect_pool_matches_own_caches(dir.path(), dtype, host_kernel);
+  }
+}
+
+TEST(KvPool, GroupedQueryLlamaInScatteredBlocksGivesTheLogitsOfOwnCaches) {
+  TempDir dir;
+  ASSERT_EQ(testing::run_python_tool("make_random_llama.py", "--out '" + dir.path().string() +
+                                                                  "' --seed 2 --layers 2 --heads 8 --kv-heads 2 "
+                                                                  "--hidden 64 --positions 64"),
+            0);
+  for (const bool host_kernel : {true, false}) expect_pool_matches_own_caches(dir.path(), "float32", host_kernel);
+}
+
+struct PooledGpt2 {
+  TempDir dir;
+  std::unique_ptr<VirtualDevice> device = std::move(VirtualDevice::create(0, kGiB)).value();
+  std::unique_ptr<Model> model;
+  explicit PooledGpt2(bool host_kernel = true, std::int64_t blocks = 16) {
+    testing::RandomGpt2 spec;
+    spec.n_positions = 64;
+    testing::write_random_gpt2(dir.path(), spec);
+    model = load(dir.path(), device.get(), "float32", host_kernel);
+    EXPECT_TRUE(model->use_kv_pool({4, blocks}).ok());
+  }
+};
+
+// A choice made with copy_cache shares the prompt's full blocks (the pool
+// hands out only the partly filled last one again), decodes the same logits
+// as the leader, and neither cache's writes reach the other.
+TEST(KvPool, CopiedCachesShareFullBlocksAndDecodeAlike) {
+  for (const bool host_kernel : {true, false}) {
+    SCOPED_TRACE(host_kernel ? "host decode kernel" : "tensor path");
+    PooledGpt2 m(host_kernel);
+    auto leader = std::move(m.model->new_cache(20)).value();  // 5 blocks
+    const std::vector<std::int32_t> prompt = {5, 9, 13, 17, 21, 25, 29, 33, 37, 41};  // 2 full blocks + 2 tokens
+    const StepInput prefill{leader.get(), prompt};
+    ASSERT_TRUE(m.model->step(std::span(&prefill, 1)).ok());
+    EXPECT_EQ(m.model->kv_pool_counts()->used, 5);
+    auto choice = std::move(m.model->new_cache(20)).value();
+    EXPECT_EQ(m.model->kv_pool_counts()->used, 10);
+    ASSERT_TRUE(m.model->copy_cache(*leader, *choice).ok());
+    EXPECT_EQ(choice->length(), 10);
+    EXPECT_EQ(m.model->kv_pool_counts()->used, 8) << "the choice's first two blocks went back to the pool";
+    // Same next token: same logits (the choice reads the shared blocks).
+    const std::int32_t same = 7;
+    const StepInput both[2] = {{leader.get(), std::span(&same, 1)}, {choice.get(), std::span(&same, 1)}};
+    auto first = m.model->step(both);
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    EXPECT_EQ(first->at(0), first->at(1));
+    // Different tokens at position 11, in the copied last block: each cache keeps its own.
+    const std::int32_t a = 3, b = 200, c = 11;
+    const StepInput diverge[2] = {{leader.get(), std::span(&a, 1)}, {choice.get(), std::span(&b, 1)}};
+    ASSERT_TRUE(m.model->step(diverge).ok());
+    const StepInput again[2] = {{leader.get(), std::span(&c, 1)}, {choice.get(), std::span(&c, 1)}};
+    auto r = m.model->step(again);
+    ASSERT_TRUE(r.ok());
+    EXPECT_NE(r->at(0), r->at(1));
+    // A fresh cache prefilled with the leader's tokens gets the leader's
+    // logits (up to prefill-versus-decode rounding): no block of the leader's
+    // was written by the choice.
+    auto fresh = std::move(m.model->new_cache(20)).value();
+    std::vector<std::int32_t> tokens = prompt;
+    tokens.insert(tokens.end(), {7, 3, 11});
+    const StepInput all{fresh.get(), tokens};
+    auto f = m.model->step(std::span(&all, 1));
+    ASSERT_TRUE(f.ok());
+    EXPECT_LE(testing::max_abs_diff(f->at(0), r->at(0)), 1e-5f);
+    choice.reset();
+    leader.reset();
+    EXPECT_EQ(m.model->kv_pool_counts()->used, 5) << "shared blocks freed with their last holder";
+  }
+}
+
+TEST(KvPool, CachesTakeBlocksAndGiveThemBack) {
+  PooledGpt2 m(true, 10);
+  EXPECT_EQ(m.model->kv_pool_counts()->total, 10);
+  EXPECT_EQ(m.model->kv_block_bytes(), 2LL * 2 * 4 * 32 * 4) << "2 layers x K and V x 4 tokens x 32 wide x 4 bytes";
+  auto a = m.model->new_cache(13);  // 4 blocks
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->capacity(), 16);
+  EXPECT_EQ((*a)->bytes(), 4 * m.model->kv_block_bytes());
+  auto b = m.model->new_cache(24);  // 6 blocks: the pool is full
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(m.model->kv_pool_counts()->free, 0);
+  auto c = m.model->new_cache(1);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kOutOfMemory);
+  EXPECT_NE(c.error().message.find("0 of 10 are free"), std::string::npos) << c.error().message;
+  a = Result<std::unique_ptr<KvCache>>(Error{ErrorCode::kInternal, "gone"});  // drops the 4-block cache
+  EXPECT_EQ(m.model->kv_pool_counts()->free, 4);
+  EXPECT_TRUE(m.model->new_cache(16).ok());
+}
+
+// grow_cache takes blocks on demand: a cache made for its prompt grows as it
+// decodes; when the pool is short the cache is left as it was, and a step
+// past its capacity is refused without changing it.
+TEST(KvPool, CachesGrowOnDemandAndAShortPoolChangesNothing) {
+  PooledGpt2 m(true, 4);
+  auto cache = std::move(m.model->new_cache(4)).value();
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 4};
+  const StepInput in{cache.get(), prompt};
+  ASSERT_TRUE(m.model->step(std::span(&in, 1)).ok());
+  const std::int32_t next = 5;
+  const StepInput decode{cache.get(), std::span(&next, 1)};
+  auto over = m.model->step(std::span(&decode, 1));
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().code, ErrorCode::kInvalidRequest);
+  ASSERT_TRUE(m.model->grow_cache(*cache, 5).ok());
+  EXPECT_EQ(cache->capacity(), 8);
+  EXPECT_EQ(m.model->kv_pool_counts()->used, 2);
+  EXPECT_TRUE(m.model->step(std::span(&decode, 1)).ok());
+  EXPECT_TRUE(m.model->grow_cache(*cache, 6).ok()) << "already holds 8";
+  EXPECT_EQ(m.model->kv_pool_counts()->used, 2);
+  const Status short_pool = m.model->grow_cache(*cache, 17);  // 5 blocks: 3 more than the 2 free
+  ASSERT_FALSE(short_pool.ok());
+  EXPECT_EQ(short_pool.error().code, ErrorCode::kOutOfMemory);
+  EXPECT_EQ(cache->capacity(), 8);
+  EXPECT_EQ(m.model->kv_pool_counts()->used, 2);
+  EXPECT_EQ(m.model->grow_cache(*cache, 65).error().code, ErrorCode::kInvalidRequest) << "past n_positions";
+}
+
+TEST(KvPool, RefusesOptionsOutsideTheirRangesAndCachesOutsideAPoolKeepTheirCapacity) {
+  TempDir dir;
+  testing::RandomGpt2 spec;
+  testing::write_random_gpt2(dir.path(), spec);  // 32 positions
+  auto device = std::move(VirtualDevice::create(0, 64LL << 20)).value();
+  auto model = load(dir.path(), device.get(), "float32", true);
+  ASSERT_NE(model, nullptr);
+  EXPECT_FALSE(model->kv_pool_counts().has_value());
+  auto own = std::move(model->new_cache(10)).value();
+  EXPECT_EQ(own->capacity(), 10) << "a cache of its own holds exactly what it was made for";
+  EXPECT_EQ(model->grow_cache(*own, 12).error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(model->use_kv_pool({0, 10}).error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(model->use_kv_pool({33, 10}).error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(model->use_kv_pool({16, 0}).error().code, ErrorCode::kInvalidRequest);
+  const Status too_big = model->use_kv_pool({16, 1 << 20});  // 2 GiB on a 64 MiB device
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.error().code, ErrorCode::kOutOfMemory) << too_big.error().message;
+  EXPECT_FALSE(model->kv_pool_counts().has_value());
+}
+
+}  // namespace
+}  // namespace vg
