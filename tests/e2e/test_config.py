@@ -148,21 +148,21 @@ def test_example_deploy_config_is_valid():
     assert re.search(r'^device = "virt:0=2GiB"$', out.stdout, re.M), out.stdout
 
 
-def readme_config_excerpt():
-    """The TOML block of the README's Config file section (the excerpt of deploy/vramgate.toml)."""
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = readme[readme.index("### Config file"):]
+def documented_config_excerpt():
+    """The TOML block of the Config file section of docs/operations.md (the excerpt of deploy/vramgate.toml)."""
+    page = open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8").read()
+    section = page[page.index("### Config file"):]
     section = section[:section.index("\n### ")]
     blocks = re.findall(r"^```toml\n(.*?)^```", section, re.M | re.S)
     assert len(blocks) == 1, blocks
     return tomllib.loads(blocks[0])
 
 
-def test_the_readme_config_example_is_an_excerpt_of_the_deploy_file():
-    excerpt = readme_config_excerpt()
+def test_the_documented_config_example_is_an_excerpt_of_the_deploy_file():
+    excerpt = documented_config_excerpt()
     with open(os.path.join(ROOT, "deploy", "vramgate.toml"), "rb") as f:
         deploy = tomllib.load(f)
-    assert excerpt, "the README shows no keys"
+    assert excerpt, "docs/operations.md shows no keys"
     for table, keys in excerpt.items():
         assert isinstance(keys, dict), f"{table} is not a table"
         for key, value in keys.items():

@@ -1,15 +1,17 @@
-"""Every script that a README command block runs by its path (bench/...,
-tools/..., scripts/...) is executable, and a Python one starts with
-#!/usr/bin/python3 (Debian's Python, which has the python3-* packages the
-scripts import). A fresh clone must not answer the README with
-"Permission denied"."""
+"""Every script that a command block of the README or of a page under docs/
+runs by its path (bench/..., tools/..., scripts/...) is executable, and a
+Python one starts with #!/usr/bin/python3 (Debian's Python, which has the
+python3-* packages the scripts import). A fresh clone must not answer the
+documentation with "Permission denied"."""
+import glob
 import os
 import re
 
 import pytest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-READMES = ["README.md", "models/tinylm/README.md", "tests/fuzz/README.md"]
+READMES = ["README.md", "models/tinylm/README.md", "tests/fuzz/README.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 SCRIPT = re.compile(r"^(?:\$\s+)?((?:bench|tools|scripts)/[\w./-]+)")
 
 
@@ -36,9 +38,11 @@ def commands():
 
 def test_the_readme_runs_scripts():
     scripts = {s for _, s in commands()}
-    # The commands of the quick start and the benchmarks section at least.
+    # The commands of the quick start (README.md) and of docs/benchmarks.md at least.
     for expected in ("scripts/quickstart", "scripts/test", "bench/loadgen.py", "bench/scenarios.py"):
         assert expected in scripts, sorted(scripts)
+    readmes = {readme for readme, _ in commands()}
+    assert {"README.md", "docs/benchmarks.md"} <= readmes, sorted(readmes)
 
 
 @pytest.mark.parametrize("readme,script", commands())
