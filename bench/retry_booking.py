@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Booked retries against the baseline (README "Booked retries").
+"""Booked retries against the baseline (docs/admission-and-memory.md "Booked retries").
 
 On one build, one server configuration and the same traffic, with
 `--retry-bookings on` and `off`:

@@ -98,7 +98,7 @@ class AudioEnhancer(nn.Module):
 # The ranges keep every convolution above 20480 input elements, where
 # libtorch's CPU convolution always takes its oneDNN path: below it, a batch
 # of one takes the im2col path, whose column buffer makes the peak memory of
-# small inputs jump off the line the memory profile fits (see README).
+# small inputs jump off the line the memory profile fits (see docs/models.md).
 IMAGE_DIMS = {"batch": {"max": 16}, "height": {"min": 96, "max": 256}, "width": {"min": 96, "max": 256}}
 
 MODELS = {

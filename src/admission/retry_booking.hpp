@@ -1,4 +1,4 @@
-// Booked retries (README "Booked retries"): when a request is refused because
+// Booked retries (docs/admission-and-memory.md "Booked retries"): when a request is refused because
 // the server is overloaded, a place is booked for its retry at the time the
 // answer promises, and the retry, recognised by its token, its
 // Idempotency-Key or (same client, same body) its fingerprint, takes that

@@ -89,14 +89,14 @@ struct ServeConfig {
   double queue_timeout_s = 30;       ///< longest wait in the queue (s) -> 503 + Retry-After
   double request_timeout_s = 300;    ///< total deadline per request (s) -> 504; a request may ask for less
   double shutdown_grace_s = 10;      ///< on SIGTERM: how long in-flight work may drain (s)
-  // Booked retries (README "Booked retries").
+  // Booked retries (docs/admission-and-memory.md "Booked retries").
   std::string retry_bookings = "on"; ///< on: an overloaded refusal books its retry's place; off: the baseline
   int max_retry_bookings = 256;      ///< booked places held at once, >= 1
   double retry_early_s = 0.25;       ///< a booked retry may come this much before its promise (s), >= 0
   double retry_grace_s = 2;          ///< and this much after it; then the booking is released (s), > 0
   double max_retry_after_s = 30;     ///< a longer promise books nothing (s), > 0
 
-  // -- traffic policies (README "Traffic policies")
+  // -- traffic policies (docs/admission-and-memory.md "Traffic policies")
   std::string api_keys;              ///< file of API keys, one a line; empty = no keys, no 401
   bool metrics_auth = false;         ///< GET /metrics needs a key too (when api_keys is set)
   double rate_limit = 0;             ///< requests/s per API key or client address; 0 = off
@@ -112,12 +112,12 @@ struct ServeConfig {
   std::string log_level = "info";    ///< trace, debug, info, warn, error, off
   bool log_request_text = false;     ///< request log lines include prompt and output text (opt-in)
   double watchdog_timeout_s = 60;    ///< an engine step running longer than this turns /health 503 (s)
-  // Step profile (README "Step profile"): a Chrome trace of decode steps.
+  // Step profile (docs/operations.md "Step profile"): a Chrome trace of decode steps.
   int profile_steps = 0;             ///< decode steps to record, 0..100000; 0 = off
   int profile_min_batch = 1;         ///< only decode steps of at least this many sequences are recorded, >= 1
   std::string profile_trace;         ///< where the trace JSON is written; needed when profile_steps > 0
 
-  // -- processes (README "Processes")
+  // -- processes (docs/processes.md "Processes")
   /// One process: HTTP and the engines together (no supervisor, no socket).
   bool in_process = false;
   /// Engines to use instead of starting them: unix:PATH each (their secret
@@ -135,7 +135,7 @@ struct ServeConfig {
   double orphan_timeout_s = 600;        ///< an engine with no gateway this long exits (s)
   bool keep_engines = false;            ///< on shutdown leave the started engines running for the next serve
 
-  // -- Redis mode (README "Redis mode")
+  // -- Redis mode (docs/redis.md "Redis mode")
   /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]: rate limits shared by every
   /// gateway on this Redis; empty = off (the limits are this process's own).
   std::string queue;

@@ -42,7 +42,7 @@ class HttpServer {
     /// Test hook: GET /v1/admission first calls malloc_trim(0) (glibc), so
     /// that RSS read right after it counts live memory (tools/soak.py).
     bool trim_heap_on_admission = false;
-    /// API keys, rate limits, Idempotency-Key replay (README "Traffic policies").
+    /// API keys, rate limits, Idempotency-Key replay (docs/admission-and-memory.md "Traffic policies").
     traffic::TrafficOptions traffic;
     /// Origins whose browser requests get CORS headers (exact
     /// scheme://host[:port] values, or "*" for any); empty: CORS off.

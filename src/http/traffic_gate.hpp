@@ -1,4 +1,4 @@
-// TrafficGate: the HTTP side of the traffic policies (README "Traffic
+// TrafficGate: the HTTP side of the traffic policies (docs/admission-and-memory.md "Traffic
 // policies"). At dispatch it names the client (traffic/client_identity.hpp:
 // its API key, or its address, through X-Forwarded-For of trusted proxies),
 // checks the API key (401) and the client's rate (429, before anything is

@@ -1,4 +1,4 @@
-// The request fields vramgate refuses rather than ignore (README "The
+// The request fields vramgate refuses rather than ignore (docs/http-api.md "The
 // OpenAI fields"): each with the one value that changes nothing.
 #include <algorithm>
 #include <functional>

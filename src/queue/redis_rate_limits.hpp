@@ -1,4 +1,4 @@
-// The gateways' shared rate limits on Redis (README "Redis mode"): a
+// The gateways' shared rate limits on Redis (docs/redis.md "Redis mode"): a
 // traffic::SharedRateLimits whose buckets are StreamQueue::take_tokens
 // buckets (one Lua script on Redis's clock), so every gateway on the same
 // Redis takes from the same bucket of a client.

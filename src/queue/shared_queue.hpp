@@ -37,7 +37,7 @@
 //
 // Scripts touch keys they compute from their arguments (all in one model's
 // slot but the gateway's), so Redis Cluster is not supported: one Redis,
-// with replicas and Sentinel for failover (README "Redis mode").
+// with replicas and Sentinel for failover (docs/redis.md "Redis mode").
 //
 // Threads: pure functions and script text; any thread.
 #pragma once

@@ -216,7 +216,7 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   return gateway::RemoteService::create(std::move(o));
 }
 
-/// The environment variable a Redis password may come from (README "Redis mode").
+/// The environment variable a Redis password may come from (docs/redis.md "Redis mode").
 constexpr const char* kQueuePasswordVariable = "VRAMGATE_QUEUE_PASSWORD";
 
 #if VG_HAVE_QUEUE

@@ -1,4 +1,4 @@
-// API keys (README "Traffic policies"): the table read from --api-keys FILE
+// API keys (docs/admission-and-memory.md "Traffic policies"): the table read from --api-keys FILE
 // and the lookup of a bearer token. Keys are kept only as SHA-256 digests, so
 // a lookup compares digests (no timing leak on the key) and nothing here can
 // log a key: the logs carry `id`, the first 8 hex characters of the digest.

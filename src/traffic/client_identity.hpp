@@ -1,4 +1,4 @@
-// Who a request comes from (README "Traffic policies", "Booked retries"):
+// Who a request comes from (docs/admission-and-memory.md "Traffic policies", "Booked retries"):
 // the one identity behind its rate bucket, its share of retry bookings and
 // the body matching of its retries. It is the caller's API key when the
 // server has keys; else the client's address: the peer's, or, when the peer

@@ -1,5 +1,5 @@
 // Flight: one computation shared by every client that sent the same
-// Idempotency-Key (README "Traffic policies"). It is the EventSink the
+// Idempotency-Key (docs/admission-and-memory.md "Traffic policies"). It is the EventSink the
 // engine pushes into: it records the events and forwards each to every
 // attached client's sink. A client that attaches late is first replayed
 // what was recorded, then follows, so a streaming retry sees the same token

@@ -1,4 +1,4 @@
-// The Idempotency-Key registry (README "Traffic policies"): which flight a
+// The Idempotency-Key registry (docs/admission-and-memory.md "Traffic policies"): which flight a
 // key names, and for how long. A key seen for the first time starts a new
 // flight; a key whose flight is still running attaches to it; a key whose
 // flight completed is replayed until `ttl` after its end; the same key with

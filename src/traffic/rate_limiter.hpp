@@ -1,4 +1,4 @@
-// Rate limiting (README "Traffic policies"): token buckets per client (an
+// Rate limiting (docs/admission-and-memory.md "Traffic policies"): token buckets per client (an
 // API key id, or a client address without keys). A bucket holds up to
 // `burst` tokens and refills at `rate` tokens/s; each request takes one, and
 // a request that finds less than one is refused with the time until one is

@@ -1,4 +1,4 @@
-// Rate limits shared by several gateways (README "Redis mode"): each
+// Rate limits shared by several gateways (docs/redis.md "Redis mode"): each
 // client's token bucket lives in a store outside this process, so every
 // gateway on the same store enforces one limit between them. When one is
 // configured, TrafficGate takes tokens here instead of from its local

@@ -1,4 +1,4 @@
-"""Redis mode end to end (README "Redis mode"): two gateways on one Redis of
+"""Redis mode end to end (docs/redis.md "Redis mode"): two gateways on one Redis of
 the test's own share one rate limit; a stalled Redis (SIGSTOP) gets 503 with
 Retry-After at once and /ready 503 naming Redis, and SIGCONT brings requests
 back without a restart; an ACL user's password comes from a file or the

@@ -1,4 +1,4 @@
-"""The shared queue of Redis mode end to end (README "Redis mode"): gateways
+"""The shared queue of Redis mode end to end (docs/redis.md "Redis mode"): gateways
 (`serve --queue URL --gateway-only`) place completions in Redis, engines
 (`vramgate engine --queue URL`) of different sizes pull only what fits their
 free budget; an engine killed or stalled mid-stream has its requests claimed

@@ -1,4 +1,4 @@
-"""Booked retries end to end (README "Booked retries"): a request refused as
+"""Booked retries end to end (docs/admission-and-memory.md "Booked retries"): a request refused as
 overloaded books a place for its retry; the retry is recognised by its
 X-Retry-Token, its Idempotency-Key or (same client, same body) its body, and
 takes its place ahead of later arrivals; early retries are told the time left,

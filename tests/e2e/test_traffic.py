@@ -1,4 +1,4 @@
-"""Traffic policies end to end (README "Traffic policies"): API keys (401),
+"""Traffic policies end to end (docs/admission-and-memory.md "Traffic policies"): API keys (401),
 rate limits (429 that never touch the queue), priorities (a high request
 overtakes queued low ones) and Idempotency-Key retries (the work runs once).
 Order and counts come from the server's own state, never from timing."""

@@ -1,6 +1,6 @@
 // Priority classes in admission on a manual clock: grant order, aging that
 // bounds how long a lower class waits, bypass inside the order, and the
-// controller's positions, grants and wakeups (README "Traffic policies").
+// controller's positions, grants and wakeups (docs/admission-and-memory.md "Traffic policies").
 #include <gtest/gtest.h>
 
 #include <vector>
