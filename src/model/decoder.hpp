@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "device/device.hpp"
@@ -62,6 +63,16 @@ class WeightLoader {
 
 class DecoderModel;
 
+/// A host tensor's elements as C (std::uint16_t: the bits of a bfloat16 tensor).
+template <typename C>
+C* host_elements(const at::Tensor& t) {
+  if constexpr (std::is_same_v<C, std::uint16_t>) {
+    return reinterpret_cast<std::uint16_t*>(t.data_ptr<at::BFloat16>());
+  } else {
+    return t.data_ptr<C>();
+  }
+}
+
 /// The storage of a KV block pool: K and V of every layer in one allocation
 /// [n_layer, 2, blocks x block_tokens, n_kv_head, head_dim]; k(l) and v(l)
 /// are views [slots, n_kv_head, head_dim], where block b holds slots
@@ -72,7 +83,7 @@ class DecoderModel;
 /// caches too.
 class KvPool {
  public:
-  KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared);
+  KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared, bool prefix_cache = false);
   const at::Tensor& k(int layer) const { return k_[static_cast<std::size_t>(layer)]; }
   const at::Tensor& v(int layer) const { return v_[static_cast<std::size_t>(layer)]; }
   /// [n_layer, 2, slots, n_kv_head, head_dim]
@@ -82,12 +93,18 @@ class KvPool {
   std::int64_t block_bytes() const { return block_bytes_; }
   /// Whether it is a model's pool (Model::use_kv_pool), not one cache's own.
   bool shared() const { return shared_; }
+  /// Whether full blocks are published for later prompts (KvPoolOptions::prefix_cache).
+  bool prefix_cache() const { return prefix_cache_; }
 
   /// KvBlockAllocator::take(count, out) under the lock.
   bool take(std::int64_t count, std::vector<std::int32_t>& out);
   void share(std::int32_t block);
   void release(std::span<const std::int32_t> blocks);
+  /// KvBlockAllocator::publish and find under the lock.
+  std::uint64_t publish(std::int32_t block, std::uint64_t parent, std::span<const std::int32_t> tokens);
+  std::optional<std::int32_t> find(std::uint64_t parent, std::span<const std::int32_t> tokens);
   KvBlockCounts counts() const;
+  std::int64_t evicted() const;
 
  private:
   at::Tensor storage_;
@@ -95,6 +112,7 @@ class KvPool {
   std::int64_t block_tokens_;
   std::int64_t block_bytes_;
   bool shared_;
+  bool prefix_cache_;
   mutable std::mutex mutex_;
   KvBlockAllocator blocks_;  ///< guarded by mutex_
 };
@@ -126,14 +144,22 @@ class DecoderCache final : public KvCache {
   /// The slot of position 0 when positions 0..positions-1 lie in consecutive
   /// slots (always in a cache's own pool), else -1.
   std::int64_t contiguous_first_slot(std::int64_t positions) const;
-  void advance(int tokens) { length_ += tokens; }
-  void set_length(int tokens) { length_ = tokens; }
+  /// Appends `tokens` after a step that cached them; in a pool with a prefix
+  /// cache, remembers their ids and publishes each block they fill.
+  void advance(std::span<const std::int32_t> tokens);
+  /// Makes it hold `from`'s length, the ids and published keys of its tokens.
+  void copy_length(const DecoderCache& from);
+  /// Its first `blocks.size()` blocks are `blocks`, found in the prefix cache
+  /// under `keys`, holding `tokens` (blocks x block_tokens ids).
+  void set_prefix(std::span<const std::uint64_t> keys, std::span<const std::int32_t> tokens);
 
  private:
   const DecoderModel* owner_;
   std::shared_ptr<KvPool> pool_;
   std::vector<std::int32_t> blocks_;
   int length_ = 0;
+  std::vector<std::int32_t> tokens_;  ///< ids of positions 0..length-1 (with a prefix cache)
+  std::vector<std::uint64_t> keys_;   ///< chain keys of its first keys_.size() blocks, published
 };
 
 /// One input's new tokens within the concatenated rows of a step.
@@ -211,8 +237,11 @@ class DecoderModel : public Model {
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) final;
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) final;
   Status copy_cache(const KvCache& from, KvCache& to) final;
+  Result<std::unique_ptr<KvCache>> new_cache_for_prompt(int capacity_tokens,
+                                                       std::span<const std::int32_t> prompt) final;
   Status use_kv_pool(const KvPoolOptions& options) final;
   std::optional<KvBlockCounts> kv_pool_counts() const final;
+  std::int64_t kv_blocks_evicted() const final;
   std::int64_t kv_block_bytes() const final;
   Status grow_cache(KvCache& cache, int capacity_tokens) final;
   Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) final;

@@ -8,49 +8,90 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace vg {
 
 /// Block counts of a pool, for metrics and admission.
 struct KvBlockCounts {
-  std::int64_t total = 0;  ///< blocks in the pool
-  std::int64_t used = 0;   ///< held by at least one sequence
-  std::int64_t free = 0;   ///< total - used
+  std::int64_t total = 0;   ///< blocks in the pool
+  std::int64_t used = 0;    ///< held by at least one sequence
+  std::int64_t cached = 0;  ///< held by none, kept for the prefix cache until a block is needed
+  std::int64_t free = 0;    ///< neither: total - used - cached
+  /// Blocks a request can be given: free + cached.
+  std::int64_t available() const { return free + cached; }
 };
 
-/// Free list and reference counts of a pool of `total` blocks, ids 0..total-1.
-/// A block is taken with reference count 1, shared (count + 1) by a sequence
-/// that reads it without writing (n > 1 choices sharing a prompt), and
-/// returns to the free list when its last holder releases it. Blocks are
-/// handed out lowest id first, so a fresh pool gives a sequence consecutive
-/// blocks.
+/// The key a full block is found by in the prefix cache: a hash chain over
+/// the token ids of every block of the sequence up to and including it, so
+/// equal keys mean equal prefixes (up to a 64-bit hash collision, which the
+/// cache rules out for the block itself by comparing its token ids and its
+/// parent's key). kRootKey is the parent of a sequence's first block.
+inline constexpr std::uint64_t kRootKey = 0x9e3779b97f4a7c15ULL;
+std::uint64_t chain_key(std::uint64_t parent, std::span<const std::int32_t> tokens);
+
+/// Free list, reference counts and prefix cache of a pool of `total` blocks,
+/// ids 0..total-1. A block is taken with reference count 1 and shared (count
+/// + 1) by a sequence that reads it without writing (n > 1 choices, or a
+/// prompt whose leading blocks another sequence computed). A full block may
+/// be published under its chain key; when its last holder releases it, a
+/// published block stays cached (its keys and values kept) until a block is
+/// needed and none is free: then the least recently released cached block is
+/// evicted. Blocks are handed out lowest id first, so a fresh pool gives a
+/// sequence consecutive blocks.
 class KvBlockAllocator {
  public:
   /// Errors: none; `total` < 0 counts as 0.
   explicit KvBlockAllocator(std::int64_t total);
 
-  /// A free block with reference count 1, or nullopt when none is free.
+  /// A free block (else the least recently cached one, evicted) with
+  /// reference count 1, or nullopt when every block is used.
   std::optional<std::int32_t> take();
-  /// `count` free blocks appended to `out`, or none at all (false) when fewer
-  /// than `count` are free.
+  /// `count` blocks appended to `out` as take() gives them, or none at all
+  /// (false) when fewer than `count` are available.
   bool take(std::int64_t count, std::vector<std::int32_t>& out);
   /// One more holder of a held block. Precondition: `block` is held.
   void share(std::int32_t block);
-  /// One holder fewer; the block is free again at zero. Precondition: held.
+  /// One holder fewer; at zero the block is cached if published, else free.
+  /// Precondition: held.
   void release(std::int32_t block);
-  /// release() of each block.
+  /// release() of each block, last first (so a sequence's later blocks are
+  /// evicted before the earlier ones that lead to them).
   void release(std::span<const std::int32_t> blocks);
 
-  /// Holders of `block` (0: free).
+  /// Publishes held block `block`, holding `tokens` after the block keyed
+  /// `parent`, under chain_key(parent, tokens); returns that key. If another
+  /// block already holds the key, `block` stays unpublished.
+  std::uint64_t publish(std::int32_t block, std::uint64_t parent, std::span<const std::int32_t> tokens);
+  /// The published block holding exactly `tokens` after `parent`, with one
+  /// more holder (a cached one is used again), or nullopt.
+  std::optional<std::int32_t> find(std::uint64_t parent, std::span<const std::int32_t> tokens);
+
+  /// Holders of `block` (0: free or cached).
   std::int32_t holders(std::int32_t block) const { return holders_[static_cast<std::size_t>(block)]; }
   KvBlockCounts counts() const;
+  /// Cached blocks evicted so far.
+  std::int64_t evicted() const { return evicted_; }
 
  private:
+  struct Published {
+    std::uint64_t parent = 0;
+    std::vector<std::int32_t> tokens;
+  };
+  void unpublish(std::int32_t block);
+
   std::vector<std::int32_t> holders_;  ///< per block
   std::vector<std::int32_t> free_;     ///< free ids, highest first (taken from the back)
+  std::vector<std::optional<Published>> published_;  ///< per block
+  std::vector<std::uint64_t> key_;                   ///< per published block
+  std::unordered_map<std::uint64_t, std::int32_t> by_key_;
+  std::list<std::int32_t> cached_;  ///< cached blocks, least recently released first
+  std::vector<std::list<std::int32_t>::iterator> cached_at_;  ///< per cached block
+  std::int64_t evicted_ = 0;
 };
 
 /// Blocks needed to hold `tokens` positions: ceil(tokens / block_tokens);

@@ -63,6 +63,10 @@ class KvCache {
 struct KvPoolOptions {
   int block_tokens = 16;    ///< positions per block (1..n_positions)
   std::int64_t blocks = 0;  ///< blocks in the pool (>= 1)
+  /// Full blocks are published by the token ids they follow and hold, kept
+  /// after their sequence ends, and shared by caches made for prompts that
+  /// start with the same tokens (new_cache_for_prompt); see kv_blocks.hpp.
+  bool prefix_cache = true;
 };
 
 /// One sequence's part of a step: `tokens` are appended at positions
@@ -113,6 +117,15 @@ class Model {
   /// device (or the pool) cannot hold it.
   virtual Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) = 0;
 
+  /// new_cache(capacity_tokens), whose leading positions already hold the
+  /// keys and values of the longest prefix of `prompt` in whole blocks that
+  /// the pool's prefix cache holds (those blocks shared, not copied; at least
+  /// the prompt's last token is left to compute): its length() says how many
+  /// tokens that is (0 without a pool or prefix cache, or without a match).
+  /// Errors: as new_cache. The default is new_cache.
+  virtual Result<std::unique_ptr<KvCache>> new_cache_for_prompt(int capacity_tokens,
+                                                               std::span<const std::int32_t> prompt);
+
   /// Allocates a pool of KV blocks on the device (options.blocks x the bytes
   /// of one block, kv_pool_counts()) that the caches made afterwards take
   /// their blocks from; caches made before keep theirs. A later call replaces
@@ -122,6 +135,8 @@ class Model {
   virtual Status use_kv_pool(const KvPoolOptions& options);
   /// Blocks of the pool (nullopt: no pool). The default has none.
   virtual std::optional<KvBlockCounts> kv_pool_counts() const;
+  /// Cached blocks the pool evicted so far (0: none, or no pool).
+  virtual std::int64_t kv_blocks_evicted() const;
   /// Device bytes of one block of the pool (0: no pool). The default has none.
   virtual std::int64_t kv_block_bytes() const;
   /// Gives `cache` blocks from its pool until it holds `capacity_tokens`

@@ -4,6 +4,10 @@
 
 namespace vg {
 
+Result<std::unique_ptr<KvCache>> Model::new_cache_for_prompt(int capacity_tokens, std::span<const std::int32_t>) {
+  return new_cache(capacity_tokens);
+}
+
 Status Model::use_kv_pool(const KvPoolOptions&) {
   return Error{ErrorCode::kInvalidRequest, "this model has no KV block pool"};
 }
@@ -11,6 +15,8 @@ Status Model::use_kv_pool(const KvPoolOptions&) {
 std::optional<KvBlockCounts> Model::kv_pool_counts() const { return std::nullopt; }
 
 std::int64_t Model::kv_block_bytes() const { return 0; }
+
+std::int64_t Model::kv_blocks_evicted() const { return 0; }
 
 Status Model::grow_cache(KvCache&, int) {
   return Error{ErrorCode::kInvalidRequest, "this model has no KV block pool to grow a cache from"};

@@ -3,7 +3,8 @@
 // their own, bit for bit, on every attention path (host decode kernel,
 // tensor path, prefill chunks), dtype and grouped-query attention; n > 1
 // choices share the full blocks of their prompt; the pool hands out, grows
-// and takes back blocks, and refuses what it cannot hold.
+// and takes back blocks, and refuses what it cannot hold; the prefix cache
+// gives a later prompt the blocks an earlier sequence computed.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -144,12 +145,19 @@ struct PooledGpt2 {
   TempDir dir;
   std::unique_ptr<VirtualDevice> device = std::move(VirtualDevice::create(0, kGiB)).value();
   std::unique_ptr<Model> model;
-  explicit PooledGpt2(bool host_kernel = true, std::int64_t blocks = 16) {
+  explicit PooledGpt2(bool host_kernel = true, std::int64_t blocks = 16, bool prefix_cache = true) {
     testing::RandomGpt2 spec;
     spec.n_positions = 64;
     testing::write_random_gpt2(dir.path(), spec);
     model = load(dir.path(), device.get(), "float32", host_kernel);
-    EXPECT_TRUE(model->use_kv_pool({4, blocks}).ok());
+    EXPECT_TRUE(model->use_kv_pool({4, blocks, prefix_cache}).ok());
+  }
+  /// Steps `tokens` into `cache` in one chunk; the logits of the last one.
+  std::vector<float> feed(KvCache& cache, std::span<const std::int32_t> tokens) {
+    const StepInput in{&cache, tokens};
+    auto r = model->step(std::span(&in, 1));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? r->at(0) : std::vector<float>();
   }
 };
 
@@ -198,6 +206,76 @@ TEST(KvPool, CopiedCachesShareFullBlocksAndDecodeAlike) {
     leader.reset();
     EXPECT_EQ(m.model->kv_pool_counts()->used, 5) << "shared blocks freed with their last holder";
   }
+}
+
+std::vector<std::int32_t> counting(int n, int from) {
+  std::vector<std::int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back((from + i * 29) % 257);
+  return out;
+}
+
+// A sequence's full blocks stay cached after it ends; a later prompt that
+// starts with the same tokens gets them (shared, not recomputed) and leaves
+// at least its last token to compute; the logits after it are those of a
+// cache that computed every token.
+TEST(KvPool, ALaterPromptGetsTheCachedBlocksOfItsPrefix) {
+  for (const bool host_kernel : {true, false}) {
+    SCOPED_TRACE(host_kernel ? "host decode kernel" : "tensor path");
+    PooledGpt2 m(host_kernel, 16);
+    const std::vector<std::int32_t> system = counting(13, 3);  // 3 full blocks + 1 token
+    {
+      auto first = std::move(m.model->new_cache_for_prompt(20, system)).value();
+      EXPECT_EQ(first->length(), 0) << "nothing is cached yet";
+      m.feed(*first, system);
+    }
+    EXPECT_EQ(m.model->kv_pool_counts()->cached, 3) << "its full blocks outlive it";
+    std::vector<std::int32_t> prompt = system;
+    prompt.insert(prompt.end(), {200, 201, 202});  // 16 tokens: blocks 0-2 cached, block 3 differs
+    auto later = std::move(m.model->new_cache_for_prompt(24, prompt)).value();
+    EXPECT_EQ(later->length(), 12);
+    EXPECT_EQ(later->capacity(), 24);
+    EXPECT_EQ(m.model->kv_pool_counts()->cached, 0);
+    EXPECT_EQ(m.model->kv_pool_counts()->used, 6);
+    const auto rest = std::span<const std::int32_t>(prompt).subspan(12);
+    const std::vector<float> got = m.feed(*later, rest);
+    PooledGpt2 cold(host_kernel, 16, /*prefix_cache=*/false);
+    auto full = std::move(cold.model->new_cache_for_prompt(24, prompt)).value();
+    EXPECT_EQ(full->length(), 0) << "no prefix cache";
+    cold.feed(*full, std::span<const std::int32_t>(prompt).first(12));
+    EXPECT_LE(testing::max_abs_diff(got, cold.feed(*full, rest)), 1e-5f);
+    // A prompt of exactly the cached blocks still computes its last token.
+    auto exact = std::move(m.model->new_cache_for_prompt(16, std::span<const std::int32_t>(prompt).first(12))).value();
+    EXPECT_EQ(exact->length(), 8);
+  }
+}
+
+// Blocks a sequence fills while decoding are published too, and a cached
+// block is evicted, least recently released first, only when no block is free.
+TEST(KvPool, DecodedBlocksArePublishedAndCachedBlocksAreEvictedWhenThePoolIsShort) {
+  PooledGpt2 m(true, 6);
+  const std::vector<std::int32_t> prompt = counting(6, 1);
+  std::vector<std::int32_t> all = prompt;
+  {
+    auto a = std::move(m.model->new_cache(12)).value();
+    m.feed(*a, prompt);
+    for (const std::int32_t t : {40, 41, 42}) {  // positions 6-8: block 1 fills
+      m.feed(*a, std::span(&t, 1));
+      all.push_back(t);
+    }
+  }
+  EXPECT_EQ(m.model->kv_pool_counts()->cached, 2);
+  std::vector<std::int32_t> again = all;
+  again.push_back(7);
+  EXPECT_EQ(std::move(m.model->new_cache_for_prompt(12, again)).value()->length(), 8);
+  // Back in the cache; now 5 blocks for another prompt: one cached block is evicted.
+  EXPECT_EQ(m.model->kv_pool_counts()->cached, 2);
+  auto other = m.model->new_cache(20);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(m.model->kv_blocks_evicted(), 1);
+  EXPECT_EQ(m.model->kv_pool_counts()->cached, 1);
+  other = Result<std::unique_ptr<KvCache>>(Error{ErrorCode::kInternal, "gone"});
+  EXPECT_EQ(std::move(m.model->new_cache_for_prompt(12, again)).value()->length(), 4)
+      << "block 1 (positions 4-7, released last, so least recently) was evicted; block 0 is still found";
 }
 
 TEST(KvPool, CachesTakeBlocksAndGiveThemBack) {

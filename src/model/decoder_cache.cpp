@@ -1,0 +1,296 @@
+// DecoderModel's KV caches (see decoder.hpp): block pools, block tables,
+// caches made for a prompt from the prefix cache, growth on demand, and
+// copies that share full blocks. Called from the model's engine threads.
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "device/device.hpp"
+#include "model/decoder.hpp"
+
+namespace vg::detail {
+
+KvPool::KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared, bool prefix_cache)
+    : storage_(std::move(storage)),
+      block_tokens_(block_tokens),
+      block_bytes_(storage_.numel() * storage_.element_size() / (storage_.size(2) / block_tokens)),
+      shared_(shared),
+      prefix_cache_(prefix_cache),
+      blocks_(storage_.size(2) / block_tokens) {
+  for (std::int64_t l = 0; l < storage_.size(0); ++l) {
+    k_.push_back(storage_.select(0, l).select(0, 0));
+    v_.push_back(storage_.select(0, l).select(0, 1));
+  }
+}
+
+bool KvPool::take(std::int64_t count, std::vector<std::int32_t>& out) {
+  const std::lock_guard lock(mutex_);
+  return blocks_.take(count, out);
+}
+
+void KvPool::share(std::int32_t block) {
+  const std::lock_guard lock(mutex_);
+  blocks_.share(block);
+}
+
+void KvPool::release(std::span<const std::int32_t> blocks) {
+  const std::lock_guard lock(mutex_);
+  blocks_.release(blocks);
+}
+
+std::uint64_t KvPool::publish(std::int32_t block, std::uint64_t parent, std::span<const std::int32_t> tokens) {
+  const std::lock_guard lock(mutex_);
+  return blocks_.publish(block, parent, tokens);
+}
+
+std::optional<std::int32_t> KvPool::find(std::uint64_t parent, std::span<const std::int32_t> tokens) {
+  const std::lock_guard lock(mutex_);
+  return blocks_.find(parent, tokens);
+}
+
+KvBlockCounts KvPool::counts() const {
+  const std::lock_guard lock(mutex_);
+  return blocks_.counts();
+}
+
+std::int64_t KvPool::evicted() const {
+  const std::lock_guard lock(mutex_);
+  return blocks_.evicted();
+}
+
+DecoderCache::DecoderCache(const DecoderModel* owner, std::shared_ptr<KvPool> pool, std::vector<std::int32_t> blocks)
+    : owner_(owner), pool_(std::move(pool)), blocks_(std::move(blocks)) {}
+
+DecoderCache::~DecoderCache() { pool_->release(blocks_); }
+
+void DecoderCache::advance(std::span<const std::int32_t> tokens) {
+  // The ids of every cached position are known unless it was copied from a
+  // cache that did not keep them: then nothing of it is published.
+  const bool known = pool_->prefix_cache() && static_cast<int>(tokens_.size()) == length_;
+  length_ += static_cast<int>(tokens.size());
+  if (!known) {
+    tokens_.clear();
+    return;
+  }
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  const std::int64_t bt = pool_->block_tokens();
+  while (static_cast<std::int64_t>(keys_.size() + 1) * bt <= length_) {
+    const std::size_t i = keys_.size();
+    const std::uint64_t parent = i == 0 ? kRootKey : keys_.back();
+    keys_.push_back(pool_->publish(blocks_[i], parent, std::span(tokens_).subspan(i * bt, bt)));
+  }
+}
+
+void DecoderCache::copy_length(const DecoderCache& from) {
+  length_ = from.length_;
+  tokens_ = from.tokens_;
+  // Published keys hold for the blocks shared with `from` (its full ones).
+  keys_.clear();
+  for (std::size_t i = 0; i < from.keys_.size() && blocks_[i] == from.blocks_[i]; ++i) keys_.push_back(from.keys_[i]);
+}
+
+void DecoderCache::set_prefix(std::span<const std::uint64_t> keys, std::span<const std::int32_t> tokens) {
+  keys_.assign(keys.begin(), keys.end());
+  tokens_.assign(tokens.begin(), tokens.end());
+  length_ = static_cast<int>(tokens.size());
+}
+
+std::int64_t DecoderCache::contiguous_first_slot(std::int64_t positions) const {
+  if (blocks_.empty()) return -1;
+  const std::int64_t n = blocks_for_tokens(positions, pool_->block_tokens());
+  for (std::int64_t i = 1; i < n; ++i) {
+    if (blocks_[static_cast<std::size_t>(i)] != blocks_[0] + i) return -1;
+  }
+  return blocks_[0] * pool_->block_tokens();
+}
+
+
+at::Tensor DecoderModel::kv_storage(std::int64_t slots) const {
+  return at::empty({config_.n_layer, 2, slots, config_.n_kv_head, config_.head_dim},
+                   at::TensorOptions().dtype(dtype_).device(torch_device()));
+}
+
+DecoderCache* DecoderModel::own_cache(KvCache& cache) const {
+  auto* c = dynamic_cast<DecoderCache*>(&cache);
+  return c != nullptr && c->owner() == this ? c : nullptr;
+}
+
+Result<std::unique_ptr<KvCache>> DecoderModel::new_cache(int capacity_tokens) {
+  if (capacity_tokens < 1 || capacity_tokens > config_.n_positions) {
+    return Error{ErrorCode::kInvalidRequest, "KV cache capacity " + std::to_string(capacity_tokens) +
+                                                 " tokens is outside [1, " + std::to_string(config_.n_positions) + "]"};
+  }
+  std::vector<std::int32_t> blocks;
+  if (pool_) {
+    const std::int64_t need = blocks_for_tokens(capacity_tokens, pool_->block_tokens());
+    if (!pool_->take(need, blocks)) {
+      const KvBlockCounts c = pool_->counts();
+      return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": a cache of " +
+                                                std::to_string(capacity_tokens) + " tokens needs " +
+                                                std::to_string(need) + " blocks, " + std::to_string(c.available()) +
+                                                " of " + std::to_string(c.total) + " are free"};
+    }
+    return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, pool_, std::move(blocks)));
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    auto own = std::make_shared<KvPool>(kv_storage(capacity_tokens), capacity_tokens, false);
+    own->take(1, blocks);
+    return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, std::move(own), std::move(blocks)));
+  } catch (...) {
+    return current_exception_error("KV cache of " + std::to_string(capacity_tokens) + " tokens on " + device_->name());
+  }
+}
+
+Status DecoderModel::use_kv_pool(const KvPoolOptions& options) {
+  if (options.block_tokens < 1 || options.block_tokens > config_.n_positions) {
+    return Error{ErrorCode::kInvalidRequest, "KV block of " + std::to_string(options.block_tokens) +
+                                                 " tokens is outside [1, " + std::to_string(config_.n_positions) + "]"};
+  }
+  if (options.blocks < 1 || options.blocks > std::numeric_limits<std::int32_t>::max() / options.block_tokens) {
+    return Error{ErrorCode::kInvalidRequest, "a KV block pool of " + std::to_string(options.blocks) +
+                                                 " blocks is outside [1, " +
+                                                 std::to_string(std::numeric_limits<std::int32_t>::max() /
+                                                                options.block_tokens) +
+                                                 "]"};
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    pool_ = std::make_shared<KvPool>(kv_storage(options.blocks * options.block_tokens), options.block_tokens, true,
+                                     options.prefix_cache);
+    return Status::Ok();
+  } catch (...) {
+    return current_exception_error("KV block pool of " + std::to_string(options.blocks) + " blocks of " +
+                                   std::to_string(options.block_tokens) + " tokens on " + device_->name());
+  }
+}
+
+std::optional<KvBlockCounts> DecoderModel::kv_pool_counts() const {
+  if (!pool_) return std::nullopt;
+  return pool_->counts();
+}
+
+std::int64_t DecoderModel::kv_block_bytes() const { return pool_ ? pool_->block_bytes() : 0; }
+
+std::int64_t DecoderModel::kv_blocks_evicted() const { return pool_ ? pool_->evicted() : 0; }
+
+Result<std::unique_ptr<KvCache>> DecoderModel::new_cache_for_prompt(int capacity_tokens,
+                                                                    std::span<const std::int32_t> prompt) {
+  if (!pool_ || !pool_->prefix_cache() || prompt.empty()) return new_cache(capacity_tokens);
+  if (capacity_tokens < 1 || capacity_tokens > config_.n_positions) return new_cache(capacity_tokens);  // its error
+  // Whole blocks of the prompt, leaving its last token to compute.
+  const std::int64_t bt = pool_->block_tokens();
+  const std::int64_t candidates = std::min<std::int64_t>((static_cast<std::int64_t>(prompt.size()) - 1) / bt,
+                                                         blocks_for_tokens(capacity_tokens, bt));
+  std::vector<std::int32_t> blocks;
+  std::vector<std::uint64_t> keys;
+  for (std::int64_t i = 0; i < candidates; ++i) {
+    const std::uint64_t parent = keys.empty() ? kRootKey : keys.back();
+    const auto block_tokens = prompt.subspan(static_cast<std::size_t>(i * bt), static_cast<std::size_t>(bt));
+    const std::optional<std::int32_t> found = pool_->find(parent, block_tokens);
+    if (!found) break;
+    blocks.push_back(*found);
+    keys.push_back(chain_key(parent, block_tokens));
+  }
+  const std::int64_t need = blocks_for_tokens(capacity_tokens, bt) - static_cast<std::int64_t>(blocks.size());
+  if (!pool_->take(need, blocks)) {
+    pool_->release(blocks);
+    const KvBlockCounts c = pool_->counts();
+    return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": a cache of " +
+                                              std::to_string(capacity_tokens) + " tokens needs " +
+                                              std::to_string(need) + " more blocks, " + std::to_string(c.available()) +
+                                              " of " + std::to_string(c.total) + " are free or cached"};
+  }
+  auto cache = std::make_unique<DecoderCache>(this, pool_, std::move(blocks));
+  cache->set_prefix(keys, prompt.first(keys.size() * static_cast<std::size_t>(bt)));
+  return std::unique_ptr<KvCache>(std::move(cache));
+}
+
+Status DecoderModel::grow_cache(KvCache& cache, int capacity_tokens) {
+  DecoderCache* c = own_cache(cache);
+  if (c == nullptr) return Error{ErrorCode::kInvalidRequest, "grow_cache: not a KV cache of this model"};
+  if (capacity_tokens > config_.n_positions) {
+    return Error{ErrorCode::kInvalidRequest, "grow_cache: " + std::to_string(capacity_tokens) + " tokens exceed the " +
+                                                 std::to_string(config_.n_positions) + " positions of the model"};
+  }
+  if (capacity_tokens <= c->capacity()) return Status::Ok();
+  if (!c->pool().shared()) {
+    return Error{ErrorCode::kInvalidRequest, "grow_cache: a KV cache outside a block pool keeps its capacity"};
+  }
+  const std::int64_t need =
+      blocks_for_tokens(capacity_tokens, c->pool().block_tokens()) - static_cast<std::int64_t>(c->blocks().size());
+  if (!c->pool().take(need, c->blocks())) {
+    const KvBlockCounts counts = c->pool().counts();
+    return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": growing a cache to " +
+                                              std::to_string(capacity_tokens) + " tokens needs " +
+                                              std::to_string(need) + " more blocks, " + std::to_string(counts.available()) +
+                                              " of " + std::to_string(counts.total) + " are free"};
+  }
+  return Status::Ok();
+}
+
+Status DecoderModel::copy_cache(const KvCache& from, KvCache& to) {
+  const DecoderCache* src = own_cache(const_cast<KvCache&>(from));
+  DecoderCache* dst = own_cache(to);
+  if (src == nullptr || dst == nullptr) {
+    return Error{ErrorCode::kInvalidRequest, "copy_cache: not KV caches of this model"};
+  }
+  if (dst->length() != 0) {
+    return Error{ErrorCode::kInvalidRequest, "copy_cache: the destination holds " + std::to_string(dst->length()) +
+                                                 " tokens already"};
+  }
+  if (src->length() > dst->capacity()) {
+    return Error{ErrorCode::kInvalidRequest, "copy_cache: " + std::to_string(src->length()) +
+                                                 " cached tokens do not fit a cache of " +
+                                                 std::to_string(dst->capacity())};
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    std::int64_t first = 0;  // the first position copied
+    if (src->pool_ptr() == dst->pool_ptr() && src->pool().shared()) {
+      // Full blocks are shared: dst's first ones go back to the pool.
+      KvPool& pool = src->pool();
+      const std::int64_t full = src->length() / pool.block_tokens();
+      for (std::size_t i = 0; i < static_cast<std::size_t>(full); ++i) {
+        pool.share(src->blocks()[i]);
+        pool.release(std::span(&dst->blocks()[i], 1));
+        dst->blocks()[i] = src->blocks()[i];
+      }
+      first = full * pool.block_tokens();
+    }
+    copy_positions(*src, *dst, first);
+    dst->copy_length(*src);
+    return Status::Ok();
+  } catch (...) {
+    return current_exception_error("copy of a KV cache on " + device_->name());
+  }
+}
+
+void DecoderModel::copy_positions(const DecoderCache& from, DecoderCache& to, std::int64_t first) const {
+  const std::int64_t n = from.length() - first;
+  if (n <= 0) return;
+  const std::int64_t from_slot = from.contiguous_first_slot(from.length());
+  const std::int64_t to_slot = to.contiguous_first_slot(from.length());
+  if (from_slot >= 0 && to_slot >= 0) {
+    to.pool().storage().narrow(2, to_slot + first, n).copy_(from.pool().storage().narrow(2, from_slot + first, n));
+    return;
+  }
+  std::vector<std::int64_t> from_slots, to_slots;
+  for (std::int64_t p = first; p < from.length(); ++p) {
+    from_slots.push_back(from.slot(p));
+    to_slots.push_back(to.slot(p));
+  }
+  const at::TensorOptions device_long = at::TensorOptions().dtype(at::kLong).device(torch_device());
+  const at::Tensor rows = from.pool().storage().index_select(2, at::tensor(from_slots, device_long));
+  to.pool().storage().index_copy_(2, at::tensor(to_slots, device_long), rows);
+}
+
+
+}  // namespace vg::detail
