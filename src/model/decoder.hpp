@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
 #include <vector>
 
 #include "device/device.hpp"
@@ -62,6 +63,7 @@ class WeightLoader {
 };
 
 class DecoderModel;
+class DecoderCache;
 
 /// A host tensor's elements as C (std::uint16_t: the bits of a bfloat16 tensor).
 template <typename C>
@@ -106,7 +108,29 @@ class KvPool {
   KvBlockCounts counts() const;
   std::int64_t evicted() const;
 
+  /// A cache that holds blocks of this pool, for resize() to renumber.
+  void attach(DecoderCache* cache);
+  void detach(DecoderCache* cache);
+  /// Makes it a pool of `blocks` blocks: the blocks in use (and as many
+  /// cached ones as fit) are copied through host memory into a new storage
+  /// from `allocate(slots)`, renumbered from 0 in every attached cache; the
+  /// old storage is freed before the new one is allocated. Errors:
+  /// kInvalidRequest when more than `blocks` are in use; when `allocate`
+  /// throws, the old size is allocated again with the same contents and the
+  /// exception is passed on (the callers turn it into an Error). No step may
+  /// run on the pool meanwhile.
+  Status resize(std::int64_t blocks, const std::function<at::Tensor(std::int64_t)>& allocate);
+
  private:
+  void set_storage(at::Tensor storage);
+  /// Copies blocks `from[i]` of `src` to blocks `to[i]` of `dst` (tensors
+  /// [n_layer, 2, blocks, block_tokens, n_kv_head, head_dim]), a run of
+  /// consecutive ids at a time.
+  static void copy_blocks(const at::Tensor& src, std::span<const std::int32_t> from, const at::Tensor& dst,
+                          std::span<const std::int32_t> to);
+  /// The storage viewed as [n_layer, 2, blocks, block_tokens, n_kv_head, head_dim].
+  at::Tensor by_block(const at::Tensor& storage) const;
+
   at::Tensor storage_;
   std::vector<at::Tensor> k_, v_;
   std::int64_t block_tokens_;
@@ -115,6 +139,7 @@ class KvPool {
   bool prefix_cache_;
   mutable std::mutex mutex_;
   KvBlockAllocator blocks_;  ///< guarded by mutex_
+  std::unordered_set<DecoderCache*> caches_;  ///< guarded by mutex_
 };
 
 /// One sequence's KV cache: its block table in a KvPool (a model's shared
@@ -244,6 +269,7 @@ class DecoderModel : public Model {
   std::int64_t kv_blocks_evicted() const final;
   std::int64_t kv_block_bytes() const final;
   Status grow_cache(KvCache& cache, int capacity_tokens) final;
+  Status resize_kv_pool(std::int64_t blocks) final;
   Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) final;
 
  protected:

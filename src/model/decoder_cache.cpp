@@ -4,7 +4,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <vector>
@@ -15,16 +17,84 @@
 namespace vg::detail {
 
 KvPool::KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared, bool prefix_cache)
-    : storage_(std::move(storage)),
-      block_tokens_(block_tokens),
-      block_bytes_(storage_.numel() * storage_.element_size() / (storage_.size(2) / block_tokens)),
+    : block_tokens_(block_tokens),
+      block_bytes_(storage.numel() * storage.element_size() / (storage.size(2) / block_tokens)),
       shared_(shared),
       prefix_cache_(prefix_cache),
-      blocks_(storage_.size(2) / block_tokens) {
+      blocks_(storage.size(2) / block_tokens) {
+  set_storage(std::move(storage));
+}
+
+void KvPool::set_storage(at::Tensor storage) {
+  storage_ = std::move(storage);
+  k_.clear();
+  v_.clear();
   for (std::int64_t l = 0; l < storage_.size(0); ++l) {
     k_.push_back(storage_.select(0, l).select(0, 0));
     v_.push_back(storage_.select(0, l).select(0, 1));
   }
+}
+
+at::Tensor KvPool::by_block(const at::Tensor& storage) const {
+  return storage.view({storage.size(0), 2, storage.size(2) / block_tokens_, block_tokens_, storage.size(3),
+                       storage.size(4)});
+}
+
+void KvPool::copy_blocks(const at::Tensor& src, std::span<const std::int32_t> from, const at::Tensor& dst,
+                         std::span<const std::int32_t> to) {
+  for (std::size_t i = 0; i < from.size();) {
+    std::size_t n = 1;
+    while (i + n < from.size() && from[i + n] == from[i] + static_cast<std::int32_t>(n) &&
+           to[i + n] == to[i] + static_cast<std::int32_t>(n)) {
+      ++n;
+    }
+    const auto len = static_cast<std::int64_t>(n);
+    dst.narrow(2, to[i], len).copy_(src.narrow(2, from[i], len));
+    i += n;
+  }
+}
+
+void KvPool::attach(DecoderCache* cache) {
+  const std::lock_guard lock(mutex_);
+  caches_.insert(cache);
+}
+
+void KvPool::detach(DecoderCache* cache) {
+  const std::lock_guard lock(mutex_);
+  caches_.erase(cache);
+}
+
+Status KvPool::resize(std::int64_t blocks, const std::function<at::Tensor(std::int64_t)>& allocate) {
+  const std::lock_guard lock(mutex_);
+  std::optional<KvBlockAllocator::Compacted> c = blocks_.compacted(blocks);
+  if (!c) {
+    return Error{ErrorCode::kInvalidRequest, "a KV block pool of " + std::to_string(blocks) + " blocks cannot hold the " +
+                                                 std::to_string(blocks_.counts().used) + " blocks in use"};
+  }
+  const std::int64_t old_blocks = storage_.size(2) / block_tokens_;
+  const auto kept = static_cast<std::int64_t>(c->moved.size());
+  // Kept blocks in host memory outside the device's allocator, in new-id order.
+  std::vector<std::int32_t> order(c->moved.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+  std::vector<std::byte> host(static_cast<std::size_t>(kept * block_bytes_));
+  const at::Tensor saved =
+      at::from_blob(host.data(), {storage_.size(0), 2, kept, block_tokens_, storage_.size(3), storage_.size(4)},
+                    at::TensorOptions().dtype(storage_.scalar_type()));
+  copy_blocks(by_block(storage_), c->moved, saved, order);
+  set_storage(at::Tensor());
+  try {
+    set_storage(allocate(blocks * block_tokens_));
+  } catch (...) {
+    set_storage(allocate(old_blocks * block_tokens_));
+    copy_blocks(saved, order, by_block(storage_), c->moved);
+    throw;
+  }
+  copy_blocks(saved, order, by_block(storage_), order);
+  blocks_ = std::move(c->blocks);
+  for (DecoderCache* cache : caches_) {
+    for (std::int32_t& b : cache->blocks()) b = c->to[static_cast<std::size_t>(b)];
+  }
+  return Status::Ok();
 }
 
 bool KvPool::take(std::int64_t count, std::vector<std::int32_t>& out) {
@@ -63,9 +133,14 @@ std::int64_t KvPool::evicted() const {
 }
 
 DecoderCache::DecoderCache(const DecoderModel* owner, std::shared_ptr<KvPool> pool, std::vector<std::int32_t> blocks)
-    : owner_(owner), pool_(std::move(pool)), blocks_(std::move(blocks)) {}
+    : owner_(owner), pool_(std::move(pool)), blocks_(std::move(blocks)) {
+  pool_->attach(this);
+}
 
-DecoderCache::~DecoderCache() { pool_->release(blocks_); }
+DecoderCache::~DecoderCache() {
+  pool_->detach(this);
+  pool_->release(blocks_);
+}
 
 void DecoderCache::advance(std::span<const std::int32_t> tokens) {
   // The ids of every cached position are known unless it was copied from a
@@ -210,6 +285,21 @@ Result<std::unique_ptr<KvCache>> DecoderModel::new_cache_for_prompt(int capacity
   auto cache = std::make_unique<DecoderCache>(this, pool_, std::move(blocks));
   cache->set_prefix(keys, prompt.first(keys.size() * static_cast<std::size_t>(bt)));
   return std::unique_ptr<KvCache>(std::move(cache));
+}
+
+Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
+  if (!pool_) return Error{ErrorCode::kInvalidRequest, "resize_kv_pool: there is no KV block pool"};
+  if (blocks < 1 || blocks > std::numeric_limits<std::int32_t>::max() / pool_->block_tokens()) {
+    return Error{ErrorCode::kInvalidRequest, "resize_kv_pool: " + std::to_string(blocks) + " blocks is out of range"};
+  }
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    return pool_->resize(blocks, [this](std::int64_t slots) { return kv_storage(slots); });
+  } catch (...) {
+    return current_exception_error("resizing the KV block pool to " + std::to_string(blocks) + " blocks on " +
+                                   device_->name());
+  }
 }
 
 Status DecoderModel::grow_cache(KvCache& cache, int capacity_tokens) {

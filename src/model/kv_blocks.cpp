@@ -108,6 +108,42 @@ void KvBlockAllocator::unpublish(std::int32_t block) {
   published_[b].reset();
 }
 
+std::optional<KvBlockAllocator::Compacted> KvBlockAllocator::compacted(std::int64_t total) const {
+  const KvBlockCounts c = counts();
+  if (total < c.used) return std::nullopt;
+  Compacted out{KvBlockAllocator(total), {}, std::vector<std::int32_t>(holders_.size(), -1)};
+  for (std::size_t b = 0; b < holders_.size(); ++b) {
+    if (holders_[b] > 0) out.moved.push_back(static_cast<std::int32_t>(b));
+  }
+  // Cached blocks that fit, most recently released first; kept in LRU order.
+  std::vector<std::int32_t> cached;
+  for (auto it = cached_.rbegin(); it != cached_.rend() && static_cast<std::int64_t>(out.moved.size() + cached.size()) < total; ++it) {
+    cached.push_back(*it);
+  }
+  out.moved.insert(out.moved.end(), cached.begin(), cached.end());
+  KvBlockAllocator& n = out.blocks;
+  n.evicted_ = evicted_ + (c.cached - static_cast<std::int64_t>(cached.size()));
+  n.free_.clear();
+  for (std::int64_t b = total - 1; b >= static_cast<std::int64_t>(out.moved.size()); --b) {
+    n.free_.push_back(static_cast<std::int32_t>(b));
+  }
+  for (std::size_t i = 0; i < out.moved.size(); ++i) {
+    const auto old = static_cast<std::size_t>(out.moved[i]);
+    out.to[old] = static_cast<std::int32_t>(i);
+    n.holders_[i] = holders_[old];
+    if (published_[old]) {
+      n.published_[i] = published_[old];
+      n.key_[i] = key_[old];
+      n.by_key_.emplace(key_[old], static_cast<std::int32_t>(i));
+    }
+  }
+  for (auto it = cached.rbegin(); it != cached.rend(); ++it) {  // least recently released first
+    const auto i = static_cast<std::size_t>(out.to[static_cast<std::size_t>(*it)]);
+    n.cached_at_[i] = n.cached_.insert(n.cached_.end(), static_cast<std::int32_t>(i));
+  }
+  return out;
+}
+
 KvBlockCounts KvBlockAllocator::counts() const {
   const auto total = static_cast<std::int64_t>(holders_.size());
   const auto free = static_cast<std::int64_t>(free_.size());

@@ -71,6 +71,14 @@ class KvBlockAllocator {
   /// more holder (a cached one is used again), or nullopt.
   std::optional<std::int32_t> find(std::uint64_t parent, std::span<const std::int32_t> tokens);
 
+  /// This pool's state in a pool of `total` blocks, its blocks renumbered
+  /// from 0: the used ones in id order, then as many cached ones as fit, the
+  /// most recently released first (the others are evicted and counted);
+  /// `moved[i]` is the old id of new block i. nullopt when more than `total`
+  /// blocks are used.
+  struct Compacted;
+  std::optional<Compacted> compacted(std::int64_t total) const;
+
   /// Holders of `block` (0: free or cached).
   std::int32_t holders(std::int32_t block) const { return holders_[static_cast<std::size_t>(block)]; }
   KvBlockCounts counts() const;
@@ -92,6 +100,12 @@ class KvBlockAllocator {
   std::list<std::int32_t> cached_;  ///< cached blocks, least recently released first
   std::vector<std::list<std::int32_t>::iterator> cached_at_;  ///< per cached block
   std::int64_t evicted_ = 0;
+};
+
+struct KvBlockAllocator::Compacted {
+  KvBlockAllocator blocks;
+  std::vector<std::int32_t> moved;  ///< old id of each kept block, by new id
+  std::vector<std::int32_t> to;     ///< new id of each old block; -1: not kept
 };
 
 /// Blocks needed to hold `tokens` positions: ceil(tokens / block_tokens);

@@ -133,6 +133,17 @@ class Model {
   /// their ranges or a model without a KV cache, kOutOfMemory when the device
   /// cannot hold the pool. The default refuses (kInvalidRequest).
   virtual Status use_kv_pool(const KvPoolOptions& options);
+  /// Makes the pool `blocks` blocks large, keeping every cache's keys and
+  /// values (they are renumbered; the caches' blocks in use and as many
+  /// cached blocks as fit are copied through host memory, the old storage
+  /// freed before the new one is allocated): to give memory back when the
+  /// budget falls, and take it again when it rises. No step may run
+  /// meanwhile. Errors: kInvalidRequest without a pool, for `blocks` < 1 or
+  /// fewer blocks than are in use; kOutOfMemory when the device cannot hold
+  /// the new size (the pool keeps its old size and contents; if even that
+  /// cannot be allocated again, the pool holds nothing and its caches must
+  /// not be stepped again). The default refuses.
+  virtual Status resize_kv_pool(std::int64_t blocks);
   /// Blocks of the pool (nullopt: no pool). The default has none.
   virtual std::optional<KvBlockCounts> kv_pool_counts() const;
   /// Cached blocks the pool evicted so far (0: none, or no pool).

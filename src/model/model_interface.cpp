@@ -12,6 +12,10 @@ Status Model::use_kv_pool(const KvPoolOptions&) {
   return Error{ErrorCode::kInvalidRequest, "this model has no KV block pool"};
 }
 
+Status Model::resize_kv_pool(std::int64_t) {
+  return Error{ErrorCode::kInvalidRequest, "this model has no KV block pool to resize"};
+}
+
 std::optional<KvBlockCounts> Model::kv_pool_counts() const { return std::nullopt; }
 
 std::int64_t Model::kv_block_bytes() const { return 0; }

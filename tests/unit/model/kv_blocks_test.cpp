@@ -109,6 +109,39 @@ TEST(KvBlockAllocator, AKeyIsPublishedOnceAndACollidingPrefixIsNotFound) {
   EXPECT_FALSE(pool.find(kRootKey, shorter).has_value());
 }
 
+TEST(KvBlockAllocator, CompactedKeepsUsedBlocksThenTheMostRecentlyCachedThatFit) {
+  KvBlockAllocator pool(6);
+  std::vector<std::int32_t> b;
+  ASSERT_TRUE(pool.take(6, b));
+  const std::vector<std::int32_t> t1 = {1}, t2 = {2};
+  pool.publish(b[1], kRootKey, t1);
+  pool.publish(b[2], kRootKey, t2);
+  pool.share(b[4]);
+  pool.release(b[1]);  // cached first
+  pool.release(b[2]);  // cached last: the most recent
+  pool.release(b[0]);
+  pool.release(b[3]);
+  pool.release(b[5]);
+  ASSERT_FALSE(pool.compacted(0).has_value()) << "block 4 is in use";
+  auto c = pool.compacted(2);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->moved, (std::vector<std::int32_t>{4, 2}));
+  EXPECT_EQ(c->to[4], 0);
+  EXPECT_EQ(c->to[2], 1);
+  EXPECT_EQ(c->to[1], -1);
+  EXPECT_EQ(c->blocks.holders(0), 2) << "holders carried over";
+  EXPECT_EQ(c->blocks.counts().cached, 1);
+  EXPECT_EQ(c->blocks.counts().free, 0);
+  EXPECT_EQ(c->blocks.evicted(), 1);
+  EXPECT_EQ(c->blocks.find(kRootKey, t2), 1);
+  EXPECT_FALSE(c->blocks.find(kRootKey, t1).has_value());
+  auto larger = pool.compacted(10);
+  ASSERT_TRUE(larger.has_value());
+  EXPECT_EQ(larger->moved, (std::vector<std::int32_t>{4, 2, 1}));
+  EXPECT_EQ(larger->blocks.counts().free, 7);
+  EXPECT_EQ(larger->blocks.take(), 3) << "the first free block after the kept ones";
+}
+
 TEST(KvBlockAllocator, CountsBlocksForTokens) {
   EXPECT_EQ(blocks_for_tokens(0, 16), 0);
   EXPECT_EQ(blocks_for_tokens(-3, 16), 0);

@@ -278,6 +278,87 @@ TEST(KvPool, DecodedBlocksArePublishedAndCachedBlocksAreEvictedWhenThePoolIsShor
       << "block 1 (positions 4-7, released last, so least recently) was evicted; block 0 is still found";
 }
 
+// A pool made smaller keeps every cache's keys and values (renumbered into
+// the blocks that remain) and as many cached blocks as fit; its caches go on
+// decoding the logits they would have; larger again, it has room for more.
+TEST(KvPool, AResizedPoolKeepsItsCachesAndTheirLogits) {
+  for (const bool host_kernel : {true, false}) {
+    SCOPED_TRACE(host_kernel ? "host decode kernel" : "tensor path");
+    PooledGpt2 m(host_kernel, 16);
+    PooledGpt2 reference(host_kernel, 16);
+    // Blocks 0-9 taken first, so the caches below hold high ids.
+    std::vector<std::unique_ptr<KvCache>> filler;
+    for (int i = 0; i < 10; ++i) filler.push_back(std::move(m.model->new_cache(4)).value());
+    const std::vector<std::int32_t> a_prompt = counting(9, 2), b_prompt = counting(5, 8);
+    auto a = std::move(m.model->new_cache(12)).value();  // blocks 10-12
+    auto b = std::move(m.model->new_cache(8)).value();   // blocks 13-14
+    auto ra = std::move(reference.model->new_cache(12)).value();
+    auto rb = std::move(reference.model->new_cache(8)).value();
+    EXPECT_EQ(m.feed(*a, a_prompt), reference.feed(*ra, a_prompt));
+    EXPECT_EQ(m.feed(*b, b_prompt), reference.feed(*rb, b_prompt));
+    filler.clear();  // 10 free blocks; nothing published in them
+    const std::int64_t bytes_before = m.device->memory().own;
+    ASSERT_TRUE(m.model->resize_kv_pool(5).ok());
+    EXPECT_EQ(m.model->kv_pool_counts()->total, 5);
+    EXPECT_EQ(m.model->kv_pool_counts()->used, 5);
+    EXPECT_EQ(bytes_before - m.device->memory().own, 11 * m.model->kv_block_bytes()) << "the memory went back";
+    for (const std::int32_t t : {11, 12, 13}) {
+      const StepInput steps[2] = {{a.get(), std::span(&t, 1)}, {b.get(), std::span(&t, 1)}};
+      const StepInput ref[2] = {{ra.get(), std::span(&t, 1)}, {rb.get(), std::span(&t, 1)}};
+      auto got = m.model->step(steps);
+      auto want = reference.model->step(ref);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      EXPECT_EQ(*got, *want);
+    }
+    EXPECT_FALSE(m.model->new_cache(1).ok()) << "the pool is full";
+    ASSERT_TRUE(m.model->resize_kv_pool(8).ok());
+    EXPECT_EQ(m.model->kv_pool_counts()->free, 3);
+    EXPECT_TRUE(m.model->new_cache(12).ok());
+  }
+}
+
+TEST(KvPool, AResizeThatCannotHoldTheBlocksInUseOrTheDeviceCannotHoldChangesNothing) {
+  PooledGpt2 m(true, 8);
+  auto a = std::move(m.model->new_cache(16)).value();  // 4 blocks
+  const std::vector<std::int32_t> prompt = counting(10, 4);
+  const std::vector<float> before = m.feed(*a, prompt);
+  const Status too_small = m.model->resize_kv_pool(3);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_EQ(too_small.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(too_small.error().message.find("4 blocks in use"), std::string::npos) << too_small.error().message;
+  const Status too_big = m.model->resize_kv_pool(1 << 20);  // 2 GiB on a 1 GiB device
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.error().code, ErrorCode::kOutOfMemory);
+  EXPECT_EQ(m.model->kv_pool_counts()->total, 8);
+  // The cache still holds its prompt: the next token's logits are those of a fresh run.
+  PooledGpt2 reference(true, 8);
+  auto r = std::move(reference.model->new_cache(16)).value();
+  reference.feed(*r, prompt);
+  const std::int32_t next = 77;
+  EXPECT_EQ(m.feed(*a, std::span(&next, 1)), reference.feed(*r, std::span(&next, 1)));
+}
+
+TEST(KvPool, AResizeKeepsTheMostRecentlyCachedBlocksThatFit) {
+  PooledGpt2 m(true, 8);
+  const std::vector<std::int32_t> first = counting(5, 1), second = counting(5, 100);
+  for (const auto* prompt : {&first, &second}) {
+    auto c = std::move(m.model->new_cache(8)).value();
+    m.feed(*c, *prompt);  // publishes block 0
+  }
+  EXPECT_EQ(m.model->kv_pool_counts()->cached, 2);
+  auto held = std::move(m.model->new_cache(4)).value();
+  ASSERT_TRUE(m.model->resize_kv_pool(2).ok());
+  EXPECT_EQ(m.model->kv_pool_counts()->cached, 1);
+  EXPECT_EQ(m.model->kv_blocks_evicted(), 1);
+  auto kept = m.model->new_cache_for_prompt(4, counting(6, 100));
+  ASSERT_TRUE(kept.ok()) << kept.error().message;
+  EXPECT_EQ((*kept)->length(), 4) << "the second prompt's block was kept";
+  kept = Result<std::unique_ptr<KvCache>>(Error{ErrorCode::kInternal, "gone"});
+  auto evicted = m.model->new_cache_for_prompt(4, counting(6, 1));
+  ASSERT_TRUE(evicted.ok()) << evicted.error().message;
+  EXPECT_EQ((*evicted)->length(), 0) << "the first prompt's block was evicted";
+}
+
 TEST(KvPool, CachesTakeBlocksAndGiveThemBack) {
   PooledGpt2 m(true, 10);
   EXPECT_EQ(m.model->kv_pool_counts()->total, 10);
