@@ -17,6 +17,25 @@ MODEL_DIR = os.environ.get("VRAMGATE_MODEL_DIR", "models/tinylm")
 # engines in one process) instead of the default gateway + engine processes.
 IN_PROCESS = os.environ.get("VRAMGATE_E2E_IN_PROCESS") == "1"
 MODE_ARGS = ["--in-process"] if IN_PROCESS else []
+# Fixtures that start a server in the run's mode (MODE_ARGS).
+MODE_FIXTURES = {"server", "make_server"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "same_in_both_modes: starts no server in the run's mode (no Server, no MODE_ARGS), so the "
+                   "--in-process run would repeat the default run exactly; only the default run runs it")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("same_in_both_modes") is None:
+            continue
+        if MODE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            raise pytest.UsageError(f"{item.nodeid} is marked same_in_both_modes but starts a server in the "
+                                    f"run's mode (fixture {sorted(MODE_FIXTURES & set(item.fixturenames))})")
+        if IN_PROCESS:
+            item.add_marker(pytest.mark.skip(reason="the same in both modes: the default-mode run runs it"))
 
 
 class Server(ServerProcess):

@@ -34,6 +34,7 @@ def test_closed_loop_records_and_summary(server):
     assert server.admission()["completed"] - before["completed"] == 16
 
 
+@pytest.mark.same_in_both_modes
 def test_same_seed_same_traffic():
     a = loadgen.draw_requests(MIX, 20, seed=9)
     assert a == loadgen.draw_requests(MIX, 20, seed=9)

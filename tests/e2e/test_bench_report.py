@@ -5,6 +5,9 @@ import sys
 
 import pytest
 
+# Starts no server in the run's mode: run once, by the default-mode run.
+pytestmark = pytest.mark.same_in_both_modes
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 pytest.importorskip("matplotlib")  # python3-matplotlib (scripts/install-deps)
 report = pytest.importorskip("report")

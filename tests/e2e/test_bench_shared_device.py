@@ -6,7 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import BIN, MODEL_DIR
+
+# Starts no server in the run's mode: run once, by the default-mode run.
+pytestmark = pytest.mark.same_in_both_modes
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 

@@ -19,6 +19,7 @@ def has_gpu():
     return r.returncode == 0 and '"cuda:0"' in r.stdout
 
 
+@pytest.mark.same_in_both_modes
 def test_cuda_without_a_gpu_is_a_clear_start_up_error():
     if has_gpu():
         pytest.skip("a GPU is visible: scripts/gpu-check covers cuda:N")
@@ -30,6 +31,7 @@ def test_cuda_without_a_gpu_is_a_clear_start_up_error():
     assert "Traceback" not in out and "terminate" not in out, out
 
 
+@pytest.mark.same_in_both_modes
 def test_unknown_device_kind_names_the_accepted_forms():
     r = run("serve", "--model-dir", MODEL_DIR, "--port", "0", "--device", "gpu:0")
     assert r.returncode == 2

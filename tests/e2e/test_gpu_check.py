@@ -7,7 +7,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import BIN, MODEL_DIR
+
+# Starts no server in the run's mode: run once, by the default-mode run.
+pytestmark = pytest.mark.same_in_both_modes
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DRIVER = os.path.join(ROOT, "scripts", "gpu_check_driver.py")

@@ -7,6 +7,7 @@ import concurrent.futures
 import json
 import subprocess
 
+import pytest
 import requests
 
 from conftest import BIN, MODEL_DIR, wait_until
@@ -38,6 +39,7 @@ def test_trace_holds_the_requested_decode_steps(tmp_path, make_server):
     assert f"decode steps of batch >= 2 written to {trace}" in server.logs()
 
 
+@pytest.mark.same_in_both_modes
 def test_steps_without_a_trace_path_refuse_to_start():
     out = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--device", "virt:0=1GiB", "--port", "0",
                           "--profile-steps", "2"], capture_output=True, text=True, timeout=60)
