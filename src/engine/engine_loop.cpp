@@ -10,7 +10,7 @@
 #include "engine/engine_impl.hpp"
 #include "metrics/server_metrics.hpp"
 #include "model/logprobs.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 

@@ -23,7 +23,7 @@
 #include "model/checkpoint.hpp"
 #include "model/kv_blocks.hpp"
 #include "model/model.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg::detail {
 

@@ -8,7 +8,7 @@
 #include "common/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/model.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 

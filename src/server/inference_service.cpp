@@ -20,12 +20,12 @@
 #include "engine/tensor_engine.hpp"
 #include "engine/text_stream.hpp"
 #include "model/model.hpp"
-#include "model/tokenizer.hpp"
 #include "model/torchscript_model.hpp"
 #include "server/engine_options.hpp"
 #include "server/inference_service_entries.hpp"
 #include "server/model_setup.hpp"
 #include "server/step_profile_setup.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 

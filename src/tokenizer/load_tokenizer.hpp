@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/error.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 

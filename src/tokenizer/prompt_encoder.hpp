@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "model/tokenizer.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/load_tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 

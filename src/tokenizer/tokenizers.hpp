@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "model/tokenizer.hpp"
 #include "tokenizer/added_tokens.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg::tok {
 

@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "model/model.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg::testing {
 

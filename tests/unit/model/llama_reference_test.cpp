@@ -15,7 +15,7 @@
 
 #include "device/device.hpp"
 #include "model/model.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "model_test_util.hpp"
 
 namespace vg {

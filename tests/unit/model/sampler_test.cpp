@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/sampler.hpp"
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 namespace {

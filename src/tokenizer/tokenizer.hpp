@@ -1,7 +1,8 @@
-// Tokenizer interface, the byte-level tokenizer of tinylm (ids 0..255 are
-// the bytes, 256 is end-of-text) and the id-only tokenizer of models whose
-// tokenizer files vramgate cannot read. Torch-free; immutable after
-// construction, so any thread may use it.
+// Tokenizer interface (implemented by the tokenizers of this folder; model/,
+// the engine and the gateway program against it), the byte-level tokenizer
+// of tinylm (ids 0..255 are the bytes, 256 is end-of-text) and the id-only
+// tokenizer of models whose tokenizer files vramgate cannot read.
+// Torch-free; immutable after construction, so any thread may use it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // ByteTokenizer (token id == byte value; id 256 is end-of-text) and
 // IdTokenizer. Any thread.
-#include "model/tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace vg {
 
