@@ -3,9 +3,10 @@
 // server would). On an out-of-memory error:
 //   1. the OOM governor cuts the effective budget (policy memory);
 //   2. the device returns its cached memory (CUDA's caching allocator);
-//   3. running sequences, lowest priority class first and youngest first
-//      within a class (preemption_order), are preempted until the leases left
-//      fit the effective budget (at least one): their KV caches and leases
+//   3. running sequences, lowest priority class first and within a class
+//      the fewest times preempted, then the youngest (preemption_order), are
+//      preempted until the leases left fit the effective budget (at least
+//      one): their KV caches and leases
 //      are freed and they go back to the head of the queue, to be recomputed
 //      from prompt + generated tokens, so their clients see only latency;
 //      a sequence preempted max_preemptions times already gets 503 instead;
@@ -75,8 +76,12 @@ std::vector<Engine::Impl::Sequence*> Engine::Impl::preemption_order() const {
   for (const auto& s : running) {
     if (!s->done) order.push_back(s.get());
   }
+  // Lowest priority class first; within a class, those preempted fewer times
+  // first (one preempted once is not preempted again before one that never
+  // was, so recomputation cannot chase one sequence), then the youngest.
   std::sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
     if (a->req->gen.priority != b->req->gen.priority) return a->req->gen.priority < b->req->gen.priority;
+    if (a->req->preemptions != b->req->preemptions) return a->req->preemptions < b->req->preemptions;
     return a->admitted > b->admitted;
   });
   return order;

@@ -143,6 +143,39 @@ TEST_F(EngineTest, TheYoungestSequenceIsPreemptedAndWaitsWhileTheOlderOneFinishe
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }
 
+// Two out-of-memory steps in a row, each preempting one of two sequences
+// (the cut budget still holds both): the first takes the younger, b, after
+// the one token it generated; b is granted again at once and so becomes the
+// youngest, but the second takes a, which was never preempted, rather than b
+// a second time: a is recomputed from its prompt and its 2 tokens (a prefill
+// of 3), b's recompute (a prefill of 2) runs twice (failed at step 4, then run).
+TEST_F(EngineTest, ASequencePreemptedOnceIsNotPreemptedAgainBeforeOneThatNeverWas) {
+  auto o = options();
+  o.admission.policy = AdmissionPolicy{};  // memory
+  o.admission.budget_bytes = 1000 * 100;
+  o.oom_governor.quiet_period = std::chrono::hours(1);
+  auto engine = make(o);
+  model_.block();
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), a).ok());
+  ASSERT_TRUE(model_.wait_in_step());  // step 1: a's prefill, held
+  auto b = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(30), b).ok());
+  model_.fail_at_step(3, 2);  // step 2: a decodes, b prefills; steps 3 and 4 fail
+  model_.unblock();
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(b->wait_done());
+  ASSERT_TRUE(a->finished());
+  ASSERT_TRUE(b->finished());
+  EXPECT_EQ(a->text(), expected_text(30));
+  EXPECT_EQ(b->text(), expected_text(30));
+  EXPECT_EQ(engine->stats().preemptions, 2);
+  const std::vector<int> inputs = model_.inputs_log();
+  EXPECT_EQ(std::count(inputs.begin(), inputs.end(), 3), 1) << "a recomputed once";
+  EXPECT_EQ(std::count(inputs.begin(), inputs.end(), 2), 2) << "b recomputed once";
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
 TEST_F(EngineTest, RepeatedOutOfMemoryMarksTheDeviceNotReadyAndRefusesNewWork) {
   model_.fail_at_step(2, 1000);
   auto o = options();
