@@ -1,6 +1,6 @@
 // Admission policies and the queue with aging (docs/design.md "admission policy",
 // "queue"): which queued requests may start now. Pure functions of a snapshot
-// and `now` (style.md habit 7); any thread.
+// and `now`, tested on a manual clock; any thread.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Lease: the RAII reservation of one request's bytes on one device budget
-// (docs/design.md "lease"; style.md habit 5). A Lease is owned by one thread at a
+// (docs/design.md "lease"). A Lease is owned by one thread at a
 // time (the engine thread, normally) and may be moved between threads; its
 // release is thread-safe against the AdmissionController that granted it.
 #pragma once

@@ -11,7 +11,7 @@ Result<std::unique_ptr<Device>> create_cuda_device(int index) {
   return Error{ErrorCode::kConfig,
                "cuda:" + std::to_string(index) +
                    ": this vramgate was built against a libtorch without CUDA; use virt:N=SIZE, or rebuild "
-                   "against a CUDA libtorch (README, \"CUDA devices\")"};
+                   "against a CUDA libtorch (docs/gpu.md)"};
 }
 
 }  // namespace vg
