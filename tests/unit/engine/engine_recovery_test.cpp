@@ -106,74 +106,66 @@ TEST_F(EngineTest, ARequestPreemptedMoreThanTheLimitGetsA503) {
   EXPECT_EQ(b->text(), expected_text(5));
 }
 
-// Policy memory, budget 100 tokens: two requests of 31 tokens each run; the
-// OOM halves the effective budget to 50 tokens, so the younger one is
-// preempted and waits until the older one finishes.
-TEST_F(EngineTest, TheYoungestSequenceIsPreemptedAndWaitsWhileTheOlderOneFinishes) {
-  auto o = options();
-  o.admission.policy = AdmissionPolicy{};  // memory
-  o.admission.budget_bytes = 100 * 100;
-  o.oom_governor.quiet_period = std::chrono::hours(1);
-  auto engine = make(o);
-  model_.block();
-  auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), a).ok());
-  ASSERT_TRUE(model_.wait_in_step());  // step 1: a's prefill, held
-  auto b = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), b).ok());
-  model_.fail_at_step(3);  // step 2: a decodes, b prefills; step 3 fails
-  model_.unblock();
-  ASSERT_TRUE(a->wait_done());
-  ASSERT_TRUE(b->wait_done());
-  ASSERT_TRUE(a->finished());
-  ASSERT_TRUE(b->finished());
-  EXPECT_EQ(a->text(), expected_text(30));
-  EXPECT_EQ(b->text(), expected_text(30));
-  EXPECT_EQ(engine->stats().preemptions, 1);
+/// Two requests of 30 tokens under policy memory (budget_tokens x 100
+/// bytes, the OOM governor's cut kept): a prefills in step 1 while b is
+/// submitted, step 2 decodes a and prefills b, then `failures` steps from
+/// step 3 run out of memory. Both end with their whole text.
+class TwoSequencesTest : public EngineTest {
+ protected:
+  void run_two(std::int64_t budget_tokens, int failures) {
+    auto o = options();
+    o.admission.policy = AdmissionPolicy{};  // memory
+    o.admission.budget_bytes = budget_tokens * 100;
+    o.oom_governor.quiet_period = std::chrono::hours(1);
+    engine_ = make(o);
+    model_.block();
+    ASSERT_TRUE(engine_->submit(req(30), a_).ok());
+    ASSERT_TRUE(model_.wait_in_step());  // step 1: a's prefill, held
+    ASSERT_TRUE(engine_->submit(req(30), b_).ok());
+    model_.fail_at_step(3, failures);
+    model_.unblock();
+    ASSERT_TRUE(a_->wait_done());
+    ASSERT_TRUE(b_->wait_done());
+    ASSERT_TRUE(a_->finished());
+    ASSERT_TRUE(b_->finished());
+    EXPECT_EQ(a_->text(), expected_text(30));
+    EXPECT_EQ(b_->text(), expected_text(30));
+    EXPECT_EQ(engine_->admission().reserved_bytes, 0);
+  }
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<Collector> a_ = std::make_shared<Collector>(), b_ = std::make_shared<Collector>();
+};
+
+// Budget 100 tokens: the OOM halves the effective budget to 50 tokens, so
+// the younger one is preempted and waits until the older one finishes.
+TEST_F(TwoSequencesTest, TheYoungestSequenceIsPreemptedAndWaitsWhileTheOlderOneFinishes) {
+  run_two(100, 1);
+  EXPECT_EQ(engine_->stats().preemptions, 1);
   // b went back to the queue (position 1) after it had started; a never did.
-  auto b_events = b->events();
+  auto b_events = b_->events();
   auto started = std::find_if(b_events.begin(), b_events.end(),
                               [](const EngineEvent& e) { return std::holds_alternative<StartedEvent>(e); });
   ASSERT_NE(started, b_events.end());
   EXPECT_TRUE(std::any_of(started, b_events.end(),
                           [](const EngineEvent& e) { return std::holds_alternative<QueuedEvent>(e); }));
-  for (auto& e : a->events()) EXPECT_FALSE(std::holds_alternative<QueuedEvent>(e));
-  EXPECT_EQ(count_started(*b), 1);
-  EXPECT_EQ(engine->admission().effective_budget_bytes, 50 * 100);
-  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+  for (auto& e : a_->events()) EXPECT_FALSE(std::holds_alternative<QueuedEvent>(e));
+  EXPECT_EQ(count_started(*b_), 1);
+  EXPECT_EQ(engine_->admission().effective_budget_bytes, 50 * 100);
 }
 
-// Two out-of-memory steps in a row, each preempting one of two sequences
-// (the cut budget still holds both): the first takes the younger, b, after
-// the one token it generated; b is granted again at once and so becomes the
-// youngest, but the second takes a, which was never preempted, rather than b
-// a second time: a is recomputed from its prompt and its 2 tokens (a prefill
-// of 3), b's recompute (a prefill of 2) runs twice (failed at step 4, then run).
-TEST_F(EngineTest, ASequencePreemptedOnceIsNotPreemptedAgainBeforeOneThatNeverWas) {
-  auto o = options();
-  o.admission.policy = AdmissionPolicy{};  // memory
-  o.admission.budget_bytes = 1000 * 100;
-  o.oom_governor.quiet_period = std::chrono::hours(1);
-  auto engine = make(o);
-  model_.block();
-  auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), a).ok());
-  ASSERT_TRUE(model_.wait_in_step());  // step 1: a's prefill, held
-  auto b = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(30), b).ok());
-  model_.fail_at_step(3, 2);  // step 2: a decodes, b prefills; steps 3 and 4 fail
-  model_.unblock();
-  ASSERT_TRUE(a->wait_done());
-  ASSERT_TRUE(b->wait_done());
-  ASSERT_TRUE(a->finished());
-  ASSERT_TRUE(b->finished());
-  EXPECT_EQ(a->text(), expected_text(30));
-  EXPECT_EQ(b->text(), expected_text(30));
-  EXPECT_EQ(engine->stats().preemptions, 2);
+// Budget 1000 tokens, two out-of-memory steps in a row, each preempting one
+// sequence (the cut budget still holds both): the first takes the younger,
+// b, after the one token it generated; b is granted again at once and so
+// becomes the youngest, but the second takes a, which was never preempted,
+// rather than b a second time: a is recomputed from its prompt and its 2
+// tokens (a prefill of 3), b's recompute (a prefill of 2) runs twice (failed
+// at step 4, then run).
+TEST_F(TwoSequencesTest, ASequencePreemptedOnceIsNotPreemptedAgainBeforeOneThatNeverWas) {
+  run_two(1000, 2);
+  EXPECT_EQ(engine_->stats().preemptions, 2);
   const std::vector<int> inputs = model_.inputs_log();
   EXPECT_EQ(std::count(inputs.begin(), inputs.end(), 3), 1) << "a recomputed once";
   EXPECT_EQ(std::count(inputs.begin(), inputs.end(), 2), 2) << "b recomputed once";
-  EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }
 
 TEST_F(EngineTest, RepeatedOutOfMemoryMarksTheDeviceNotReadyAndRefusesNewWork) {

@@ -21,6 +21,8 @@ namespace vg {
 namespace {
 
 using testing::max_abs_diff;
+using testing::run_batched;
+using testing::Schedule;
 using testing::TempDir;
 
 constexpr std::int64_t kGiB = 1LL << 30;
@@ -46,18 +48,6 @@ std::vector<std::int32_t> prompt(int n, int salt) {
   for (int i = 0; i < n; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 256);
   return ids;
 }
-
-/// One sequence's schedule: the step at which it joins, then the token
-/// chunks it feeds, one chunk per step (prefill chunks, then decode tokens).
-struct Schedule {
-  int join = 0;
-  std::vector<std::vector<std::int32_t>> chunks;
-  int tokens() const {
-    int n = 0;
-    for (const auto& c : chunks) n += static_cast<int>(c.size());
-    return n;
-  }
-};
 
 /// 16 sequences with prompts of 1..31 tokens joining at steps 0..3; odd ones
 /// prefill in two chunks; all then decode `decode` tokens. So most steps mix
@@ -94,35 +84,6 @@ std::vector<std::vector<std::vector<float>>> run_alone(Model& model, const std::
       out.back().push_back(r.ok() ? r->at(0) : std::vector<float>());
     }
   }
-  return out;
-}
-
-/// Runs all schedules together, one step per step index; every step holds
-/// the next chunk of every sequence that has joined and is not done.
-std::vector<std::vector<std::vector<float>>> run_batched(Model& model, const std::vector<Schedule>& schedules,
-                                                         std::size_t* largest_step = nullptr) {
-  std::vector<std::unique_ptr<KvCache>> caches;
-  for (const Schedule& s : schedules) caches.push_back(std::move(model.new_cache(s.tokens())).value());
-  std::vector<std::vector<std::vector<float>>> out(schedules.size());
-  for (int step = 0;; ++step) {
-    std::vector<StepInput> inputs;
-    std::vector<std::size_t> who;
-    for (std::size_t i = 0; i < schedules.size(); ++i) {
-      const int k = step - schedules[i].join;
-      if (k >= 0 && k < static_cast<int>(schedules[i].chunks.size())) {
-        inputs.push_back({caches[i].get(), schedules[i].chunks[static_cast<std::size_t>(k)]});
-        who.push_back(i);
-      }
-    }
-    if (inputs.empty() && step > 0) break;
-    if (largest_step != nullptr) *largest_step = std::max(*largest_step, inputs.size());
-    auto r = model.step(inputs);
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    if (!r.ok()) return out;
-    EXPECT_EQ(r->size(), inputs.size());
-    for (std::size_t j = 0; j < who.size(); ++j) out[who[j]].push_back(r->at(j));
-  }
-  for (std::size_t i = 0; i < schedules.size(); ++i) EXPECT_EQ(caches[i]->length(), schedules[i].tokens()) << i;
   return out;
 }
 

@@ -18,6 +18,8 @@
 namespace vg {
 namespace {
 
+using testing::run_batched;
+using testing::Schedule;
 using testing::TempDir;
 
 constexpr std::int64_t kGiB = 1LL << 30;
@@ -29,18 +31,8 @@ std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, co
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-/// Each sequence's chunks: a prompt of 3..29 tokens (odd ones in two
-/// chunks), then `decode` single tokens; sequence i joins at step i % 3.
-struct Schedule {
-  int join = 0;
-  std::vector<std::vector<std::int32_t>> chunks;
-  int tokens() const {
-    int n = 0;
-    for (const auto& c : chunks) n += static_cast<int>(c.size());
-    return n;
-  }
-};
-
+/// `sequences` schedules: a prompt of 3..29 tokens (odd ones in two chunks),
+/// then `decode` single tokens; sequence i joins at step i % 3.
 std::vector<Schedule> schedules(int sequences, int decode, int vocab) {
   std::vector<Schedule> out;
   for (int i = 0; i < sequences; ++i) {
@@ -57,35 +49,6 @@ std::vector<Schedule> schedules(int sequences, int decode, int vocab) {
     }
     for (int j = 0; j < decode; ++j) s.chunks.push_back({(i * 7 + j * 3) % vocab});
     out.push_back(std::move(s));
-  }
-  return out;
-}
-
-/// Every schedule's chunk logits, all sequences stepped together.
-std::vector<std::vector<std::vector<float>>> run(Model& model, const std::vector<Schedule>& plan) {
-  std::vector<std::unique_ptr<KvCache>> caches;
-  for (const Schedule& s : plan) {
-    auto cache = model.new_cache(s.tokens());
-    EXPECT_TRUE(cache.ok()) << cache.error().message;
-    if (!cache.ok()) return {};
-    caches.push_back(std::move(cache).value());
-  }
-  std::vector<std::vector<std::vector<float>>> out(plan.size());
-  for (int step = 0;; ++step) {
-    std::vector<StepInput> inputs;
-    std::vector<std::size_t> who;
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-      const int k = step - plan[i].join;
-      if (k >= 0 && k < static_cast<int>(plan[i].chunks.size())) {
-        inputs.push_back({caches[i].get(), plan[i].chunks[static_cast<std::size_t>(k)]});
-        who.push_back(i);
-      }
-    }
-    if (inputs.empty() && step > 0) break;
-    auto r = model.step(inputs);
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    if (!r.ok()) return out;
-    for (std::size_t j = 0; j < who.size(); ++j) out[who[j]].push_back(r->at(j));
   }
   return out;
 }
@@ -111,8 +74,8 @@ void expect_pool_matches_own_caches(const std::filesystem::path& dir, const std:
   ASSERT_TRUE(pooled->use_kv_pool({4, 400}).ok());
   const auto held = scatter(*pooled, 4, 60);
   const auto plan = schedules(12, 8, own->config().vocab_size);
-  const auto expected = run(*own, plan);
-  const auto got = run(*pooled, plan);
+  const auto expected = run_batched(*own, plan);
+  const auto got = run_batched(*pooled, plan);
   ASSERT_EQ(got.size(), expected.size());
   for (std::size_t i = 0; i < plan.size(); ++i) {
     ASSERT_EQ(got[i].size(), plan[i].chunks.size()) << "sequence " << i;

@@ -196,4 +196,37 @@ void expect_sequential_match(Model& model, const std::vector<std::vector<std::in
   }
 }
 
+int Schedule::tokens() const {
+  int n = 0;
+  for (const auto& c : chunks) n += static_cast<int>(c.size());
+  return n;
+}
+
+std::vector<std::vector<std::vector<float>>> run_batched(Model& model, const std::vector<Schedule>& schedules,
+                                                         std::size_t* largest_step) {
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (const Schedule& s : schedules) caches.push_back(std::move(model.new_cache(s.tokens())).value());
+  std::vector<std::vector<std::vector<float>>> out(schedules.size());
+  for (int step = 0;; ++step) {
+    std::vector<StepInput> inputs;
+    std::vector<std::size_t> who;
+    for (std::size_t i = 0; i < schedules.size(); ++i) {
+      const int k = step - schedules[i].join;
+      if (k >= 0 && k < static_cast<int>(schedules[i].chunks.size())) {
+        inputs.push_back({caches[i].get(), schedules[i].chunks[static_cast<std::size_t>(k)]});
+        who.push_back(i);
+      }
+    }
+    if (inputs.empty() && step > 0) break;
+    if (largest_step != nullptr) *largest_step = std::max(*largest_step, inputs.size());
+    auto r = model.step(inputs);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    if (!r.ok()) return out;
+    EXPECT_EQ(r->size(), inputs.size());
+    for (std::size_t j = 0; j < who.size(); ++j) out[who[j]].push_back(r->at(j));
+  }
+  for (std::size_t i = 0; i < schedules.size(); ++i) EXPECT_EQ(caches[i]->length(), schedules[i].tokens()) << i;
+  return out;
+}
+
 }  // namespace vg::testing

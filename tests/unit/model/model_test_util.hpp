@@ -90,4 +90,21 @@ float max_abs_diff(std::span<const float> a, std::span<const float> b);
 void expect_sequential_match(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::vector<float>>& reference, float tolerance);
 
+/// One sequence's schedule in a run of steps: the step at which it joins,
+/// then the token chunks it feeds, one chunk per step (prefill chunks, then
+/// decode tokens).
+struct Schedule {
+  int join = 0;
+  std::vector<std::vector<std::int32_t>> chunks;
+  int tokens() const;
+};
+
+/// Runs all schedules together, one Model::step per step index; every step
+/// holds the next chunk of every sequence that has joined and is not done.
+/// Returns, per schedule, the logits of each of its chunks; `largest_step`
+/// (if given) gets the most inputs one step held. GoogleTest failures for a
+/// step error or a cache whose length ends wrong.
+std::vector<std::vector<std::vector<float>>> run_batched(Model& model, const std::vector<Schedule>& schedules,
+                                                         std::size_t* largest_step = nullptr);
+
 }  // namespace vg::testing
