@@ -19,8 +19,11 @@
 // ops of each BM_DecodeStep run by name (per step, most frequent first) and
 // the wall time per step in each top-level op (with the observer's own cost
 // in it), to stderr; `--malloc-defaults` leaves glibc's malloc thresholds
-// as they are (the server sets them: retain_freed_host_memory); other flags
-// go to Google Benchmark.
+// as they are (the server sets them: retain_freed_host_memory);
+// `--kv-pool=TOKENS` takes every cache from one shared block pool of
+// TOKENS-token blocks (Model::use_kv_pool; the tensor path then gathers a
+// decode step's keys from the pool) instead of a pool of its own; other
+// flags go to Google Benchmark.
 //
 // What the machine can do, in the same run and on the same threads:
 // BM_StreamRead (a sum over 512 MiB: bytes read per second) and
@@ -446,6 +449,7 @@ int main(int argc, char** argv) {
   bool host_kernel = true;
   bool malloc_defaults = false;
   int threads = 1;
+  int pool_block_tokens = 0;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -461,6 +465,8 @@ int main(int argc, char** argv) {
       malloc_defaults = true;
     } else if (arg.rfind("--threads=", 0) == 0) {
       threads = std::stoi(arg.substr(10));
+    } else if (arg.rfind("--kv-pool=", 0) == 0) {
+      pool_block_tokens = std::stoi(arg.substr(10));
     } else {
       rest.push_back(argv[i]);
     }
@@ -486,9 +492,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   vg::g_model = std::move(model).value();
+  if (pool_block_tokens > 0) {
+    // Room for the largest batch (64 sequences and a prefill) at full context.
+    const int n_positions = vg::g_model->config().n_positions;
+    const std::int64_t blocks = 65 * ((n_positions + pool_block_tokens - 1) / pool_block_tokens);
+    if (vg::Status st = vg::g_model->use_kv_pool({pool_block_tokens, blocks}); !st.ok()) {
+      std::cerr << st.error().message << "\n";
+      return 1;
+    }
+  }
   std::cerr << vg::torch_runtime_description() << ", dtype " << dtype << ", "
             << (host_kernel ? "host decode kernel where the dtype has one" : "tensor path")
-            << (malloc_defaults ? ", glibc malloc's default thresholds" : "") << "\n";
+            << (malloc_defaults ? ", glibc malloc's default thresholds" : "")
+            << (pool_block_tokens > 0 ? ", caches in one pool of " + std::to_string(pool_block_tokens) + "-token blocks"
+                                      : std::string())
+            << "\n";
   const at::CallbackHandle observer = at::addGlobalCallback(
       at::RecordFunctionCallback(vg::on_op_start, vg::on_op_end).scopes({at::RecordScope::FUNCTION}));
   int rest_argc = static_cast<int>(rest.size());
