@@ -37,13 +37,14 @@ Result<std::unique_ptr<AdmissionController>> AdmissionController::create(const A
   }
   if (o.max_queue < 0) return Error(ErrorCode::kConfig, "max_queue must be >= 0, got " + std::to_string(o.max_queue));
   if (o.queue_timeout <= Duration::zero()) {
-    return Error(ErrorCode::kConfig, "queue_timeout must be > 0 s, got " + seconds_text(to_s(o.queue_timeout)));
+    return Error(ErrorCode::kConfig, "queue_timeout must be > 0 s, got " + seconds_text(to_seconds(o.queue_timeout)));
   }
   if (o.priority_aging < Duration::zero()) {
-    return Error(ErrorCode::kConfig, "priority_aging must be >= 0 s, got " + seconds_text(to_s(o.priority_aging)));
+    return Error(ErrorCode::kConfig,
+                 "priority_aging must be >= 0 s, got " + seconds_text(to_seconds(o.priority_aging)));
   }
   if (o.max_bypass < Duration::zero()) {
-    return Error(ErrorCode::kConfig, "max_bypass must be >= 0 s, got " + seconds_text(to_s(o.max_bypass)));
+    return Error(ErrorCode::kConfig, "max_bypass must be >= 0 s, got " + seconds_text(to_seconds(o.max_bypass)));
   }
   if (o.policy.kind == AdmissionPolicy::Kind::kFixed && o.policy.fixed_slots < 1) {
     return Error(ErrorCode::kConfig, "admission policy fixed:N needs N >= 1, got " + std::to_string(o.policy.fixed_slots));
@@ -108,7 +109,7 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
                      "X-Retry-Token was issued for a different request (route and body must be the same)");
       case RetryBookings::Match::kEarly: {
         ++s.counters.rejected_queue_full;  // refused for now: its place is not due yet
-        const double left = to_s(found.left);
+        const double left = to_seconds(found.left);
         Error e(ErrorCode::kOverloaded, "retry came " + seconds_text(left) + " before its booked place " +
                                             std::to_string(found.booking.position) +
                                             "; the booking is kept: retry in " + seconds_text(left));
@@ -199,7 +200,7 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
       ++it;
       continue;
     }
-    const double waited = to_s(now - it->request.enqueued_at);
+    const double waited = to_seconds(now - it->request.enqueued_at);
     const std::int64_t counted = it->admitted_before ? 0 : 1;  // see AdmissionCounters
     Error e;
     if (it->by_deadline) {
@@ -207,8 +208,8 @@ std::vector<AdmissionExpiry> AdmissionController::expire(TimePoint now) {
       e = Error(ErrorCode::kTimeout, "request deadline passed while queued (waited " + seconds_text(waited) + ")");
     } else {
       s.counters.queue_timeout += counted;
-      e = s.refuse("queue wait limit of " + seconds_text(to_s(s.options.queue_timeout)) + " reached at position " +
-                       std::to_string(position),
+      e = s.refuse("queue wait limit of " + seconds_text(to_seconds(s.options.queue_timeout)) +
+                       " reached at position " + std::to_string(position),
                    it->request, it->tokens, it->retry ? &*it->retry : nullptr,
                    static_cast<std::size_t>(position - 1), now);
     }

@@ -21,8 +21,6 @@
 namespace vg {
 namespace admission_detail {
 
-inline double to_s(Duration d) { return std::chrono::duration<double>(d).count(); }
-
 inline std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g s", s);
@@ -49,7 +47,6 @@ struct Running {
 using admission_detail::Entry;
 using admission_detail::Running;
 using admission_detail::seconds_text;
-using admission_detail::to_s;
 
 struct AdmissionController::State final : LeaseLedger {
   using Callback = std::function<void()>;
@@ -234,10 +231,10 @@ struct AdmissionController::State final : LeaseLedger {
   /// Tokens the running work still has to produce at `now` (its max_tokens,
   /// less one per step time since its grant).
   std::int64_t running_tokens(TimePoint now) const VG_REQUIRES(mu) {
-    const double step = to_s(options.step_time);
+    const double step = to_seconds(options.step_time);
     std::int64_t n = 0;
     for (const auto& [id, r] : running) {
-      const double done = step > 0 ? to_s(now - r.granted_at) / step : 0;
+      const double done = step > 0 ? to_seconds(now - r.granted_at) / step : 0;
       n += std::max<std::int64_t>(0, r.tokens - static_cast<std::int64_t>(done));
     }
     return n;
@@ -276,7 +273,7 @@ struct AdmissionController::State final : LeaseLedger {
     v.requests_ahead = static_cast<std::int64_t>(counted + bookings.held().size());
     v.requests_per_s = drain.rate_per_s(now);
     v.mean_cost_bytes = mean_cost;
-    v.step_s = to_s(options.step_time);
+    v.step_s = to_seconds(options.step_time);
     // Sequences that can decode together: the batch, or fewer when memory
     // holds fewer requests of this one's cost.
     std::int64_t budget = 0;

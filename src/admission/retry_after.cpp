@@ -6,12 +6,6 @@
 #include <cmath>
 
 namespace vg {
-namespace {
-
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
-
 void DrainRateEstimator::record(TimePoint now) {
   const TimePoint b = busy(now);
   samples_.push_back(b);
@@ -35,8 +29,8 @@ std::optional<double> DrainRateEstimator::rate_per_s(TimePoint wall_now) const {
     ++n;
     oldest = oldest ? std::min(*oldest, t) : t;
   }
-  if (n == 0) return 1.0 / std::max(seconds(now - *last_), seconds(options_.min_span));
-  return static_cast<double>(n) / std::max(seconds(now - *oldest), seconds(options_.min_span));
+  if (n == 0) return 1.0 / std::max(to_seconds(now - *last_), to_seconds(options_.min_span));
+  return static_cast<double>(n) / std::max(to_seconds(now - *oldest), to_seconds(options_.min_span));
 }
 
 double retry_after_seconds(std::int64_t work_ahead, std::optional<double> drain_rate_per_s,

@@ -12,12 +12,6 @@ namespace {
 
 constexpr double kMinPromiseS = 0.001;
 
-Duration from_s(double s) {
-  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
-}
-
-double to_s(Duration d) { return std::chrono::duration<double>(d).count(); }
-
 }  // namespace
 
 Status validate(const RetryBookingOptions& o) {
@@ -144,7 +138,7 @@ RetryBookings::Decision RetryBookings::book(const RetryIdentity& id, TimePoint n
     return refuse("not booked: this client holds its share of retry bookings (" + std::to_string(share) + " of " +
                   std::to_string(max) + ")");
   }
-  const double max_after = to_s(options_.max_after);
+  const double max_after = to_seconds(options_.max_after);
   if (!(promise_s <= max_after)) {
     return refuse("not booked: the estimate is beyond the longest promise (" + std::to_string(std::lround(max_after)) +
                   " s)");
@@ -158,7 +152,7 @@ RetryBookings::Decision RetryBookings::book(const RetryIdentity& id, TimePoint n
   b.fingerprint = id.fingerprint;
   b.idempotency_key = id.idempotency_key;
   b.booked_at = now;
-  b.promised_at = now + from_s(promise_s);
+  b.promised_at = now + from_seconds(promise_s);
   b.position = position;
   b.cost_bytes = cost_bytes;
   b.tokens = tokens;

@@ -15,6 +15,18 @@ inline Duration from_seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
+/// `d` in seconds, as a double (for arithmetic, logs, metrics and JSON).
+inline double to_seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+/// Seconds from `from` to `to` (negative when `to` is earlier), as a double.
+inline double seconds_between(TimePoint from, TimePoint to) { return to_seconds(to - from); }
+
+/// Wall-clock seconds since the Unix epoch (system_clock, not Clock), with
+/// the fraction: for `created`/`started_at` fields, never for intervals.
+inline double unix_seconds_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 /// Milliseconds between two time points, as a double (for logs and headers).
 inline double ms_between(TimePoint from, TimePoint to) {
   return std::chrono::duration<double, std::milli>(to - from).count();

@@ -167,7 +167,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
       ++s.stats.rejected;
       Error e(ErrorCode::kOverloaded, "device " + impl_->device.name() +
                                           " is recovering from repeated out-of-memory errors");
-      e.retry_after_s = std::max(1.0, std::ceil(std::chrono::duration<double>(s.unready_until - req->enqueued).count()));
+      e.retry_after_s = std::max(1.0, std::ceil(seconds_between(req->enqueued, s.unready_until)));
       return e;
     }
   }

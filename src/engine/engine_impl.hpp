@@ -292,10 +292,6 @@ inline FailedEvent failed(const Request& r, Error e) {
   return FailedEvent{std::move(e), {r.prompt_tokens(), generated}};
 }
 
-inline double seconds_between(TimePoint from, TimePoint to) {
-  return std::chrono::duration<double>(to - from).count();
-}
-
 constexpr std::int64_t kIdle = std::numeric_limits<std::int64_t>::min();
 
 }  // namespace engine_detail

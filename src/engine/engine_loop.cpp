@@ -16,7 +16,6 @@ namespace vg {
 
 using engine_detail::failed;
 using engine_detail::kIdle;
-using engine_detail::seconds_between;
 
 // How often an idle engine measures the bytes other processes hold.
 constexpr Duration kForeignBytesPoll = std::chrono::seconds(1);
@@ -147,7 +146,7 @@ void Engine::Impl::admit(TimePoint now) {
   std::vector<std::pair<std::shared_ptr<Request>, AdmissionGrant>> started;
   for (AdmissionGrant& g : grants) {
     if (g.promise_error && options.metrics) {
-      options.metrics->retry_promise_error_seconds.observe(std::chrono::duration<double>(*g.promise_error).count());
+      options.metrics->retry_promise_error_seconds.observe(to_seconds(*g.promise_error));
     }
     auto r = front->take(g.id);
     if (r) started.emplace_back(std::move(r), std::move(g));  // always found: registered before enqueue

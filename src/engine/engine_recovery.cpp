@@ -49,7 +49,7 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
     admission->set_engine_available(index, false);
     front->notify_all();
     spdlog::error("{}: {} out-of-memory steps in a row; not ready for {:.1f} s", device.name(),
-                  consecutive_oom_steps, std::chrono::duration<double>(options.oom_governor.quiet_period).count());
+                  consecutive_oom_steps, to_seconds(options.oom_governor.quiet_period));
   }
 
   // Victims: `victim` first (its cache allocation failed), then the

@@ -15,7 +15,6 @@
 
 namespace vg {
 
-using engine_detail::seconds_between;
 
 void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits) {
   const bool injected = options.test_poison_logits_at_step > 0 && steps_run.load() == options.test_poison_logits_at_step;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
@@ -99,7 +100,7 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
       }
       const auto started = std::chrono::steady_clock::now();
       auto peak = step_peak(model, device, inputs);
-      step_s[n - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      step_s[n - 1] = to_seconds(std::chrono::steady_clock::now() - started);
       if (!peak.ok()) return std::move(peak).error();
       peaks[n - 1] = *peak;
     }

@@ -25,8 +25,6 @@ namespace {
 
 Duration ms(double v) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(v)); }
 
-double seconds_between(TimePoint a, TimePoint b) { return std::chrono::duration<double>(b - a).count(); }
-
 }  // namespace
 
 struct TensorJob {

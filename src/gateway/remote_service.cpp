@@ -36,14 +36,6 @@ using wire::Channel;
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-double secs(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-Duration dur(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
-
 std::string exit_text(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
@@ -220,7 +212,7 @@ Status stop_engines_of_other_layouts(const std::string& runtime_dir, const std::
                  path, pid, names);
     ::kill(static_cast<pid_t>(pid), SIGTERM);
     // It holds device memory until it exits: wait for that before ours load.
-    const TimePoint deadline = Clock::now() + dur(grace_s);
+    const TimePoint deadline = Clock::now() + from_seconds(grace_s);
     while (process_runs(pid) && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -539,9 +531,9 @@ void RemoteService::reap_children(TimePoint now) {
         }
         break;
       }
-      const bool stable = s->connected != TimePoint{} && now - s->connected > dur(options_.stable_after_s);
+      const bool stable = s->connected != TimePoint{} && now - s->connected > from_seconds(options_.stable_after_s);
       if (stable) s->backoff_s = options_.backoff_initial_s;
-      s->next_start = now + dur(s->backoff_s);
+      s->next_start = now + from_seconds(s->backoff_s);
       ++s->restarts;
       spdlog::error("engine on {} (pid {}) ended: {}; restart {} in {:.1f} s", s->label(), pid, s->last_exit,
                     s->restarts, s->backoff_s);
@@ -555,8 +547,8 @@ void RemoteService::reap_children(TimePoint now) {
 void RemoteService::supervise(Slot& s, TimePoint now) {
   if (!s.failed.empty()) return;  // left out for good
   if (s.channel) {
-    if (now - s.last_heard > dur(options_.heartbeat_timeout_s)) {
-      s.last_exit = fmt::format("no heartbeat for {:.1f} s", secs(now - s.last_heard));
+    if (now - s.last_heard > from_seconds(options_.heartbeat_timeout_s)) {
+      s.last_exit = fmt::format("no heartbeat for {:.1f} s", to_seconds(now - s.last_heard));
       spdlog::error("engine on {} (pid {}): {}; killing it", s.label(), s.pid, s.last_exit);
       if (s.pid > 0 && !s.ep.command.empty()) {
         s.heartbeat_kill = s.child;  // its exit, reaped here, keeps this reason
@@ -615,14 +607,14 @@ void RemoteService::supervise(Slot& s, TimePoint now) {
     ::posix_spawn_file_actions_destroy(&files);
     if (rc != 0) {
       spdlog::error("engine on {}: cannot start {}: {}", s.label(), s.ep.command.front(), std::strerror(rc));
-      s.next_start = now + dur(s.backoff_s);
+      s.next_start = now + from_seconds(s.backoff_s);
       s.backoff_s = std::min(options_.backoff_max_s, s.backoff_s * 2);
       return;
     }
     s.pid = pid;
     s.child = true;
     s.spawned = now;
-    s.started_at = unix_now();
+    s.started_at = unix_seconds_now();
     s.status = {};
     spdlog::info("engine on {}: started pid {}", s.label(), pid);
     set_state(s, s.restarts > 0 ? "restarting" : "starting");
@@ -739,9 +731,9 @@ bool RemoteService::try_connect(Slot& s) {
   if (attached) {
     s.pid = static_cast<pid_t>(pid);
     s.child = false;
-    s.started_at = unix_now();
+    s.started_at = unix_seconds_now();
   }
-  if (s.spawned != TimePoint{} && !attached) s.startup_s = secs(now - s.spawned);
+  if (s.spawned != TimePoint{} && !attached) s.startup_s = to_seconds(now - s.spawned);
   s.channel = channel;
   ++open_channels_;
   s.connect_error.clear();
@@ -1042,7 +1034,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         const double wait = std::max(0.05, error.retry_after_s.value_or(0.2));
         r->request.retry.token = error.retry_token;
         r->refused_by = s;
-        r->not_before = Clock::now() + dur(wait);
+        r->not_before = Clock::now() + from_seconds(wait);
         spdlog::info("request {}: engine {} has no room for it now ({}); offering it again in {:.2f} s", r->id_,
                      s->label(), error.message, wait);
         pending_.push_back(r);
@@ -1221,7 +1213,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       s->pid = 0;
       ++s->restarts;
       publish_engine_metrics(*s);
-      s->next_start = Clock::now() + dur(s->backoff_s);
+      s->next_start = Clock::now() + from_seconds(s->backoff_s);
     }
     for (auto& [rid, r] : s->inflight) {
       if (r->ended) continue;
@@ -1315,8 +1307,8 @@ double RemoteService::retry_after_s() const {
     if (s->ready()) return 1.0;
     const double startup = s->startup_s.value_or(options_.default_startup_s);
     double left = startup;
-    if (s->pid > 0 && s->spawned != TimePoint{}) left = startup - secs(now - s->spawned);
-    if (s->pid == 0 && s->next_start > now) left = secs(s->next_start - now) + startup;
+    if (s->pid > 0 && s->spawned != TimePoint{}) left = startup - to_seconds(now - s->spawned);
+    if (s->pid == 0 && s->next_start > now) left = to_seconds(s->next_start - now) + startup;
     wait = wait == 0 ? left : std::min(wait, left);
   }
   return std::max(1.0, wait);
@@ -1340,7 +1332,7 @@ namespace {
 json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
   // The deadline runs from the client's request, not from this engine's
   // receipt: a request sent again after a crash carries what is left of it.
-  const double left = std::max(1e-3, std::chrono::duration<double>(r.deadline - Clock::now()).count());
+  const double left = std::max(1e-3, to_seconds(r.deadline - Clock::now()));
   if (r.tensor) {
     json::object request = wire::encode(*r.tensor);
     request["timeout_s"] = left;
@@ -1385,8 +1377,8 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   r->svc = this;
   const double timeout = r->request.timeout_s ? std::min(*r->request.timeout_s, options_.request_timeout_s)
                                               : options_.request_timeout_s;
-  const TimePoint answer_deadline = Clock::now() + dur(options_.submit_timeout_s);
-  r->deadline = Clock::now() + dur(timeout);
+  const TimePoint answer_deadline = Clock::now() + from_seconds(options_.submit_timeout_s);
+  r->deadline = Clock::now() + from_seconds(timeout);
   ++active_;
   std::uint64_t rid = 0;
   json::object answer;
@@ -1927,7 +1919,7 @@ void RemoteService::shutdown() {
   if (!options_.release_engines) return;
   // Our children exit once no other gateway uses them; wait for that (and
   // reap them), but not forever.
-  const TimePoint deadline = Clock::now() + dur(options_.shutdown_grace_s);
+  const TimePoint deadline = Clock::now() + from_seconds(options_.shutdown_grace_s);
   for (pid_t pid : children) {
     while (true) {
       int status = 0;

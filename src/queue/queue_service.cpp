@@ -339,7 +339,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
   const TimePoint sent = Clock::now();
   Result<RedisValue> reply = add_raw(*r);
   if (options_.metrics) {
-    options_.metrics->redis_round_trip_seconds.observe(std::chrono::duration<double>(Clock::now() - sent).count());
+    options_.metrics->redis_round_trip_seconds.observe(seconds_between(sent, Clock::now()));
   }
   const auto* a = reply.ok() ? reply->as_array() : nullptr;
   const std::int64_t outcome = a != nullptr && !a->empty() ? (*a)[0].as_integer().value_or(-1) : -1;
@@ -646,7 +646,7 @@ void QueueService::refresh_registry() {
     finished_samples_.pop_front();
   }
   double rate = 0;
-  const double span = std::chrono::duration<double>(at - finished_samples_.front().first).count();
+  const double span = seconds_between(finished_samples_.front().first, at);
   if (span >= 1.0) rate = static_cast<double>(finished_total_ - finished_samples_.front().second) / span;
   std::lock_guard lk(mu_);
   drain_rate_ = rate;
@@ -790,7 +790,7 @@ void QueueService::expire_waiting(TimePoint now) {
   {
     std::lock_guard lk(mu_);
     for (auto& [rid, r] : reqs_) {
-      const double age = std::chrono::duration<double>(now - r->added_at).count();
+      const double age = seconds_between(r->added_at, now);
       if (age > options_.request_timeout_s) {
         overdue.push_back(r);
       } else if (!r->taken && age > options_.queue_timeout_s) {

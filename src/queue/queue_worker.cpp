@@ -229,7 +229,7 @@ Status check_credentials(const RedisUrl& url, Duration timeout) {
 QueueWorker::QueueWorker(Options options, Service& service)
     : options_(std::move(options)),
       service_(service),
-      started_at_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+      started_at_(unix_seconds_now()) {}
 
 Result<std::unique_ptr<QueueWorker>> QueueWorker::start(Options options, Service& service) {
   if (!valid_queue_id(options.engine_id)) return Error(ErrorCode::kConfig, "queue: bad engine id " + options.engine_id);

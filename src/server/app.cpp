@@ -46,11 +46,6 @@
 namespace vg {
 namespace {
 
-Duration seconds(double s) {
-  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
-}
-
-
 /// What run_server drives, whichever kind of service it is.
 struct Backend {
   Service* service = nullptr;
@@ -263,12 +258,13 @@ Result<std::shared_ptr<traffic::SharedRateLimits>> make_shared_limits(const Serv
   if (!resolved.ok()) return std::move(resolved).error();
   queue::RedisRateLimits::Options o;
   o.url = std::move(resolved).value();
-  o.command_timeout = seconds(config.queue_command_timeout_s);
-  o.connect_timeout = std::max(seconds(1), o.command_timeout);
+  o.command_timeout = from_seconds(config.queue_command_timeout_s);
+  o.connect_timeout = std::max(from_seconds(1), o.command_timeout);
   auto limits = queue::RedisRateLimits::create(std::move(o));
   if (!limits.ok()) return std::move(limits).error();
   std::shared_ptr<queue::RedisRateLimits> shared = std::move(limits).value();
-  const Status connected = shared->wait_connected(std::max(seconds(2), seconds(config.queue_command_timeout_s)));
+  const Status connected =
+      shared->wait_connected(std::max(from_seconds(2), from_seconds(config.queue_command_timeout_s)));
   if (!connected.ok() && connected.error().code == ErrorCode::kConfig) return connected.error();
   if (connected.ok()) {
     spdlog::info("Redis mode: rate limits shared through Redis at {} ({} ms per round trip at most)",
@@ -364,9 +360,9 @@ int run_server(const ServeConfig& config) {
     }
     queue::QueueService::Options qo;
     qo.url = std::move(url).value();
-    qo.command_timeout = seconds(config.queue_command_timeout_s);
+    qo.command_timeout = from_seconds(config.queue_command_timeout_s);
     qo.queue_timeout_s = config.queue_timeout_s;
-    qo.idempotency_ttl = seconds(config.idempotency_ttl_s);
+    qo.idempotency_ttl = from_seconds(config.idempotency_ttl_s);
     qo.request_timeout_s = config.request_timeout_s + 30;
     qo.gateway_id = queue_process_id("gw");
     qo.local = remote.get();
@@ -415,7 +411,7 @@ int run_server(const ServeConfig& config) {
   ho.traffic.rate_burst = config.rate_burst;
   ho.traffic.trusted_proxies = config.trusted_proxies();
   ho.traffic.shared_limits = shared_limits;
-  ho.traffic.idempotency_ttl = seconds(config.idempotency_ttl_s);
+  ho.traffic.idempotency_ttl = from_seconds(config.idempotency_ttl_s);
   auto http = HttpServer::create(ho, *backend.service);
   if (!http.ok()) {
     spdlog::error("start-up failed: {}", http.error().message);
@@ -450,7 +446,7 @@ int run_server(const ServeConfig& config) {
   //    see the 503s and clients get an answer instead of a refused connection.
   backend.begin_drain();
   // 2. In-flight work finishes until the grace deadline.
-  const TimePoint deadline = Clock::now() + seconds(config.shutdown_grace_s);
+  const TimePoint deadline = Clock::now() + from_seconds(config.shutdown_grace_s);
   bool drained = false;
   while (true) {
     const TimePoint slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
@@ -504,7 +500,8 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
       spdlog::error("start-up failed: --queue: {}", url.error().message);
       return 2;
     }
-    const Status st = queue::check_credentials(*url, std::max(seconds(1), seconds(config.queue_command_timeout_s)));
+    const Status st =
+        queue::check_credentials(*url, std::max(from_seconds(1), from_seconds(config.queue_command_timeout_s)));
     if (!st.ok() && st.error().code == ErrorCode::kConfig) {
       spdlog::error("start-up failed: --queue: {}", st.error().message);
       return 2;
@@ -574,8 +571,8 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   so.devices = config.device;
   so.model_dir = config.model_dir;
   so.config_digest = engine.config_digest;
-  so.load_s = std::chrono::duration<double>(Clock::now() - began).count();
-  so.started_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - so.load_s;
+  so.load_s = seconds_between(began, Clock::now());
+  so.started_at = unix_seconds_now() - so.load_s;
   so.crash_on_prompt = config.test_crash_on_prompt;
   if (!so.crash_on_prompt.empty()) {
     InferenceService* svc = service->get();
@@ -621,8 +618,8 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
     }
     queue::QueueWorker::Options wo;
     wo.url = std::move(url).value();
-    wo.command_timeout = seconds(config.queue_command_timeout_s);
-    wo.claim_idle = seconds(config.claim_idle_s);
+    wo.command_timeout = from_seconds(config.queue_command_timeout_s);
+    wo.claim_idle = from_seconds(config.claim_idle_s);
     wo.max_crash_retries = config.max_crash_retries;
     wo.engine_id = queue_process_id("engine");
     char host[256] = {};
@@ -661,7 +658,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
       break;
     }
     // An engine that pulls from the shared queue serves without a gateway connection.
-    if (alone && !pulls && Clock::now() - *alone > seconds(config.orphan_timeout_s)) {
+    if (alone && !pulls && Clock::now() - *alone > from_seconds(config.orphan_timeout_s)) {
       why = "no gateway for " + format_decimal(config.orphan_timeout_s) + " s (--orphan-timeout)";
       break;
     }
@@ -671,7 +668,7 @@ int run_engine(const ServeConfig& config, const EngineProcessOptions& engine) {
   if (worker) worker->stop_pulling();
 #endif
   (*service)->begin_drain();
-  if (sig != 0) (void)(*service)->wait_idle(Clock::now() + seconds(config.shutdown_grace_s));
+  if (sig != 0) (void)(*service)->wait_idle(Clock::now() + from_seconds(config.shutdown_grace_s));
   (*server)->stop();
 #if VG_HAVE_QUEUE
   if (worker) worker->stop();

@@ -62,8 +62,7 @@ InferenceService::~InferenceService() { shutdown(); }
 Result<std::unique_ptr<InferenceService>> InferenceService::create(
     const ServeConfig& config, metrics::ServerMetrics* metrics, std::function<void(const std::string&)> on_poisoned) {
   std::unique_ptr<InferenceService> svc(new InferenceService(config));
-  svc->started_at_ =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  svc->started_at_ = unix_seconds_now();
   const std::vector<ModelSource> sources = find_model_sources(config);
 
   // Devices: each loads every model; one that fails is left out.
@@ -363,7 +362,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   if (request.resume_prompt_sent) gen.prompt_logprobs = false;
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
-  gen.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
+  gen.deadline = Clock::now() + from_seconds(timeout);
 
   // Any ready engine of the model takes the submission into the shared
   // queue; admission then places it. With none ready, the first engine's
@@ -424,7 +423,7 @@ bool InferenceService::healthy_at(TimePoint now, std::string* reason) const {
       if (!busy || *busy <= limit) continue;
       if (reason) {
         *reason = fmt::format("engine on {} stuck in a step for {:.0f} s", d->name,
-                              std::floor(std::chrono::duration<double>(*busy).count()));
+                              std::floor(to_seconds(*busy)));
       }
       return false;
     }
@@ -531,7 +530,7 @@ AdmissionState InferenceService::admission_state() const {
     st.queued = as->queued;
     for (const QueuedView& q : as->queue) {
       if (st.waiting.size() >= AdmissionState::kMaxWaitingShown) break;
-      st.waiting.push_back(WaitingRequest{q.position, q.cost_bytes, std::chrono::duration<double>(q.waited).count(),
+      st.waiting.push_back(WaitingRequest{q.position, q.cost_bytes, to_seconds(q.waited),
                                           std::string(to_string(q.priority))});
     }
     st.admitted = as->counters.admitted;

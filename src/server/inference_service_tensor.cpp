@@ -50,7 +50,7 @@ Result<TensorSubmission> InferenceService::submit_tensor(TensorInferRequest requ
   for (const HostTensor* t : ordered_inputs(spec, request.inputs)) tr.inputs.push_back(*t);
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
-  tr.deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
+  tr.deadline = Clock::now() + from_seconds(timeout);
   tr.priority = request.priority.value_or(Priority::kNormal);
   TensorEngine* engine = entry->tensor_engines.front();
   TensorSubmission sub;

@@ -5,15 +5,9 @@
 #include <cmath>
 
 namespace vg::traffic {
-namespace {
-
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
-
 std::optional<Duration> TokenBucket::take(const RateLimit& limit, TimePoint now) {
   if (now > updated) {
-    tokens = std::min(limit.burst, tokens + seconds(now - updated) * limit.rate);
+    tokens = std::min(limit.burst, tokens + to_seconds(now - updated) * limit.rate);
     updated = now;
   }
   if (tokens >= 1) {
@@ -27,7 +21,7 @@ std::optional<Duration> TokenBucket::take(const RateLimit& limit, TimePoint now)
 }
 
 bool TokenBucket::is_full(const RateLimit& limit, TimePoint now) const {
-  return tokens + seconds(now - updated) * limit.rate >= limit.burst;
+  return tokens + to_seconds(now - updated) * limit.rate >= limit.burst;
 }
 
 long long retry_after_header_seconds(double wait_s) {
@@ -50,7 +44,7 @@ RateDecision RateLimiter::check(std::string_view client, const RateLimit& limit,
   e.limit = limit;  // a key's limit is fixed; an address's follows the server's
   const std::optional<Duration> wait = e.bucket.take(limit, now);
   if (!wait) return {};
-  return RateDecision{false, seconds(*wait)};
+  return RateDecision{false, to_seconds(*wait)};
 }
 
 void RateLimiter::make_room(TimePoint now) {

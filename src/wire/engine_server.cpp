@@ -93,10 +93,10 @@ bool EngineServer::flush(double timeout_s) {
     std::lock_guard lk(mu_);
     conns = conns_;
   }
-  const TimePoint deadline = Clock::now() + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout_s));
+  const TimePoint deadline = Clock::now() + from_seconds(timeout_s);
   bool all = true;
   for (auto& c : conns) {
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    const double left = to_seconds(deadline - Clock::now());
     all = c->channel->flush(std::max(0.0, left)) && all;
   }
   return all;
