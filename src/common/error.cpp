@@ -63,6 +63,12 @@ const char* error_type(ErrorCode code) {
   return "internal_error";
 }
 
+Error shutting_down(std::optional<double> retry_after_s) {
+  Error e(ErrorCode::kOverloaded, "server is shutting down");
+  e.retry_after_s = retry_after_s;
+  return e;
+}
+
 std::int64_t retry_after_ms(double seconds) {
   if (std::isnan(seconds)) return 1;
   return static_cast<std::int64_t>(std::clamp(std::ceil(seconds * 1e3), 1.0, 86400000.0));

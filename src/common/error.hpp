@@ -76,6 +76,12 @@ Error exceeds_device_memory(std::int64_t needed_bytes, std::int64_t budget_bytes
 Error exceeds_context_length(std::int64_t prompt_tokens, std::int64_t max_tokens, const std::string& model,
                              std::int64_t context_length);
 
+/// kOverloaded (503) "server is shutting down": the server is draining or
+/// stopping and takes no new work. `retry_after_s` is the Retry-After it
+/// carries: 1 s for refusals and for the work failed at shutdown; none
+/// (nullopt) where the gateway fails its requests on the way out.
+Error shutting_down(std::optional<double> retry_after_s = 1.0);
+
 /// A retry wait in whole milliseconds, rounded up (retry-after-ms), clamped
 /// to [1, 86400000]; NaN gives 1.
 std::int64_t retry_after_ms(double seconds);

@@ -159,9 +159,7 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
     std::lock_guard lk(s.mu);
     if (s.draining || s.stopping) {
       ++s.stats.rejected;
-      Error e(ErrorCode::kOverloaded, "server is shutting down");
-      e.retry_after_s = 1.0;
-      return e;
+      return shutting_down();
     }
     if (req->enqueued < s.unready_until) {
       ++s.stats.rejected;

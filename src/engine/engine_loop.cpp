@@ -477,8 +477,7 @@ void Engine::Impl::publish() {
 // Shutdown: what is left gets 503 "shutting down".
 void Engine::Impl::cancel_everything() {
   stop_prefill_worker();
-  Error bye(ErrorCode::kOverloaded, "server is shutting down");
-  bye.retry_after_s = 1.0;
+  const Error bye = shutting_down();
   for (auto& s : running) fail(*s, bye);
   running.clear();
   admission->set_engine_available(index, false);

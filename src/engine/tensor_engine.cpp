@@ -272,9 +272,7 @@ std::int64_t TensorEngine::cost(const TensorRequest& request) const {
 Result<std::shared_ptr<TensorHandle>> TensorEngine::submit(TensorRequest request, TensorDone done,
                                                            int* queue_position) {
   if (impl_->draining.load()) {
-    Error e(ErrorCode::kOverloaded, "server is shutting down");
-    e.retry_after_s = 1.0;
-    return e;
+    return shutting_down();
   }
   auto job = std::make_shared<TensorJob>();
   job->cost = cost(request);
@@ -517,8 +515,7 @@ void TensorEngine::Impl::run() {
     if (signal->stopping) break;
   }
   const TimePoint now = Clock::now();
-  Error bye(ErrorCode::kOverloaded, "server is shutting down");
-  bye.retry_after_s = 1.0;
+  const Error bye = shutting_down();
   fail_all(pending, bye, now);
   registry->fail_queued(bye);
 }

@@ -1230,7 +1230,7 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
         r->ended = true;
         --active_;
         Error e = r->cancelled ? Error(ErrorCode::kCancelled, "client closed the connection")
-                               : Error(ErrorCode::kOverloaded, "server is shutting down");
+                               : shutting_down(std::nullopt);
         count_request_end(ended_here_, r->started_sent, &e);
         ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
         continue;
@@ -1353,9 +1353,7 @@ json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
 Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   std::unique_lock lk(mu_);
   if (draining_ || stopping_) {
-    Error e(ErrorCode::kOverloaded, "server is shutting down");
-    e.retry_after_s = 1.0;
-    return e;
+    return shutting_down();
   }
   Slot* s = pick(r->request.model);
   if (!s) {
@@ -1880,7 +1878,7 @@ void RemoteService::shutdown() {
       }
     }
   }
-  for (auto& r : pending) r->sink->push(FailedEvent{Error(ErrorCode::kOverloaded, "server is shutting down"), {}, {}});
+  for (auto& r : pending) r->sink->push(FailedEvent{shutting_down(std::nullopt), {}, {}});
   for (auto& [ch, rid] : cancels) ch->send(json::object{{"t", "cancel"}, {"rid", rid}}, wire::Send::kDirect);
   (void)wait_idle(Clock::now() + std::chrono::seconds(2));
   std::vector<pid_t> children;

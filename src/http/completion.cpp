@@ -104,8 +104,7 @@ net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::strin
       request.stream ? EventQueue::Wake::kEachEvent : EventQueue::Wake::kTerminal);
   RequestScope scope(*state_, queue);
   if (!scope.registered) {
-    Error bye(ErrorCode::kOverloaded, "server is shutting down");
-    bye.retry_after_s = 1.0;
+    const Error bye = shutting_down();
     log_rejected(bye);
     co_return co_await send(ex, error_reply(bye));
   }

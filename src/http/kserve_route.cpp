@@ -205,8 +205,7 @@ net::awaitable<bool> Connection::serve_v2(Exchange& ex, Request& request, std::s
   });
   InferScope scope(*state_, queue);
   if (!scope.registered) {
-    Error bye(ErrorCode::kOverloaded, "server is shutting down");
-    bye.retry_after_s = 1.0;
+    const Error bye = shutting_down();
     log_failed(bye);
     reply = error_reply(bye);
     co_return co_await send(ex, std::move(reply));

@@ -280,7 +280,7 @@ Result<Submission> QueueService::submit(const CompletionRequest& request, std::s
   std::int64_t budget = 0;
   {
     std::lock_guard lk(mu_);
-    if (draining_ || stopping_) return overloaded("server is shutting down", 1);
+    if (draining_ || stopping_) return shutting_down();
     const ModelInfo* info = nullptr;
     for (const Engine& e : engines_) {
       if (e.stale) continue;
@@ -1001,7 +1001,7 @@ void QueueService::shutdown() {
       CancelCommand c = cancel_command(*r, false);
       (void)eval_sync(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout);
     }
-    finish(r, FailedEvent{overloaded("server is shutting down", 1), {}, {}});
+    finish(r, FailedEvent{shutting_down(), {}, {}});
   }
   if (reader_thread_.joinable()) reader_thread_.join();
   if (monitor_thread_.joinable()) monitor_thread_.join();

@@ -280,9 +280,7 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
                                                  entry->info.id + "/infer with its input tensors");
   }
   if (draining_.load()) {
-    Error e(ErrorCode::kOverloaded, "server is shutting down");
-    e.retry_after_s = 1.0;
-    return e;
+    return shutting_down();
   }
   const ModelConfig& mc = entry->model->config();
   const Tokenizer& tok = entry->model->tokenizer();

@@ -34,9 +34,7 @@ Result<TensorSubmission> InferenceService::submit_tensor(TensorInferRequest requ
                                                 "' is a language model: use /v1/completions or /v1/chat/completions");
   }
   if (draining_.load()) {
-    Error e(ErrorCode::kOverloaded, "server is shutting down");
-    e.retry_after_s = 1.0;
-    return e;
+    return shutting_down();
   }
   const TensorModelSpec& spec = entry->tensor_info.spec;
   if (Status st = check_inputs(spec, request.inputs, request.dtypes); !st.ok()) return st.error();
