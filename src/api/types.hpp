@@ -151,6 +151,12 @@ struct ModelInfo {
   int eos_token_id = -1;      ///< config.json eos_token_id; -1: none
 };
 
+/// Sequences that may run at once when nothing limits them: an engine under
+/// --admission none, or a gateway's count of the free slots of an engine
+/// whose devices report no max_running. Far above any real batch, and small
+/// enough to add to and subtract from as an int.
+inline constexpr int kUnlimitedRunning = 1 << 20;
+
 /// One device's memory and admission numbers, in bytes.
 struct DeviceState {
   std::string name;

@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/types.hpp"
 #include "engine/engine.hpp"
 #include "engine/oom_budget.hpp"
 #include "engine/step_profile.hpp"
@@ -426,7 +427,7 @@ struct Engine::Impl {
   /// The admission cost of one choice of `request` (Engine::cost).
   std::int64_t choice_cost(const GenerationRequest& request) const;
   int max_running() const {
-    return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : options.max_batch;
+    return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? kUnlimitedRunning : options.max_batch;
   }
   bool recovers() const { return options.admission.policy.kind != AdmissionPolicy::Kind::kNone; }
 

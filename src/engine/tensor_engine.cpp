@@ -298,7 +298,7 @@ Result<std::shared_ptr<TensorHandle>> TensorEngine::submit(TensorRequest request
 }
 
 void TensorEngine::Impl::take_grants(TimePoint now) {
-  const int free = std::max(0, (naive() ? (1 << 20) : options.max_batch) - static_cast<int>(pending.size()));
+  const int free = std::max(0, (naive() ? kUnlimitedRunning : options.max_batch) - static_cast<int>(pending.size()));
   if (free == 0) return;
   for (AdmissionGrant& g : admission->grant(now, free, index)) {
     auto job = registry->take(g.id);

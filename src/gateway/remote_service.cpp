@@ -315,7 +315,7 @@ struct RemoteService::Slot {
       limited = true;
       free += std::max(0, d.max_running - d.running);
     }
-    if (!limited) return 1 << 20;
+    if (!limited) return kUnlimitedRunning;
     return static_cast<int>(free - last_state->queued - placed_requests);
   }
   /// The largest budget of one of its ready devices (what fits on it at

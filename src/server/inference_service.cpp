@@ -166,7 +166,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
 
   // One admission front: every (device, model) engine draws from its queue.
   const AdmissionPolicy policy = config.admission_policy();
-  const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? 1 << 20 : config.max_batch;
+  const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? kUnlimitedRunning : config.max_batch;
   AdmissionOptions ao;
   ao.policy = policy;
   ao.max_queue = config.max_queue;
