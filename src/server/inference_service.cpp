@@ -14,8 +14,8 @@
 #include <thread>
 #include <utility>
 
-#include "device/device.hpp"
 #include "admission/admission_policy.hpp"
+#include "device/device.hpp"
 #include "engine/engine.hpp"
 #include "engine/tensor_engine.hpp"
 #include "engine/text_stream.hpp"
