@@ -331,6 +331,10 @@ class DecoderModel : public Model {
   at::Tensor kv_storage(std::int64_t slots) const;
   /// The cache as one of this model's, or nullptr.
   DecoderCache* own_cache(KvCache& cache) const;
+  /// A cache of `capacity_tokens` (in range) in a pool of its own: one block, allocated now.
+  Result<std::unique_ptr<KvCache>> own_pool_cache(int capacity_tokens);
+  /// kOutOfMemory: `pool` cannot give `what` the `need` more blocks it needs.
+  Error pool_short(const KvPool& pool, const std::string& what, std::int64_t need) const;
   /// Copies positions 0..from.length()-1 of `from` to the same positions of
   /// `to` in every layer (a libtorch error escapes: callers catch).
   void copy_positions(const DecoderCache& from, DecoderCache& to, std::int64_t first) const;

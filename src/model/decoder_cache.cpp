@@ -195,31 +195,14 @@ DecoderCache* DecoderModel::own_cache(KvCache& cache) const {
 }
 
 Result<std::unique_ptr<KvCache>> DecoderModel::new_cache(int capacity_tokens) {
-  if (capacity_tokens < 1 || capacity_tokens > config_.n_positions) {
-    return Error{ErrorCode::kInvalidRequest, "KV cache capacity " + std::to_string(capacity_tokens) +
-                                                 " tokens is outside [1, " + std::to_string(config_.n_positions) + "]"};
-  }
-  std::vector<std::int32_t> blocks;
-  if (pool_) {
-    const std::int64_t need = blocks_for_tokens(capacity_tokens, pool_->block_tokens());
-    if (!pool_->take(need, blocks)) {
-      const KvBlockCounts c = pool_->counts();
-      return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": a cache of " +
-                                                std::to_string(capacity_tokens) + " tokens needs " +
-                                                std::to_string(need) + " blocks, " + std::to_string(c.available()) +
-                                                " of " + std::to_string(c.total) + " are free"};
-    }
-    return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, pool_, std::move(blocks)));
-  }
-  DeviceScope scope(device_);
-  c10::InferenceMode inference;
-  try {
-    auto own = std::make_shared<KvPool>(kv_storage(capacity_tokens), capacity_tokens, false);
-    own->take(1, blocks);
-    return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, std::move(own), std::move(blocks)));
-  } catch (...) {
-    return current_exception_error("KV cache of " + std::to_string(capacity_tokens) + " tokens on " + device_->name());
-  }
+  return new_cache_for_prompt(capacity_tokens, {});
+}
+
+Error DecoderModel::pool_short(const KvPool& pool, const std::string& what, std::int64_t need) const {
+  const KvBlockCounts c = pool.counts();
+  return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": " + what + " needs " +
+                                            std::to_string(need) + " more blocks, " + std::to_string(c.available()) +
+                                            " of " + std::to_string(c.total) + " are free or cached"};
 }
 
 Status DecoderModel::use_kv_pool(const KvPoolOptions& options) {
@@ -257,12 +240,17 @@ std::int64_t DecoderModel::kv_blocks_evicted() const { return pool_ ? pool_->evi
 
 Result<std::unique_ptr<KvCache>> DecoderModel::new_cache_for_prompt(int capacity_tokens,
                                                                     std::span<const std::int32_t> prompt) {
-  if (!pool_ || !pool_->prefix_cache() || prompt.empty()) return new_cache(capacity_tokens);
-  if (capacity_tokens < 1 || capacity_tokens > config_.n_positions) return new_cache(capacity_tokens);  // its error
-  // Whole blocks of the prompt, leaving its last token to compute.
+  if (capacity_tokens < 1 || capacity_tokens > config_.n_positions) {
+    return Error{ErrorCode::kInvalidRequest, "KV cache capacity " + std::to_string(capacity_tokens) +
+                                                 " tokens is outside [1, " + std::to_string(config_.n_positions) + "]"};
+  }
+  if (!pool_) return own_pool_cache(capacity_tokens);
+  // Whole blocks of the prompt found in the prefix cache, leaving its last token to compute.
   const std::int64_t bt = pool_->block_tokens();
-  const std::int64_t candidates = std::min<std::int64_t>((static_cast<std::int64_t>(prompt.size()) - 1) / bt,
-                                                         blocks_for_tokens(capacity_tokens, bt));
+  const std::int64_t candidates = !pool_->prefix_cache() || prompt.empty()
+                                      ? 0
+                                      : std::min<std::int64_t>((static_cast<std::int64_t>(prompt.size()) - 1) / bt,
+                                                               blocks_for_tokens(capacity_tokens, bt));
   std::vector<std::int32_t> blocks;
   std::vector<std::uint64_t> keys;
   for (std::int64_t i = 0; i < candidates; ++i) {
@@ -276,15 +264,24 @@ Result<std::unique_ptr<KvCache>> DecoderModel::new_cache_for_prompt(int capacity
   const std::int64_t need = blocks_for_tokens(capacity_tokens, bt) - static_cast<std::int64_t>(blocks.size());
   if (!pool_->take(need, blocks)) {
     pool_->release(blocks);
-    const KvBlockCounts c = pool_->counts();
-    return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": a cache of " +
-                                              std::to_string(capacity_tokens) + " tokens needs " +
-                                              std::to_string(need) + " more blocks, " + std::to_string(c.available()) +
-                                              " of " + std::to_string(c.total) + " are free or cached"};
+    return pool_short(*pool_, "a cache of " + std::to_string(capacity_tokens) + " tokens", need);
   }
   auto cache = std::make_unique<DecoderCache>(this, pool_, std::move(blocks));
   cache->set_prefix(keys, prompt.first(keys.size() * static_cast<std::size_t>(bt)));
   return std::unique_ptr<KvCache>(std::move(cache));
+}
+
+Result<std::unique_ptr<KvCache>> DecoderModel::own_pool_cache(int capacity_tokens) {
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    auto own = std::make_shared<KvPool>(kv_storage(capacity_tokens), capacity_tokens, false);
+    std::vector<std::int32_t> blocks;
+    own->take(1, blocks);
+    return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, std::move(own), std::move(blocks)));
+  } catch (...) {
+    return current_exception_error("KV cache of " + std::to_string(capacity_tokens) + " tokens on " + device_->name());
+  }
 }
 
 Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
@@ -316,11 +313,7 @@ Status DecoderModel::grow_cache(KvCache& cache, int capacity_tokens) {
   const std::int64_t need =
       blocks_for_tokens(capacity_tokens, c->pool().block_tokens()) - static_cast<std::int64_t>(c->blocks().size());
   if (!c->pool().take(need, c->blocks())) {
-    const KvBlockCounts counts = c->pool().counts();
-    return Error{ErrorCode::kOutOfMemory, "KV block pool of " + device_->name() + ": growing a cache to " +
-                                              std::to_string(capacity_tokens) + " tokens needs " +
-                                              std::to_string(need) + " more blocks, " + std::to_string(counts.available()) +
-                                              " of " + std::to_string(counts.total) + " are free"};
+    return pool_short(c->pool(), "growing a cache to " + std::to_string(capacity_tokens) + " tokens", need);
   }
   return Status::Ok();
 }
