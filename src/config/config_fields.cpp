@@ -94,7 +94,8 @@ const ConfigField kFields[] = {
      "once, so twice the step workspace is set aside",
      &C::prefill_worker},
     {"max_queue", "scheduling",
-     "Requests that may wait in the admission queue, one queue shared by every device (more -> 503 overloaded)",
+     "Requests that may wait for admission in one queue: each engine process has its own; with --in-process or "
+     "--one-engine one queue serves every device (more -> 503 overloaded)",
      &C::max_queue},
     {"queue_timeout", "scheduling", "Longest wait in the queue in seconds (-> 503 overloaded with Retry-After)",
      &C::queue_timeout_s},
