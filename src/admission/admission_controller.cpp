@@ -86,9 +86,10 @@ Result<AdmissionTicket> AdmissionController::enqueue(RequestId id, std::int64_t 
   MutexLock lock(s.mu);
   const std::optional<std::int64_t> largest = s.largest_budget(eo.model);
   if (!largest) return Error(ErrorCode::kInvalidRequest, "admission: no engine serves model " + std::to_string(eo.model));
-  if (limited && cost_bytes > *largest) {
+  const std::int64_t peak = std::max(cost_bytes, eo.peak_bytes);
+  if (limited && peak > *largest) {
     ++s.counters.rejected_never_fits;
-    return exceeds_device_memory(cost_bytes, *largest, s.devices.size() > 1);
+    return exceeds_device_memory(peak, *largest, s.devices.size() > 1);
   }
   if (s.find(id)) return Error(ErrorCode::kInternal, "admission: request id " + std::to_string(id) + " is already queued");
   if (eo.sequences < 1) return Error(ErrorCode::kInvalidRequest, "a request runs at least one sequence");
@@ -286,6 +287,14 @@ std::optional<Lease> AdmissionController::reserve_extra(int engine, RequestId id
   dev.peak_reserved = std::max(dev.peak_reserved, dev.reserved);
   s.holders[id] = State::Holder{engine, 0, true};
   return Lease(state_, id, bytes);
+}
+
+std::optional<Lease> AdmissionController::hold_extra(int engine, RequestId id) {
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  if (engine < 0 || static_cast<std::size_t>(engine) >= s.engines.size() || s.holders.count(id)) return std::nullopt;
+  s.holders[id] = State::Holder{engine, 0, true};
+  return Lease(state_, id, 0);
 }
 
 }  // namespace vg

@@ -94,6 +94,10 @@ struct EnqueueOptions {
   /// `regranted`, not `admitted`, and its end while queued is not counted
   /// here (its engine counts it among the finished requests).
   bool admitted_before = false;
+  /// The most its lease may grow to while it runs (a paged KV cache
+  /// reserving on demand, Lease::resize); the never-fits check compares
+  /// this, not the cost, with the budget. 0: the cost.
+  std::int64_t peak_bytes = 0;
 };
 
 /// The devices and engines that share one AdmissionController.
@@ -288,6 +292,13 @@ class AdmissionController {
   /// when it does not fit, `bytes` <= 0, the engine is unknown or `id`
   /// already holds a lease.
   std::optional<Lease> reserve_extra(int engine, RequestId id, std::int64_t bytes);
+
+  /// An empty lease of `engine`'s device under id `id` that counts no slot
+  /// and no request, for bytes the engine holds beyond its requests' leases
+  /// (Lease::resize, forced: KV blocks still read after the request that
+  /// paid for them ended). nullopt when the engine is unknown or `id`
+  /// already holds a lease.
+  std::optional<Lease> hold_extra(int engine, RequestId id);
 
   /// Whether `engine` may be given work (false: not ready, unhealthy or
   /// stopping; its queued share goes to the other engines). Call grant() on

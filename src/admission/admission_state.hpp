@@ -115,6 +115,25 @@ struct AdmissionController::State final : LeaseLedger {
     if (wake) (*wake)();
   }
 
+  bool resize_lease(RequestId id, std::int64_t from, std::int64_t to, bool force) noexcept override {
+    std::shared_ptr<const Callback> wake;
+    {
+      MutexLock lock(mu);
+      auto it = holders.find(id);
+      const int engine_index = it == holders.end() ? 0 : it->second.engine;
+      DeviceState& device =
+          devices[static_cast<std::size_t>(engines[static_cast<std::size_t>(engine_index)].config.device)];
+      const std::int64_t delta = to - from;
+      const bool checked = options.policy.kind == AdmissionPolicy::Kind::kMemory;
+      if (delta > 0 && !force && checked && device.reserved + delta > device.effective_budget) return false;
+      device.reserved += delta;
+      device.peak_reserved = std::max(device.peak_reserved, device.reserved);
+      if (delta < 0) wake = on_release;
+    }
+    if (wake) (*wake)();
+    return true;
+  }
+
   void split_lease(RequestId from, RequestId to) noexcept override {
     MutexLock lock(mu);
     auto it = holders.find(from);

@@ -41,3 +41,15 @@ Lease Lease::split(RequestId id, std::int64_t bytes) noexcept {
 }
 
 }  // namespace vg
+
+namespace vg {
+
+bool Lease::resize(std::int64_t bytes, bool force) noexcept {
+  if (!ledger_ || bytes < 0) return false;
+  if (bytes == bytes_) return true;
+  if (!ledger_->resize_lease(id_, bytes_, bytes, force)) return false;
+  bytes_ = bytes;
+  return true;
+}
+
+}  // namespace vg

@@ -21,6 +21,13 @@ class LeaseLedger {
   /// Lease `to` was split off lease `from` (Lease::split): from now on each
   /// is returned on its own, as one lease. Default: nothing to record.
   virtual void split_lease(RequestId /*from*/, RequestId /*to*/) noexcept {}
+  /// Lease `id` is to hold `to` bytes instead of `from` (Lease::resize).
+  /// A smaller lease always succeeds; a larger one only where the budget has
+  /// room, unless `force` (bytes already in use, such as KV blocks whose
+  /// payer ended while other sequences still read them). Default: granted.
+  virtual bool resize_lease(RequestId /*id*/, std::int64_t /*from*/, std::int64_t /*to*/, bool /*force*/) noexcept {
+    return true;
+  }
 };
 
 /// Move-only ownership of `bytes()` reserved for one request. Released exactly
@@ -50,6 +57,14 @@ class Lease {
   /// its n choices); each is then released on its own. An empty lease gives
   /// an empty one.
   Lease split(RequestId id, std::int64_t bytes) noexcept;
+
+  /// Makes the lease hold `bytes` (>= 0): less returns the difference to
+  /// the budget (and wakes the granting side); more is taken from the
+  /// budget where it fits (or always, with `force`; see
+  /// LeaseLedger::resize_lease). False, and nothing changes, when it does
+  /// not fit or the lease is empty. A paged KV cache's lease follows the
+  /// blocks its sequence holds this way (docs/admission-and-memory.md).
+  bool resize(std::int64_t bytes, bool force = false) noexcept;
 
   /// True while the lease still holds its reservation.
   bool held() const { return ledger_ != nullptr; }

@@ -188,6 +188,13 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (test_inject_oom_count < 1) return bad("test_inject_oom_count", "must be >= 1");
   if (test_leak_bytes_on_oom < 0) return bad("test_leak_bytes_on_oom", "must be >= 0");
   if (max_preemptions < 0) return bad("max_preemptions", "must be >= 0");
+  if (kv_reservation != "on-demand" && kv_reservation != "full") {
+    return bad("kv_reservation", "must be on-demand or full, got '" + kv_reservation + "'");
+  }
+  if (kv_block_tokens < 1 || kv_block_tokens > 1024) return bad("kv_block_tokens", "must be in 1..1024");
+  if (prefix_cache != "on" && prefix_cache != "off") {
+    return bad("prefix_cache", "must be on or off, got '" + prefix_cache + "'");
+  }
   if (oom_unready_after < 1) return bad("oom_unready_after", "must be >= 1");
   if (test_step_delay_ms < 0) return bad("test_step_delay_ms", "must be >= 0");
   if (test_poison_logits_step < 0) return bad("test_poison_logits_step", "must be >= 0");

@@ -38,8 +38,7 @@ const ConfigField kFields[] = {
     {"io_threads", "http", "Threads serving HTTP connections", &C::io_threads},
     {"max_body_bytes", "http", "Largest request body in bytes, or with a unit like 64MiB (more -> 413)",
      &C::max_body_bytes, true},
-    {"read_timeout", "http", "Seconds for a request's headers and body to arrive (slower -> 408)",
-     &C::read_timeout_s},
+    {"read_timeout", "http", "Seconds for a request's headers and body to arrive (slower -> 408)", &C::read_timeout_s},
     {"idle_timeout", "http", "Seconds a keep-alive connection may sit idle", &C::idle_timeout_s},
     {"max_connections", "http", "Open connections at most; more are closed at once", &C::max_connections},
     {"cors_allow_origin", "http",
@@ -70,6 +69,17 @@ const ConfigField kFields[] = {
      "OOM recovery (memory, fixed): times one request may be preempted (KV cache freed, recomputed later) "
      "before it gets 503",
      &C::max_preemptions},
+    {"kv_reservation", "memory",
+     "KV cache blocks a sequence reserves (admission memory, one language model on its device): on-demand (its "
+     "prompt plus the output length recent answers had; one more block as it grows, preempting the youngest "
+     "when none is left) or full (prompt + max_tokens up front, never preempted for blocks)",
+     &C::kv_reservation},
+    {"kv_block_tokens", "memory", "Positions per KV cache block (the unit of the pool and of each lease)",
+     &C::kv_block_tokens},
+    {"prefix_cache", "memory",
+     "on: a prompt starts from the KV blocks of the longest prefix another request computed (kept until the pool "
+     "needs them); off: every prompt is computed in full",
+     &C::prefix_cache},
     {"oom_unready_after", "memory",
      "OOM recovery: consecutive out-of-memory steps that mark the device not ready (/ready 503) for one "
      "oom_quiet_period",
@@ -80,8 +90,7 @@ const ConfigField kFields[] = {
     {"max_batch", "scheduling",
      "Sequences that run together on a device (TorchScript models: requests in one forward pass)", &C::max_batch},
     {"max_batch_delay_ms", "scheduling",
-     "TorchScript models: milliseconds a partial batch waits for more requests before it runs",
-     &C::max_batch_delay_ms},
+     "TorchScript models: milliseconds a partial batch waits for more requests before it runs", &C::max_batch_delay_ms},
     {"max_n", "scheduling",
      "Most choices one request may ask for (OpenAI n); they run together, so at most --max-batch", &C::max_n},
     {"max_batch_tokens", "scheduling",
@@ -127,8 +136,7 @@ const ConfigField kFields[] = {
      "Work requests (POST completions, chat, /infer, /v2 infer) per second per API key (or client address without "
      "keys); more -> 429; 0 = off",
      &C::rate_limit},
-    {"rate_burst", "traffic", "Token bucket size for rate_limit (requests); 0 = max(1, rate_limit)",
-     &C::rate_burst},
+    {"rate_burst", "traffic", "Token bucket size for rate_limit (requests); 0 = max(1, rate_limit)", &C::rate_burst},
     {"trusted_proxy", "traffic",
      "Proxy whose X-Forwarded-For names the client (address or CIDR range like 10.0.0.0/8); may be given several "
      "times (or comma-separated; in the file an array of strings). Without API keys the client address is then "
@@ -138,14 +146,13 @@ const ConfigField kFields[] = {
      "Seconds after which a queued request counts as high priority, so low ones cannot starve (0 = FIFO)",
      &C::priority_aging_s},
     {"idempotency_ttl", "traffic",
-     "Seconds a finished request's result is replayed to a retry with the same Idempotency-Key",
-     &C::idempotency_ttl_s},
+     "Seconds a finished request's result is replayed to a retry with the same Idempotency-Key", &C::idempotency_ttl_s},
 
     {"log_level", "operability", "trace, debug, info, warn, error or off", &C::log_level},
     {"log_request_text", "operability",
      "Include prompt and output text in the per-request log lines (off: counts only)", &C::log_request_text},
-    {"watchdog_timeout", "operability",
-     "Seconds an engine step may run before /health reports the engine stuck (503)", &C::watchdog_timeout_s},
+    {"watchdog_timeout", "operability", "Seconds an engine step may run before /health reports the engine stuck (503)",
+     &C::watchdog_timeout_s},
     {"profile_steps", "operability",
      "Step profile: record a trace of this many decode steps (steps without a prefill chunk) of the first device's "
      "engine and write it to --profile-trace as Chrome-trace JSON; 0 = off",
@@ -198,8 +205,7 @@ const ConfigField kFields[] = {
      "password in --queue-password-file or VRAMGATE_QUEUE_PASSWORD rather than here (ps shows the command line)",
      &C::queue},
     {"queue_password_file", "queue",
-     "File holding the password of --queue's Redis user (one line; the URL then has none)",
-     &C::queue_password_file},
+     "File holding the password of --queue's Redis user (one line; the URL then has none)", &C::queue_password_file},
     {"queue_command_timeout", "queue",
      "Seconds each Redis round trip may take; a request whose rate limit Redis does not answer in time gets 503 "
      "overloaded with Retry-After",

@@ -82,6 +82,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   if (options.max_batch_tokens < 1) return Error(ErrorCode::kConfig, "max_batch_tokens must be >= 1");
   if (Status st = validate(options.profile); !st.ok()) return st.error();
   if (Status st = validate(options.oom_governor); !st.ok()) return st.error();
+  if (options.kv_pool) {
+    if (options.prefill_worker) return Error(ErrorCode::kConfig, "a KV block pool does not run with a prefill worker");
+    if (!model.kv_pool_counts() || options.kv_pool->geometry.block_bytes <= 0) {
+      return Error(ErrorCode::kConfig, "kv_pool is set but the model holds no KV block pool");
+    }
+  }
   auto impl = std::make_unique<Impl>(options, model, device);
   // Admission grants no more sequences than a step runs (none: no limit).
   impl->options.admission.max_running = impl->max_running();
@@ -112,6 +118,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   impl->oom_budget.emplace(options.oom_governor, options.admission.budget_bytes,
                            options.admission.policy.kind == AdmissionPolicy::Kind::kMemory, *impl->admission, device,
                            options.budget_inputs, impl->device_index, impl->index);
+  if (impl->pooled()) impl->start_kv_pool();
   impl->oom_budget->publish(impl->shared->stats);
   Impl* raw = impl.get();
   if (impl->prefill) impl->prefill->thread = start_compute_thread(device, [raw] { raw->prefill_loop(); });
@@ -133,7 +140,8 @@ std::int64_t Engine::cost(const GenerationRequest& request) const {
 
 std::int64_t Engine::Impl::choice_cost(const GenerationRequest& request) const {
   const int prompt = static_cast<int>(request.prompt.size());
-  std::int64_t bytes = request_cost(options.profile, prompt, request.max_tokens);
+  std::int64_t bytes =
+      pooled() ? pool_cost(prompt, request.max_tokens) : request_cost(options.profile, prompt, request.max_tokens);
   if (request.prompt_logprobs) {
     // The logits of every token of a prefill chunk, float32, on the device and copied to the host.
     const std::int64_t rows = std::min(prompt, options.max_batch_tokens);
@@ -179,6 +187,11 @@ Result<std::shared_ptr<RequestHandle>> Engine::submit(GenerationRequest request,
   eo.tokens = req->gen.max_tokens * std::max(1, req->gen.n);
   eo.sequences = std::max(1, req->gen.n);
   eo.admitted_before = req->gen.admitted_before;
+  if (impl_->on_demand()) {
+    // It may grow to its worst case: the never-fits check counts that.
+    const std::int64_t worst = Impl::cached_positions(req->prompt_tokens(), req->gen.max_tokens);
+    eo.peak_bytes = std::max(1, req->gen.n) * kv_blocks_bytes(impl_->options.kv_pool->geometry, worst);
+  }
   if (!req->gen.retry.fingerprint.empty()) eo.retry = &req->gen.retry;
   auto ticket = impl_->admission->enqueue(req->admission_id, req->cost, req->enqueued, eo);
   if (!ticket.ok()) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "admission/admission_controller.hpp"
+#include "admission/kv_reservation.hpp"
 #include "admission/memory_profile.hpp"
 #include "admission/oom_governor.hpp"
 #include "api/events.hpp"
@@ -106,6 +107,20 @@ struct GenerationRequest {
 };
 
 /// Counters and gauges an engine publishes (a snapshot).
+/// A paged KV cache's blocks and what they saved (docs/admission-and-memory.md,
+/// "KV blocks"). Blocks are counted at the last loop turn; tokens since start.
+struct KvPoolStats {
+  std::int64_t blocks_total = 0;        ///< blocks in the pool (it shrinks and grows with the effective budget)
+  std::int64_t blocks_used = 0;         ///< held by running sequences
+  std::int64_t blocks_cached = 0;       ///< held by none, kept for the prefix cache (given out when needed)
+  std::int64_t block_bytes = 0;         ///< device bytes of one block
+  std::int64_t blocks_evicted = 0;      ///< cached blocks given to other sequences
+  std::int64_t prompt_tokens = 0;       ///< context tokens of the sequences started (prompt, + generated when resumed)
+  std::int64_t prefix_hit_tokens = 0;   ///< of which found in the prefix cache, not computed
+  std::int64_t recomputed_tokens = 0;   ///< context tokens computed again after a preemption
+  std::int64_t growth_preemptions = 0;  ///< preemptions because a growing sequence found no block
+};
+
 struct EngineStats {
   int queue_depth = 0;
   int running = 0;
@@ -130,6 +145,8 @@ struct EngineStats {
   std::int64_t preemptions = 0;   ///< running sequences stopped (KV cache freed) to be recomputed
   int consecutive_oom_steps = 0;  ///< out-of-memory steps since the last step that succeeded
   std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked the device not ready
+  /// The KV block pool (Engine::Options::kv_pool); all 0 without one.
+  KvPoolStats kv_pool;
 };
 
 /// The step profile (--profile-steps): a trace of the first `steps` decode
@@ -219,6 +236,18 @@ class Engine {
     std::int64_t test_device_fault_at_step = 0;
     /// The step profile; off by default.
     StepProfileOptions step_profile;
+    /// The model holds its KV caches in a block pool (Model::use_kv_pool,
+    /// made by the caller, sized to admission.budget_bytes): leases are whole
+    /// blocks, reserved by `reservation` (kv_reservation.hpp); prompts start
+    /// from the blocks the prefix cache holds; the pool follows the
+    /// effective budget down and back up. nullopt: each sequence allocates
+    /// its worst-case cache through the device's allocator. Not with
+    /// prefill_worker.
+    struct KvPool {
+      KvBlockGeometry geometry;
+      KvReservation reservation = KvReservation::kOnDemand;
+    };
+    std::optional<KvPool> kv_pool;
     /// Where the engine thread records its observations (histograms,
     /// generated tokens); null records nothing. Must outlive the engine.
     metrics::ServerMetrics* metrics = nullptr;

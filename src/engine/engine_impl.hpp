@@ -234,6 +234,9 @@ struct Sequence {
   std::vector<std::int32_t> context;
   int prefilled = 0;             // context tokens already in the cache
   std::int64_t kv_bytes = 0;     // bytes of its KV cache (0 without one)
+  /// In a pool reserving on demand: the blocks its lease pays for, those it
+  /// brought into use (taken free or from the prefix cache's idle blocks).
+  std::int64_t kv_blocks = 0;
   std::int32_t next_token = -1;  // fed to the next decode step
   bool done = false;
   TimePoint admitted;            // this start (preemption takes the youngest first)
@@ -351,6 +354,14 @@ struct Engine::Impl {
   int consecutive_oom_steps = 0;                    // engine thread only; reset by a step that succeeds
   std::int64_t shed_checked_budget = -1;            // engine thread only: effective budget shed_over_budget last saw
   std::optional<std::int64_t> foreign_file_bytes;   // engine thread only: the hook file's last byte size
+  // The KV block pool (options.kv_pool), engine thread only, except
+  // output_lengths (thread-safe: submit() reads it for the cost).
+  OutputLengthEstimate output_lengths;
+  /// Blocks still read by running sequences after the sequence that paid
+  /// for them ended: held here, so that leases always cover the blocks in use.
+  std::optional<Lease> kv_orphans;
+  std::int64_t kv_pool_max_blocks = 0;  // the pool at start-up: it never grows past it
+  TimePoint kv_pool_grow_after{};       // a failed growth of the pool is retried after this
   // Watchdog heartbeats: start of the step in progress (Clock ticks), or
   // kIdle; of the engine thread and of the prefill worker.
   std::atomic<std::int64_t> step_started{engine_detail::kIdle};
@@ -430,6 +441,35 @@ struct Engine::Impl {
     return options.admission.policy.kind == AdmissionPolicy::Kind::kNone ? kUnlimitedRunning : options.max_batch;
   }
   bool recovers() const { return options.admission.policy.kind != AdmissionPolicy::Kind::kNone; }
+
+  // engine_kv_pool.cpp
+  bool pooled() const { return options.kv_pool.has_value(); }
+  bool on_demand() const { return pooled() && options.kv_pool->reservation == KvReservation::kOnDemand; }
+  /// Pool mode: the admission cost of one choice whose context is
+  /// `context_tokens` and that may generate `max_more` more tokens.
+  std::int64_t pool_cost(int context_tokens, int max_more) const;
+  /// KV positions a sequence with `context_tokens` that generates `more` tokens fills.
+  static std::int64_t cached_positions(int context_tokens, int more);
+  /// Pool mode, at create(): the pool's size becomes a bound of the device's
+  /// effective budget, and the lease of orphaned blocks is opened.
+  void start_kv_pool();
+  /// Gives `s` its KV cache from the pool (prefix-cache hits included);
+  /// the error when the pool is short.
+  std::optional<Error> open_pooled(Sequence& s);
+  /// Frees `s`'s KV cache and releases its lease (with a pool, the blocks
+  /// others still read move to kv_orphans first).
+  void release_kv(Sequence& s);
+  /// On demand: gives every decoding sequence whose cache is full one more
+  /// block, preempting in preemption_order() when the budget has none.
+  void grow_for_step(TimePoint now);
+  /// Makes the pool as large as the effective budget (smaller after a cut,
+  /// once shedding freed the blocks; larger again, up to its start-up size,
+  /// when it rises).
+  void fit_kv_pool(TimePoint now);
+  std::int64_t kv_used_blocks() const;
+  /// `s`'s blocks changed from `before` used blocks in the pool: its lease follows.
+  void charge_blocks(Sequence& s, std::int64_t before);
+  void publish_kv_pool(EngineStats& stats) const;
 
   // prefill_worker.cpp
   void prefill_loop();                   // the worker thread

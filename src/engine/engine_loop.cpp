@@ -32,11 +32,13 @@ void Engine::Impl::run() {
       if (!options.test_foreign_bytes.file.empty()) follow_foreign_bytes_file();
       oom_budget->on_tick(Clock::now());
       shed_over_budget(Clock::now());
+      if (pooled()) fit_kv_pool(Clock::now());
       admit(Clock::now());
       if (prefill) collect_prefills(Clock::now());
       sweep_running(Clock::now());
       retire_done();
       if (prefill) hand_off_prefills();
+      if (on_demand()) grow_for_step(Clock::now());
       if (!running.empty()) run_step();
       retire_done();
       publish();
@@ -211,6 +213,11 @@ std::unique_ptr<Engine::Impl::Sequence> Engine::Impl::make_sequence(std::shared_
 
 std::optional<Error> Engine::Impl::open_sequence(Sequence& s) {
   if (s.req->is_cancelled()) return Error(ErrorCode::kCancelled, "client closed the connection");
+  if (pooled()) {
+    std::optional<Error> e = open_pooled(s);
+    if (!e) log_memory(*s.req, "admit");
+    return e;
+  }
   // The whole KV cache (prompt + max_tokens) is allocated now, inside the
   // lease, so that growth never fails mid-generation.
   auto cache = model.new_cache(s.req->prompt_tokens() + s.req->gen.max_tokens);
@@ -283,7 +290,11 @@ void Engine::Impl::start_sequence(std::shared_ptr<Request> req, Lease lease, Tim
 
 void Engine::Impl::not_opened(TimePoint now, Sequence& s, Error error) {
   if (error.code == ErrorCode::kDeviceFault) on_device_fault(error, "the KV cache of request " + s.req->gen.id);
-  if (error.code == ErrorCode::kOutOfMemory && recovers()) {
+  if (error.code == ErrorCode::kOutOfMemory && pooled()) {
+    // The pool had fewer free blocks than the budget promised (it could not
+    // grow back yet): the device is not short, the pool is.
+    preempt_or_refuse(s, now, "the KV cache pool is full (" + error.message + ")");
+  } else if (error.code == ErrorCode::kOutOfMemory && recovers()) {
     recover_from_oom(now, error, &s);
   } else {
     fail(s, std::move(error));
@@ -385,7 +396,10 @@ void Engine::Impl::fork_followers(Sequence& leader, std::span<const float> logit
   for (auto& f : running) {
     if (f->done || f->fork_from.lock() != leader.fork_token) continue;
     f->fork_from.reset();
-    if (Status st = model.copy_cache(*leader.cache, *f->cache); !st.ok()) {
+    const std::int64_t before = kv_used_blocks();
+    const Status st = model.copy_cache(*leader.cache, *f->cache);
+    charge_blocks(*f, before);
+    if (!st.ok()) {
       if (st.error().code == ErrorCode::kDeviceFault) {
         on_device_fault(st.error(), "the KV cache copy of request " + f->req->gen.id);
       }
@@ -471,6 +485,7 @@ void Engine::Impl::publish() {
   shared->stats.running = holding();
   shared->stats.kv_cache_bytes = kv;
   oom_budget->publish(shared->stats);
+  publish_kv_pool(shared->stats);
   if (shared->stats.running == 0 && front->queued_count.load() == 0) shared->idle_cv.notify_all();
 }
 

@@ -60,12 +60,12 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
     order.insert(order.begin(), victim);
   }
   std::int64_t held = in_prefill_cost;  // the prefill worker's leases stay
-  for (const Sequence* s : order) held += s->req->cost;
+  for (const Sequence* s : order) held += s->lease.bytes();
   const std::int64_t fits =
       admission->snapshot(now).devices[static_cast<std::size_t>(device_index)].effective_budget_bytes;
   const bool by_bytes = options.admission.policy.kind == AdmissionPolicy::Kind::kMemory;
   std::size_t n = 0;
-  while (n < order.size() && (n == 0 || (by_bytes && held > fits))) held -= order[n++]->req->cost;
+  while (n < order.size() && (n == 0 || (by_bytes && held > fits))) held -= order[n++]->lease.bytes();
   for (std::size_t i = 0; i < n; ++i) {
     preempt_or_refuse(*order[i], now, "device memory ran short during generation (" + error.message + ")");
   }
@@ -113,7 +113,7 @@ void Engine::Impl::shed_over_budget(TimePoint now) {
                excess, dev.effective_budget_bytes);
   for (Sequence* s : preemption_order()) {
     if (excess <= 0) break;
-    excess -= s->req->cost;
+    excess -= s->lease.bytes();
     preempt_or_refuse(*s, now, "other processes took the device memory it needed");
   }
 }
@@ -132,9 +132,13 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
   std::shared_ptr<Request> req = s.req;
   ++req->preemptions;
   s.done = true;
-  s.cache.reset();
-  s.lease.release();
+  release_kv(s);
   req->resume.emplace(std::move(s.p));
+  if (pooled()) {
+    // It starts again from its context (prompt + generated), whatever of it the prefix cache still holds.
+    const int generated = static_cast<int>(req->resume->generated.size());
+    req->cost = pool_cost(req->prompt_tokens() + generated, req->gen.max_tokens - generated);
+  }
   // Read and reset while only this thread sees it: once requeued, another
   // engine of the front may grant it and take its progress at once, and
   // any engine reports its position under the front's mutex.

@@ -88,8 +88,8 @@ void Engine::Impl::finish(Sequence& s, const char* reason) {
   ev.usage = {s.req->prompt_tokens(), s.generated()};
   ev.timings = s.timings(now);
   s.done = true;
-  s.cache.reset();
-  s.lease.release();
+  if (pooled()) output_lengths.record(s.generated());
+  release_kv(s);
   count_end(*s.req, nullptr, s.generated(), now);
   log_memory(*s.req, "finish");
   s.req->sink->push(std::move(ev));
@@ -99,8 +99,7 @@ void Engine::Impl::fail(Sequence& s, Error error) {
   if (s.done) return;
   const TimePoint now = Clock::now();
   s.done = true;
-  s.cache.reset();
-  s.lease.release();
+  release_kv(s);
   count_end(*s.req, &error, s.generated(), now);
   if (error.code == ErrorCode::kCancelled) {
     spdlog::info("request {} stopped after {} tokens: client closed", s.req->gen.id, s.generated());

@@ -234,6 +234,9 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       eo.admission.budget_bytes = d->setup.budget_bytes;
       eo.budget_inputs = d->setup.budget_inputs;
       eo.profile = cost_profile(profiles);
+      if (d->setup.kv_pool) {
+        eo.kv_pool = Engine::Options::KvPool{*d->setup.kv_pool, *parse_kv_reservation(config.kv_reservation)};
+      }
       eo.metrics = metrics;
       eo.on_poisoned = on_poisoned;
       eo.step_profile = std::exchange(*step_profile, StepProfileOptions{});

@@ -61,6 +61,39 @@ Error load_failure(Error error, const Device& device) {
   if (error.code != ErrorCode::kOutOfMemory) return error;
   return Error(ErrorCode::kConfig, error.message + held_by_others(device));
 }
+// The KV block pool of a device with one language model under policy
+// memory and no prefill worker: as many blocks as the budget holds (the
+// whole budget is KV bytes: the workspace is set aside apart). Elsewhere the
+// caches stay per sequence: several models would share one budget, and the
+// baselines (fixed, none) let the allocator see every cache.
+Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
+  const bool alone = setup.models.size() == 1 && setup.models.front() != nullptr;
+  if (!alone || config.prefill_worker || config.admission_policy().kind != AdmissionPolicy::Kind::kMemory) {
+    return Status::Ok();
+  }
+  Model& model = *setup.models.front();
+  const bool prefix = config.prefix_cache == "on";
+  // One block first, to learn a block's bytes.
+  if (Status st = model.use_kv_pool(KvPoolOptions{config.kv_block_tokens, 1, prefix}); !st.ok()) return st;
+  KvBlockGeometry g{config.kv_block_tokens, model.kv_block_bytes()};
+  const std::int64_t blocks = g.block_bytes > 0 ? setup.budget_bytes / g.block_bytes : 0;
+  if (blocks < 1) {
+    return Error(ErrorCode::kConfig, "the budget of " + setup.device->name() + " (" + format_bytes(setup.budget_bytes) +
+                                         ") cannot hold one KV cache block of " + std::to_string(g.block_tokens) +
+                                         " tokens (" + format_bytes(g.block_bytes) + "): " + budget_shortfall(setup));
+  }
+  if (Status st = model.use_kv_pool(KvPoolOptions{config.kv_block_tokens, blocks, prefix}); !st.ok()) {
+    return Error(ErrorCode::kConfig, "the KV block pool of " + setup.device->name() + " (" + std::to_string(blocks) +
+                                         " blocks of " + format_bytes(g.block_bytes) + ") could not be allocated: " +
+                                         st.error().message + held_by_others(*setup.device));
+  }
+  spdlog::info("KV block pool on {}: {} blocks of {} tokens, {} each ({} in all), reservation {}, prefix cache {}",
+               setup.device->name(), blocks, g.block_tokens, format_bytes(g.block_bytes),
+               format_bytes(blocks * g.block_bytes), config.kv_reservation, config.prefix_cache);
+  setup.kv_pool = g;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
@@ -134,6 +167,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
                format_decimal(config.memory_utilization), format_bytes(mem.capacity), format_bytes(mem.foreign),
                format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes),
                format_bytes(mem.capacity - mem.used));
+  if (Status st = make_kv_pool(config, out); !st.ok()) return st.error();
   if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
     for (std::size_t i = 0; i < models.size(); ++i) {
       if (out.tensor_models[i]) {

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "admission/kv_reservation.hpp"
 #include "admission/memory_profile.hpp"
 #include "admission/tensor_cost.hpp"
 #include "common/error.hpp"
@@ -60,6 +62,11 @@ struct DeviceSetup {
   DeviceBudgetInputs budget_inputs;
   /// device_budget(budget_inputs): at most what was free plus what the models hold.
   std::int64_t budget_bytes = 0;
+  /// The block pool of the device's one language model (models[0]), as
+  /// many blocks as the budget holds, when the policy is memory, there is no
+  /// prefill worker and no other model shares the device; nullopt: its KV
+  /// caches are allocated per sequence.
+  std::optional<KvBlockGeometry> kv_pool;
 };
 
 /// Creates device `spec` and loads and profiles `models` on it. Errors:

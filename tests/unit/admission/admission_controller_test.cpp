@@ -177,6 +177,54 @@ TEST(AdmissionController, ReserveExtraTakesOnlyFreeBytesAndReturnsThem) {
   EXPECT_TRUE(f->reserve_extra(0, 7, 5000).has_value());  // fixed:N checks no bytes
 }
 
+TEST(AdmissionController, ALeaseGrowsOnlyWithinTheBudgetUnlessForcedAndShrinkingWakesTheEngines) {
+  int wakes = 0;
+  auto c = make(options(1000), [&wakes] { ++wakes; });
+  ManualClock clock;
+  ASSERT_TRUE(c->enqueue(1, 400, clock.now()).ok());
+  auto g = c->grant(clock.now());
+  ASSERT_EQ(g.size(), 1u);
+  Lease& lease = g[0].lease;
+  EXPECT_TRUE(lease.resize(1000));
+  EXPECT_EQ(c->snapshot(clock.now()).reserved_bytes, 1000);
+  EXPECT_FALSE(lease.resize(1001));  // over the budget: nothing changes
+  EXPECT_EQ(lease.bytes(), 1000);
+  EXPECT_EQ(wakes, 0);
+  EXPECT_TRUE(lease.resize(300));
+  EXPECT_EQ(wakes, 1);
+  EXPECT_EQ(c->snapshot(clock.now()).reserved_bytes, 300);
+  // Forced past the budget (bytes already in use): counted, and nothing is granted until they go.
+  std::optional<Lease> orphans = c->hold_extra(0, 99);
+  ASSERT_TRUE(orphans.has_value());
+  EXPECT_FALSE(c->hold_extra(0, 99).has_value());  // the id holds a lease
+  EXPECT_TRUE(orphans->resize(800, /*force=*/true));
+  const auto snap = c->snapshot(clock.now());
+  EXPECT_EQ(snap.reserved_bytes, 1100);
+  EXPECT_EQ(snap.peak_reserved_bytes, 1100);
+  EXPECT_EQ(snap.active_leases, 1);  // the extra lease is no request
+  ASSERT_TRUE(c->enqueue(2, 1, clock.now()).ok());
+  EXPECT_TRUE(c->grant(clock.now()).empty());
+  lease.release();
+  orphans->release();
+  EXPECT_EQ(c->snapshot(clock.now()).reserved_bytes, 0);
+  EXPECT_EQ(c->snapshot(clock.now()).counters.released, 1);
+  EXPECT_EQ(c->grant(clock.now()).size(), 1u);
+}
+
+TEST(AdmissionController, TheNeverFitsCheckCountsWhatALeaseMayGrowTo) {
+  auto c = make(options(1000));
+  ManualClock clock;
+  EnqueueOptions eo;
+  eo.peak_bytes = 1001;
+  auto r = c->enqueue(1, 100, clock.now(), eo);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kExceedsDeviceMemory);
+  EXPECT_EQ(r.error().needed_bytes, 1001);
+  eo.peak_bytes = 1000;
+  EXPECT_TRUE(c->enqueue(2, 100, clock.now(), eo).ok());
+  EXPECT_EQ(c->snapshot(clock.now()).counters.rejected_never_fits, 1);
+}
+
 TEST(AdmissionController, LeaseMayOutliveTheControllerWithoutWakingIt) {
   int wakes = 0;
   auto c = make(options(1000), [&wakes] { ++wakes; });

@@ -11,20 +11,9 @@
 
 #include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "fake_kv_pool.hpp"
 
 namespace vg::testing {
-
-class FakeCache final : public KvCache {
- public:
-  explicit FakeCache(int capacity) : capacity_(capacity) {}
-  int length() const override { return length_; }
-  int capacity() const override { return capacity_; }
-  std::int64_t bytes() const override { return static_cast<std::int64_t>(capacity_) * 100; }
-  int length_ = 0;
-
- private:
-  int capacity_;
-};
 
 class FakeModel final : public Model {
  public:
@@ -44,7 +33,38 @@ class FakeModel final : public Model {
   const Tokenizer& tokenizer() const override { return tokenizer_; }
 
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) override {
+    if (pool_) return pool_->open(capacity_tokens, {});
     return std::unique_ptr<KvCache>(std::make_unique<FakeCache>(capacity_tokens));
+  }
+  Result<std::unique_ptr<KvCache>> new_cache_for_prompt(int capacity_tokens,
+                                                        std::span<const std::int32_t> prompt) override {
+    if (pool_) return pool_->open(capacity_tokens, prompt);
+    return new_cache(capacity_tokens);
+  }
+  // The block pool (fake_kv_pool.hpp): engine thread only, like the caches.
+  Status use_kv_pool(const KvPoolOptions& options) override {
+    pool_ = std::make_unique<FakePool>(options);
+    return Status::Ok();
+  }
+  Status resize_kv_pool(std::int64_t blocks) override {
+    if (!pool_) return Model::resize_kv_pool(blocks);
+    std::lock_guard lk(mu_);
+    ++pool_resizes_;
+    return pool_->resize(blocks);
+  }
+  std::optional<KvBlockCounts> kv_pool_counts() const override {
+    if (!pool_) return std::nullopt;
+    return pool_->counts();
+  }
+  std::int64_t kv_blocks_evicted() const override { return pool_ ? pool_->evicted() : 0; }
+  std::int64_t kv_block_bytes() const override { return pool_ ? pool_->block_bytes() : 0; }
+  Status grow_cache(KvCache& cache, int capacity_tokens) override {
+    if (!pool_) return Model::grow_cache(cache, capacity_tokens);
+    return pool_->grow(static_cast<FakeCache&>(cache), capacity_tokens);
+  }
+  int pool_resizes() {
+    std::lock_guard lk(mu_);
+    return pool_resizes_;
   }
 
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) override {
@@ -98,6 +118,10 @@ class FakeModel final : public Model {
         logits.insert(logits.end(), row.begin(), row.end());
       }
       c->length_ += static_cast<int>(in.tokens.size());
+      if (pool_) {
+        c->tokens_.insert(c->tokens_.end(), in.tokens.begin(), in.tokens.end());
+        pool_->publish(*c);
+      }
       out.push_back(std::move(logits));
     }
     return out;
@@ -106,6 +130,13 @@ class FakeModel final : public Model {
   Status copy_cache(const KvCache& from, KvCache& to) override {
     auto& dst = static_cast<FakeCache&>(to);
     if (from.length() > dst.capacity()) return Error(ErrorCode::kInvalidRequest, "cache too small");
+    const auto& src = static_cast<const FakeCache&>(from);
+    if (pool_) {
+      pool_->share_prefix(src, dst);
+      dst.tokens_ = src.tokens_;
+      dst.published_key_ = src.published_key_;
+      dst.published_blocks_ = src.published_blocks_;
+    }
     dst.length_ = from.length();
     std::lock_guard lk(mu_);
     ++cache_copies_;
@@ -212,6 +243,8 @@ class FakeModel final : public Model {
   std::optional<int> eos_at_;
   std::optional<int> nan_at_;
   int cache_copies_ = 0;
+  int pool_resizes_ = 0;
+  std::unique_ptr<FakePool> pool_;  // null without use_kv_pool; its caches never outlive the model
 };
 
 }  // namespace vg::testing
