@@ -198,6 +198,12 @@ def check_load(args):
     return not problems
 
 
+def kv_pool_bytes(device):
+    """Bytes of the device's KV block pool (/v1/admission), 0 without one."""
+    kv = device.get("kv_blocks")
+    return kv["total"] * kv["block_bytes"] if kv else 0
+
+
 def check_inject_oom(args):
     t0 = time.monotonic()
     server = Server(args.binary, ["--device", args.device, "--model-dir", args.model_dir, "--threads",
@@ -216,8 +222,10 @@ def check_inject_oom(args):
     finally:
         server.stop()
     d = final["devices"][0]
-    allocated_base = base.get("allocated_bytes", base["used_bytes"])
-    allocated_after = d.get("allocated_bytes", d["used_bytes"])
+    # The KV block pool shrinks with the cut budget (and grows back later):
+    # what must come back is everything else.
+    allocated_base = base.get("allocated_bytes", base["used_bytes"]) - kv_pool_bytes(base)
+    allocated_after = d.get("allocated_bytes", d["used_bytes"]) - kv_pool_bytes(d)
     problems = []
     if not alive or health != 200:
         problems.append(f"process alive {alive}, /health {health}")
@@ -237,7 +245,7 @@ def check_inject_oom(args):
     print(f"gpu-check inject-oom: {verdict}: step {args.inject_step} failed with out-of-memory from the "
           f"{source} ({final['out_of_memory']} counted), {statuses.count(200)}/{len(statuses)} completed, "
           f"{final.get('preemptions', 0)} preempted, allocated {gb(allocated_after)} after vs "
-          f"{gb(allocated_base)} before, used {gb(d['used_bytes'])}, follow-up {follow_up}, "
+          f"{gb(allocated_base)} before (KV block pool aside), used {gb(d['used_bytes'])}, follow-up {follow_up}, "
           f"{time.monotonic() - t0:.1f} s", flush=True)
     if problems:
         print(server.tail(40), file=sys.stderr)

@@ -194,6 +194,20 @@ struct DeviceState {
   std::int64_t budget_raises_quiet_period = 0;
   std::int64_t budget_cuts_foreign = 0;    ///< other processes took memory
   std::int64_t budget_raises_foreign = 0;  ///< they freed it again
+  // Its paged KV cache (docs/admission-and-memory.md "KV blocks"), when its
+  // language model holds one; kv_reservation is empty otherwise.
+  std::string kv_reservation;         ///< "on-demand" or "full"
+  int kv_block_tokens = 0;            ///< positions per block
+  std::int64_t kv_block_bytes = 0;    ///< device bytes of one block
+  std::int64_t kv_blocks_total = 0;   ///< blocks in the pool now (it follows the effective budget)
+  std::int64_t kv_blocks_used = 0;    ///< held by running sequences
+  std::int64_t kv_blocks_cached = 0;  ///< kept for the prefix cache, given out when needed
+  // Counters since start.
+  std::int64_t kv_blocks_evicted = 0;      ///< cached blocks given to other sequences
+  std::int64_t kv_prompt_tokens = 0;       ///< context tokens of the sequences started
+  std::int64_t kv_prefix_hit_tokens = 0;   ///< of which found in the prefix cache, not computed
+  std::int64_t kv_recomputed_tokens = 0;   ///< context tokens computed again after a preemption
+  std::int64_t kv_growth_preemptions = 0;  ///< preemptions because a growing sequence found no block
 };
 
 /// One request waiting in the admission queue (GET /v1/admission `waiting`).

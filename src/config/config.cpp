@@ -188,6 +188,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (test_inject_oom_count < 1) return bad("test_inject_oom_count", "must be >= 1");
   if (test_leak_bytes_on_oom < 0) return bad("test_leak_bytes_on_oom", "must be >= 0");
   if (max_preemptions < 0) return bad("max_preemptions", "must be >= 0");
+  if (kv_pool != "on" && kv_pool != "off") return bad("kv_pool", "must be on or off, got '" + kv_pool + "'");
   if (kv_reservation != "on-demand" && kv_reservation != "full") {
     return bad("kv_reservation", "must be on-demand or full, got '" + kv_reservation + "'");
   }

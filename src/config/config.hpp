@@ -79,6 +79,7 @@ struct ServeConfig {
   int max_preemptions = 3;           ///< times one request may be preempted and recomputed before 503, >= 0
   int oom_unready_after = 5;         ///< consecutive failed steps (OOM) that mark the device not ready, >= 1
   // Paged KV cache (docs/admission-and-memory.md "KV blocks").
+  std::string kv_pool = "on";  ///< on: the budget is allocated at start as KV blocks; off: per-sequence caches
   std::string kv_reservation = "on-demand";  ///< on-demand | full: what a sequence reserves in KV blocks
   int kv_block_tokens = 16;                  ///< positions per KV block, 1..1024
   std::string prefix_cache = "on";           ///< on: prompts share the KV blocks of a common prefix; off

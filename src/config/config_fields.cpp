@@ -69,6 +69,12 @@ const ConfigField kFields[] = {
      "OOM recovery (memory, fixed): times one request may be preempted (KV cache freed, recomputed later) "
      "before it gets 503",
      &C::max_preemptions},
+    {"kv_pool", "memory",
+     "on: with admission memory and one language model on a device, its budget is allocated at start as a pool "
+     "of KV cache blocks (no fragmentation, prefix cache, reservations on demand); off: each sequence allocates "
+     "its worst-case KV cache when it starts and frees it when it ends, so memory the server does not use stays "
+     "free for other processes on the device",
+     &C::kv_pool},
     {"kv_reservation", "memory",
      "KV cache blocks a sequence reserves (admission memory, one language model on its device): on-demand (its "
      "prompt plus the output length recent answers had; one more block as it grows, preempting the youngest "

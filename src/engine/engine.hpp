@@ -110,6 +110,8 @@ struct GenerationRequest {
 /// A paged KV cache's blocks and what they saved (docs/admission-and-memory.md,
 /// "KV blocks"). Blocks are counted at the last loop turn; tokens since start.
 struct KvPoolStats {
+  std::optional<KvReservation> reservation;  ///< nullopt: no pool
+  int block_tokens = 0;                      ///< positions per block
   std::int64_t blocks_total = 0;        ///< blocks in the pool (it shrinks and grows with the effective budget)
   std::int64_t blocks_used = 0;         ///< held by running sequences
   std::int64_t blocks_cached = 0;       ///< held by none, kept for the prefix cache (given out when needed)

@@ -166,6 +166,8 @@ void Engine::Impl::fit_kv_pool(TimePoint now) {
 void Engine::Impl::publish_kv_pool(EngineStats& stats) const {
   const std::optional<KvBlockCounts> counts = model.kv_pool_counts();
   if (!counts) return;
+  stats.kv_pool.reservation = options.kv_pool->reservation;
+  stats.kv_pool.block_tokens = options.kv_pool->geometry.block_tokens;
   stats.kv_pool.blocks_total = counts->total;
   stats.kv_pool.blocks_used = counts->used;
   stats.kv_pool.blocks_cached = counts->cached;

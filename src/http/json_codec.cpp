@@ -382,6 +382,24 @@ json::value number(double x) {
 /// Milliseconds rounded to microseconds, so bodies stay short.
 json::value millis(double ms) { return number(std::round(ms * 1000.0) / 1000.0); }
 
+/// A device's KV block pool in /v1/admission.
+json::object kv_blocks_json(const DeviceState& d) {
+  json::object o;
+  o["reservation"] = safe(d.kv_reservation);
+  o["block_tokens"] = d.kv_block_tokens;
+  o["block_bytes"] = d.kv_block_bytes;
+  o["total"] = d.kv_blocks_total;
+  o["used"] = d.kv_blocks_used;
+  o["cached"] = d.kv_blocks_cached;
+  o["free"] = std::max<std::int64_t>(0, d.kv_blocks_total - d.kv_blocks_used - d.kv_blocks_cached);
+  o["evicted"] = d.kv_blocks_evicted;
+  o["prompt_tokens"] = d.kv_prompt_tokens;
+  o["prefix_hit_tokens"] = d.kv_prefix_hit_tokens;
+  o["recomputed_tokens"] = d.kv_recomputed_tokens;
+  o["growth_preemptions"] = d.kv_growth_preemptions;
+  return o;
+}
+
 }  // namespace
 
 Result<CompletionRequest> decode_completion_request(std::string_view body) { return decode_request(body, false); }
@@ -509,6 +527,7 @@ std::string encode_admission(const AdmissionState& state) {
     o["completed"] = d.completed;
     o["out_of_memory"] = d.out_of_memory;
     o["preemptions"] = d.preemptions;
+    if (!d.kv_reservation.empty()) o["kv_blocks"] = kv_blocks_json(d);
     devices.push_back(std::move(o));
   }
   json::object o;

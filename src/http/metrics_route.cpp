@@ -1,30 +1,44 @@
 // GET /metrics (see metrics_route.hpp).
 #include "http/metrics_route.hpp"
 
+#include <algorithm>
+#include <utility>
+
 namespace vg::httpd {
 
 metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
   metrics::StateSample s;
   for (const DeviceState& d : st.devices) {
-    s.devices.push_back({d.name,
-                         {{"capacity", d.capacity_bytes},
-                          {"budget", d.budget_bytes},
-                          {"effective_budget", d.effective_budget_bytes},
-                          {"reserved", d.reserved_bytes},
-                          {"peak_reserved", d.peak_reserved_bytes},
-                          {"used", d.used_bytes},
-                          {"peak", d.peak_bytes},
-                          {"allocated", d.allocated_bytes},
-                          {"cache_reserved", d.cache_reserved_bytes},
-                          {"resident", d.resident_bytes},
-                          {"workspace", d.workspace_bytes}},
-                         d.running,
-                         d.ready,
-                         d.foreign_bytes,
-                         {{"out_of_memory", d.budget_cuts_out_of_memory},
-                          {"quiet_period", d.budget_raises_quiet_period},
-                          {"foreign_grew", d.budget_cuts_foreign},
-                          {"foreign_shrank", d.budget_raises_foreign}}});
+    metrics::StateSample::Device m;
+    m.name = d.name;
+    m.bytes = {{"capacity", d.capacity_bytes},
+               {"budget", d.budget_bytes},
+               {"effective_budget", d.effective_budget_bytes},
+               {"reserved", d.reserved_bytes},
+               {"peak_reserved", d.peak_reserved_bytes},
+               {"used", d.used_bytes},
+               {"peak", d.peak_bytes},
+               {"allocated", d.allocated_bytes},
+               {"cache_reserved", d.cache_reserved_bytes},
+               {"resident", d.resident_bytes},
+               {"workspace", d.workspace_bytes}};
+    m.running = d.running;
+    m.ready = d.ready;
+    m.foreign_bytes = d.foreign_bytes;
+    m.budget_changes = {{"out_of_memory", d.budget_cuts_out_of_memory},
+                        {"quiet_period", d.budget_raises_quiet_period},
+                        {"foreign_grew", d.budget_cuts_foreign},
+                        {"foreign_shrank", d.budget_raises_foreign}};
+    if (!d.kv_reservation.empty()) {
+      m.kv_blocks = {{"used", d.kv_blocks_used},
+                     {"cached", d.kv_blocks_cached},
+                     {"free", std::max<std::int64_t>(0, d.kv_blocks_total - d.kv_blocks_used - d.kv_blocks_cached)}};
+      m.kv_blocks_evicted = d.kv_blocks_evicted;
+      m.prompt_tokens = {{"prefix_cache", d.kv_prefix_hit_tokens},
+                         {"computed", d.kv_prompt_tokens - d.kv_prefix_hit_tokens}};
+      m.recomputed_tokens = d.kv_recomputed_tokens;
+    }
+    s.devices.push_back(std::move(m));
   }
   s.queue_depth = st.queue_depth;
   s.running = st.running;

@@ -15,28 +15,28 @@ ServerMetrics::ServerMetrics(Registry& r)
                                      "Time admitted requests waited in the queue before their lease was granted.",
                                      latency_buckets())
                              .with({})),
-      time_to_first_token_seconds(r.histogram("vramgate_time_to_first_token_seconds",
-                                              "Time from submission (queue wait included) to the first generated token.",
-                                              latency_buckets())
-                                      .with({})),
+      time_to_first_token_seconds(
+          r.histogram("vramgate_time_to_first_token_seconds",
+                      "Time from submission (queue wait included) to the first generated token.", latency_buckets())
+              .with({})),
       inter_token_latency_seconds(r.histogram("vramgate_inter_token_latency_seconds",
                                               "Time between consecutive generated tokens of one sequence.",
                                               exponential_buckets(0.0005, 2, 14))
                                       .with({})),
-      request_duration_seconds(r.histogram("vramgate_request_duration_seconds",
-                                           "Time from submission to the end of a request the engine accepted, whatever its outcome.",
-                                           latency_buckets())
-                                   .with({})),
-      batch_size(r.histogram("vramgate_batch_size", "Sequences in one engine step.",
-                             {1, 2, 4, 8, 16, 32, 64, 128, 256})
+      request_duration_seconds(
+          r.histogram("vramgate_request_duration_seconds",
+                      "Time from submission to the end of a request the engine accepted, whatever its outcome.",
+                      latency_buckets())
+              .with({})),
+      batch_size(r.histogram("vramgate_batch_size", "Sequences in one engine step.", {1, 2, 4, 8, 16, 32, 64, 128, 256})
                      .with({})),
       generated_tokens_total(r.counter("vramgate_generated_tokens_total", "Tokens generated.").with({})),
       retry_promise_error_seconds(
           r.histogram("vramgate_retry_promise_error_seconds",
                       "For retries that claimed their booked place: lease grant time minus the promised time "
                       "(negative: granted before the promise).",
-                      {-10, -5, -2, -1, -0.5, -0.25, -0.1, -0.05, -0.025, -0.01, 0, 0.01, 0.025, 0.05, 0.1, 0.25,
-                       0.5, 1, 2, 5, 10})
+                      {-10,  -5,    -2,   -1,  -0.5, -0.25, -0.1, -0.05, -0.025, -0.01, 0,
+                       0.01, 0.025, 0.05, 0.1, 0.25, 0.5,   1,    2,     5,      10})
               .with({})),
       tensor_queue_wait_seconds(r.histogram("vramgate_tensor_queue_wait_seconds",
                                             "TorchScript requests: time from enqueue to their lease being granted, "
@@ -54,9 +54,9 @@ ServerMetrics::ServerMetrics(Registry& r)
                                       "completed, failed, cancelled (queue refusals and expiries are in "
                                       "vramgate_admission_outcomes_total).",
                                       {"model", "outcome"})),
-      unauthorized_total(r.counter("vramgate_unauthorized_total",
-                                   "Requests refused with 401: no API key, or one that is not valid.")
-                             .with({})),
+      unauthorized_total(
+          r.counter("vramgate_unauthorized_total", "Requests refused with 401: no API key, or one that is not valid.")
+              .with({})),
       rate_limited_total(r.counter("vramgate_rate_limited_total",
                                    "Requests refused with 429: over their API key's or client address's rate.")
                              .with({})),
@@ -100,11 +100,24 @@ ServerMetrics::ServerMetrics(Registry& r)
                                       "quiet_period (raised after no out-of-memory error), foreign_grew (other "
                                       "processes took memory), foreign_shrank (they freed it).",
                                       {"device", "reason"})),
-      out_of_memory_total_(r.counter("vramgate_out_of_memory_total", "Engine steps that failed with out-of-memory.")
-                               .with({})),
-      preemptions_total_(r.counter("vramgate_preemptions_total",
-                                   "Running sequences stopped and re-queued to free device memory.")
-                             .with({})),
+      kv_blocks_(r.gauge("vramgate_kv_blocks",
+                         "Blocks of a device's paged KV cache by state: used (by running sequences), cached (kept "
+                         "for the prefix cache, given out when needed), free.",
+                         {"device", "state"})),
+      kv_blocks_evicted_total_(r.counter("vramgate_kv_blocks_evicted_total",
+                                         "Cached KV blocks given to other sequences (prefix cache evictions).",
+                                         {"device"})),
+      prompt_tokens_total_(r.counter("vramgate_prompt_tokens_total",
+                                     "Context tokens of the sequences started, by source: prefix_cache (their KV "
+                                     "blocks were cached) or computed.",
+                                     {"device", "source"})),
+      recomputed_tokens_total_(r.counter("vramgate_recomputed_tokens_total",
+                                         "Context tokens computed again after a preemption.", {"device"})),
+      out_of_memory_total_(
+          r.counter("vramgate_out_of_memory_total", "Engine steps that failed with out-of-memory.").with({})),
+      preemptions_total_(
+          r.counter("vramgate_preemptions_total", "Running sequences stopped and re-queued to free device memory.")
+              .with({})),
       idempotent_replays_total_(r.counter("vramgate_idempotent_replays_total",
                                           "Requests answered from another request's work by their Idempotency-Key: "
                                           "attached (it was running) or replayed (it had completed).",
@@ -192,6 +205,14 @@ void ServerMetrics::fill_state(const StateSample& s) {
     device_foreign_bytes_.with({d.name}).set(static_cast<double>(d.foreign_bytes));
     for (const auto& [reason, n] : d.budget_changes) {
       budget_changes_total_.with({d.name, reason}).mirror(static_cast<double>(n));
+    }
+    if (!d.kv_blocks.empty()) {
+      for (const auto& [state, n] : d.kv_blocks) kv_blocks_.with({d.name, state}).set(static_cast<double>(n));
+      kv_blocks_evicted_total_.with({d.name}).mirror(static_cast<double>(d.kv_blocks_evicted));
+      for (const auto& [source, n] : d.prompt_tokens) {
+        prompt_tokens_total_.with({d.name, source}).mirror(static_cast<double>(n));
+      }
+      recomputed_tokens_total_.with({d.name}).mirror(static_cast<double>(d.recomputed_tokens));
     }
   }
   const std::pair<const char*, std::int64_t> outcomes[] = {

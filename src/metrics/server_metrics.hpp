@@ -31,6 +31,13 @@ struct StateSample {
     std::int64_t foreign_bytes = 0;  ///< in use there, not by this process's allocator
     /// reason -> changes of its effective budget since start (engine/oom_budget.hpp)
     std::vector<std::pair<std::string, std::int64_t>> budget_changes;
+    /// Its KV block pool, when it has one: state (used, cached, free) -> blocks.
+    std::vector<std::pair<std::string, std::int64_t>> kv_blocks;
+    std::int64_t kv_blocks_evicted = 0;
+    /// Context tokens of the sequences started, by source: prefix_cache (its
+    /// blocks were there) or computed.
+    std::vector<std::pair<std::string, std::int64_t>> prompt_tokens;
+    std::int64_t recomputed_tokens = 0;  ///< context tokens computed again after a preemption
   };
   std::vector<Device> devices;
   int queue_depth = 0;
@@ -147,6 +154,10 @@ class ServerMetrics {
   GaugeFamily& device_ready_;
   GaugeFamily& device_foreign_bytes_;
   CounterFamily& budget_changes_total_;
+  GaugeFamily& kv_blocks_;
+  CounterFamily& kv_blocks_evicted_total_;
+  CounterFamily& prompt_tokens_total_;
+  CounterFamily& recomputed_tokens_total_;
   Counter& out_of_memory_total_;
   Counter& preemptions_total_;
   CounterFamily& idempotent_replays_total_;

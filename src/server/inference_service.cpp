@@ -43,6 +43,24 @@ class FinishedHandle final : public RequestHandle {
   std::string id_;
 };
 
+// The KV block pool of one engine on its device (one at most: a pool is
+// made only for a device with one model).
+void add_kv_pool(DeviceState& ds, const EngineStats& es) {
+  const KvPoolStats& k = es.kv_pool;
+  if (!k.reservation) return;
+  ds.kv_reservation = kv_reservation_name(*k.reservation);
+  ds.kv_block_tokens = k.block_tokens;
+  ds.kv_block_bytes = k.block_bytes;
+  ds.kv_blocks_total = k.blocks_total;
+  ds.kv_blocks_used = k.blocks_used;
+  ds.kv_blocks_cached = k.blocks_cached;
+  ds.kv_blocks_evicted = k.blocks_evicted;
+  ds.kv_prompt_tokens = k.prompt_tokens;
+  ds.kv_prefix_hit_tokens = k.prefix_hit_tokens;
+  ds.kv_recomputed_tokens = k.recomputed_tokens;
+  ds.kv_growth_preemptions = k.growth_preemptions;
+}
+
 // One engine's budget changes on its device. The engines of one device each
 // follow the same foreign bytes, so those count once (the largest); their
 // out-of-memory governors are their own, so those add up.
@@ -498,6 +516,7 @@ AdmissionState InferenceService::admission_state() const {
       ds.out_of_memory += es.out_of_memory;
       ds.preemptions += es.preemptions;
       add_budget_changes(ds, es);
+      add_kv_pool(ds, es);
       st.cancelled += es.cancelled;
       st.completed += es.completed;
       st.failed += es.failed;

@@ -68,7 +68,8 @@ Error load_failure(Error error, const Device& device) {
 // baselines (fixed, none) let the allocator see every cache.
 Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
   const bool alone = setup.models.size() == 1 && setup.models.front() != nullptr;
-  if (!alone || config.prefill_worker || config.admission_policy().kind != AdmissionPolicy::Kind::kMemory) {
+  if (!alone || config.kv_pool != "on" || config.prefill_worker ||
+      config.admission_policy().kind != AdmissionPolicy::Kind::kMemory) {
     return Status::Ok();
   }
   Model& model = *setup.models.front();
@@ -161,13 +162,13 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
   out.budget_inputs = DeviceBudgetInputs{mem.capacity,          config.memory_utilization, mem.foreign,
                                          out.resident_bytes,    out.workspace_bytes,       out.reserve_bytes};
   out.budget_bytes = device_budget(out.budget_inputs);
-  spdlog::info("budget of {}: {} = min({} capacity x {}, {} capacity - {} held by others) - {} resident - {} "
-               "workspace - {} reserve ({} free now)",
-               out.device->name(), format_bytes(out.budget_bytes), format_bytes(mem.capacity),
-               format_decimal(config.memory_utilization), format_bytes(mem.capacity), format_bytes(mem.foreign),
-               format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes),
-               format_bytes(mem.capacity - mem.used));
-  if (Status st = make_kv_pool(config, out); !st.ok()) return st.error();
+  spdlog::info(
+      "budget of {}: {} = min({} capacity x {}, {} capacity - {} held by others) - {} resident - {} "
+      "workspace - {} reserve ({} free now)",
+      out.device->name(), format_bytes(out.budget_bytes), format_bytes(mem.capacity),
+      format_decimal(config.memory_utilization), format_bytes(mem.capacity), format_bytes(mem.foreign),
+      format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes),
+      format_bytes(mem.capacity - mem.used));
   if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
     for (std::size_t i = 0; i < models.size(); ++i) {
       if (out.tensor_models[i]) {
@@ -191,6 +192,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       }
     }
   }
+  if (Status st = make_kv_pool(config, out); !st.ok()) return st.error();
   return out;
 }
 

@@ -586,6 +586,15 @@ const std::pair<const char*, DeviceInt> kDeviceInts[] = {
     {"budget_raises_quiet_period", &DeviceState::budget_raises_quiet_period},
     {"budget_cuts_foreign", &DeviceState::budget_cuts_foreign},
     {"budget_raises_foreign", &DeviceState::budget_raises_foreign},
+    {"kv_block_bytes", &DeviceState::kv_block_bytes},
+    {"kv_blocks_total", &DeviceState::kv_blocks_total},
+    {"kv_blocks_used", &DeviceState::kv_blocks_used},
+    {"kv_blocks_cached", &DeviceState::kv_blocks_cached},
+    {"kv_blocks_evicted", &DeviceState::kv_blocks_evicted},
+    {"kv_prompt_tokens", &DeviceState::kv_prompt_tokens},
+    {"kv_prefix_hit_tokens", &DeviceState::kv_prefix_hit_tokens},
+    {"kv_recomputed_tokens", &DeviceState::kv_recomputed_tokens},
+    {"kv_growth_preemptions", &DeviceState::kv_growth_preemptions},
 };
 using StateInt = std::int64_t AdmissionState::*;
 const std::pair<const char*, StateInt> kStateInts[] = {
@@ -625,8 +634,15 @@ json::object encode(const AdmissionState& s) {
   for (const auto& [k, m] : kStateSmall) o[k] = s.*m;
   json::array devices;
   for (const DeviceState& d : s.devices) {
-    json::object dv{{"name", d.name}, {"ready", d.ready}, {"state", d.state}, {"reason", d.reason},
-                    {"models", string_array(d.models)}, {"running", d.running}, {"max_running", d.max_running}};
+    json::object dv{{"name", d.name},
+                    {"ready", d.ready},
+                    {"state", d.state},
+                    {"reason", d.reason},
+                    {"models", string_array(d.models)},
+                    {"running", d.running},
+                    {"max_running", d.max_running},
+                    {"kv_reservation", d.kv_reservation},
+                    {"kv_block_tokens", d.kv_block_tokens}};
     for (const auto& [k, m] : kDeviceInts) dv[k] = d.*m;
     devices.push_back(std::move(dv));
   }
@@ -659,6 +675,8 @@ Result<AdmissionState> decode_admission_state(const json::value& v) {
         d.models = strings(dv, "models", kMaxSmallList);
         d.running = static_cast<int>(integer(dv, "running", 0, kMax32, 0));
         d.max_running = static_cast<int>(integer(dv, "max_running", 0, kMax32, 0));
+        d.kv_reservation = str(dv, "kv_reservation");
+        d.kv_block_tokens = static_cast<int>(integer(dv, "kv_block_tokens", 0, kMax32, 0));
         for (const auto& [k, m] : kDeviceInts) d.*m = integer(dv, k, 0, kMax64, 0);
         s.devices.push_back(std::move(d));
       }

@@ -14,9 +14,11 @@ from server_process import ServerProcess  # noqa: E402
 BIN = os.environ.get("VRAMGATE_BIN", "build/release/vramgate")
 MODEL_DIR = os.environ.get("VRAMGATE_MODEL_DIR", "models/tinylm")
 # VRAMGATE_E2E_IN_PROCESS=1: every server runs --in-process (HTTP and the
-# engines in one process) instead of the default gateway + engine processes.
+# engines in one process) instead of the default gateway + engine processes,
+# and reserves KV cache blocks for the worst case (--kv-reservation full)
+# instead of on demand, so that the suites run under both policies.
 IN_PROCESS = os.environ.get("VRAMGATE_E2E_IN_PROCESS") == "1"
-MODE_ARGS = ["--in-process"] if IN_PROCESS else []
+MODE_ARGS = ["--in-process", "--kv-reservation", "full"] if IN_PROCESS else []
 # Fixtures that start a server in the run's mode (MODE_ARGS).
 MODE_FIXTURES = {"server", "make_server"}
 

@@ -11,17 +11,49 @@ BUDGET_TOKENS = 200  # the budget B equals the cost of this many tokens
 
 
 def cost_of(profile, tokens):
-    """The server's cost formula (admission/memory_profile.hpp), in integers."""
+    """The server's worst-case cost of a request of `tokens` (prompt +
+    max_tokens, max_tokens >= 1), in integers: with a paged KV cache
+    (profile["kv_blocks"], from /v1/admission) whole blocks of the positions
+    it fills (the last token generated takes none; admission/kv_reservation.hpp),
+    else the per-token formula (admission/memory_profile.hpp)."""
+    kv = profile.get("kv_blocks")
+    if kv:
+        return -(-(tokens - 1) // kv["block_tokens"]) * kv["block_bytes"]
     raw = tokens * profile["kv_bytes_per_token"] + profile["sequence_overhead_bytes"]
     millionths = round(profile["safety_factor"] * 1_000_000)
     return (raw * millionths + 999_999) // 1_000_000
+
+
+def never_fits(profile, budget):
+    """The fewest tokens whose cost is over `budget`."""
+    return next(t for t in range(2, 1 << 20) if cost_of(profile, t) > budget)
+
+
+def kv_pool_bytes(device):
+    """Bytes of a device's KV block pool (0 without one), from /v1/admission."""
+    kv = device.get("kv_blocks")
+    return kv["total"] * kv["block_bytes"] if kv else 0
+
+
+def within_pool(device, budget):
+    """What a device's effective budget is at `budget`: the whole blocks of
+    its pool that fit in it, when it has one."""
+    kv = device.get("kv_blocks")
+    return budget // kv["block_bytes"] * kv["block_bytes"] if kv else budget
+
+
+def profile_of(server, device=0):
+    """The model's memory profile (/v1/models) with the device's KV blocks."""
+    profile = server.get("/v1/models").json()["data"][0]
+    profile["kv_blocks"] = server.admission()["devices"][device].get("kv_blocks")
+    return profile
 
 
 def budget_server(make_server, *extra):
     """Starts a server whose budget is exactly cost_of(BUDGET_TOKENS)."""
     probe = Server("--device", DEVICE, *extra)
     try:
-        profile = probe.get("/v1/models").json()["data"][0]
+        profile = profile_of(probe)
         b0 = probe.admission()["devices"][0]["budget_bytes"]
     finally:
         probe.stop()
@@ -30,6 +62,7 @@ def budget_server(make_server, *extra):
     server = make_server("--device", DEVICE, "--memory-reserve", str(b0 - target), *extra)
     server.profile = profile
     server.budget = server.admission()["devices"][0]["budget_bytes"]
+    server.never_fits = never_fits(profile, server.budget)
     assert server.budget == target
     return server
 

@@ -14,13 +14,13 @@ from scenario_util import (BUDGET_TOKENS, body_for_tokens, budget_server, check_
 
 def test_s2_impossible_request_and_boundaries(make_server):
     server = budget_server(make_server)
-    # Budget + one token can never fit: 413 at once, never queued.
+    # Past the budget (one token, or with a paged KV cache one block) can never fit: 413 at once, never queued.
     for stream in (False, True):
-        r = server.post("/v1/completions", body_for_tokens(BUDGET_TOKENS + 1, stream=stream))
+        r = server.post("/v1/completions", body_for_tokens(server.never_fits, stream=stream))
         assert r.status_code == 413, r.text
         err = r.json()["error"]
         assert err["type"] == "exceeds_device_memory"
-        assert err["needed_bytes"] == cost_of(server.profile, BUDGET_TOKENS + 1)
+        assert err["needed_bytes"] == cost_of(server.profile, server.never_fits)
         assert err["budget_bytes"] == server.budget
     assert server.admission()["admitted"] == 0
     # Five small ones succeed.
@@ -105,7 +105,7 @@ def test_s8_streaming_queue_timeout_ends_with_sse_error(make_server):
     holder = open_request(server.port, body_for_tokens(int(0.9 * BUDGET_TOKENS)))
     wait_until(lambda: server.admission()["running"] == 1, what="large request running")
     # Impossible and invalid: identical status and body, stream or not.
-    for body in (body_for_tokens(BUDGET_TOKENS + 1), {"prompt": "x", "max_tokens": -1}):
+    for body in (body_for_tokens(server.never_fits), {"prompt": "x", "max_tokens": -1}):
         a = server.post("/v1/completions", dict(body, stream=False))
         b = server.post("/v1/completions", dict(body, stream=True))
         assert (a.status_code, a.json()) == (b.status_code, b.json())

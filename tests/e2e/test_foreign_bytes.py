@@ -48,7 +48,9 @@ def device(server):
 def test_foreign_bytes_mid_burst_lower_the_budget_and_nothing_runs_out_of_memory(make_server, tmp_path):
     path = tmp_path / "foreign"
     path.write_text("0")
-    server = make_server("--device", DEVICE, "--max-batch", "16", "--test-step-delay-ms", "5",
+    # Per-sequence KV caches (--kv-pool off): a pool would hold the whole
+    # budget from the start, leaving the other process only the slack.
+    server = make_server("--device", DEVICE, "--max-batch", "16", "--test-step-delay-ms", "5", "--kv-pool", "off",
                          "--test-foreign-bytes", f"file:{path}", "--oom-quiet-period", "3600")
     budget = device(server)["budget_bytes"]
     assert budget == expected_budget(device(server), 0)

@@ -14,7 +14,7 @@ import threading
 import requests
 
 from conftest import BIN, IN_PROCESS, MODE_ARGS, MODEL_DIR, Server, sse_events, wait_until
-from scenario_util import body_for_tokens, cost_of
+from scenario_util import body_for_tokens, cost_of, never_fits, profile_of
 
 TWO = ("--device", "virt:0=64MiB", "--device", "virt:1=64MiB")
 
@@ -183,12 +183,13 @@ def test_start_up_fails_when_every_device_fails():
 
 def test_a_request_that_fits_on_no_device_is_413(make_server):
     """Unequal budgets from unequal capacities: virt:1's budget is exactly
-    the cost of 200 tokens, virt:0's is smaller. 201 tokens fit nowhere, even
-    on an empty device (413); 200 tokens fit on virt:1 only."""
+    the cost of 200 tokens, virt:0's is smaller. One token more (with a paged
+    KV cache, one block more) fits nowhere, even on an empty device (413);
+    200 tokens fit on virt:1 only."""
     caps = ("--device", "virt:0=12MiB", "--device", "virt:1=12544KiB")  # virt:1: 256 KiB more
     probe = Server(*caps)
     try:
-        profile = probe.get("/v1/models").json()["data"][0]
+        profile = profile_of(probe, device=1)
         b0_probe, b1_probe = [d["budget_bytes"] for d in probe.admission()["devices"]]
     finally:
         probe.stop()
@@ -199,14 +200,15 @@ def test_a_request_that_fits_on_no_device_is_413(make_server):
     b0, b1 = [d["budget_bytes"] for d in server.admission()["devices"]]
     assert b1 == target and b0 == b0_probe - reserve, (b0, b1, target)
     assert cost_of(profile, 20) < b0 < cost_of(profile, 200), (b0, b1)
-    assert 201 <= profile["context_length"]  # 201 tokens are within context: memory refuses them
+    too_many = never_fits(profile, b1)
+    assert too_many <= profile["context_length"]  # within context: memory refuses them
 
     for stream in (False, True):
-        r = server.post("/v1/completions", body_for_tokens(201, stream=stream))
+        r = server.post("/v1/completions", body_for_tokens(too_many, stream=stream))
         assert r.status_code == 413, r.text
         err = r.json()["error"]
         assert err["type"] == "exceeds_device_memory", err
-        assert err["needed_bytes"] == cost_of(profile, 201), err
+        assert err["needed_bytes"] == cost_of(profile, too_many), err
         assert err["budget_bytes"] == b1, err  # the largest budget
         assert "largest device budget" in err["message"], err
     a = server.admission()

@@ -187,13 +187,13 @@ def test_each_key_gets_its_share_of_bookings(make_server, tmp_path):
 
 
 def test_every_refusal_says_whether_a_retry_can_help(make_server, tmp_path):
-    from scenario_util import BUDGET_TOKENS, body_for_tokens, budget_server
+    from scenario_util import body_for_tokens, budget_server
     server = budget_server(make_server)
     cases = [
         server.post("/v1/completions", None, data="{not json", headers={"Content-Type": "application/json"}),
         server.post("/v1/completions", dict(prompt="x", model="no-such-model")),
         server.post("/no/such/route", {}),
-        server.post("/v1/completions", body_for_tokens(BUDGET_TOKENS + 1)),
+        server.post("/v1/completions", body_for_tokens(server.never_fits)),
     ]
     assert [r.status_code for r in cases] == [400, 404, 404, 413]
     assert cases[3].json()["error"]["type"] == "exceeds_device_memory"

@@ -18,6 +18,11 @@ const BARS = [
 ];
 const DEVICE_COUNTS = [["running", "running"], ["completed", "completed"], ["out_of_memory", "out of memory"],
                        ["preemptions", "preemptions"]];
+// The paged KV cache of a device (/v1/admission devices[].kv_blocks), when it has one.
+const KV_BLOCKS = [
+  ['used', 'used'], ['cached', 'cached'], ['free', 'free'], ['total', 'of'],
+  ['prefix_hit_tokens', 'prefix hits (tokens)'], ['prompt_tokens', 'of prompt tokens'], ['evicted', 'evicted']
+];
 const COUNTERS = {
   "queue-depth": "queue_depth", "running": "running", "admitted": "admitted", "completed": "completed",
   "failed": "failed", "cancelled": "cancelled", "rejected-never-fits": "rejected_never_fits",
@@ -79,6 +84,17 @@ function deviceSection(name) {
     counts.append(c);
   }
   sec.append(counts);
+  const kv = el('div', 'kv-blocks');
+  kv.hidden = true;
+  kv.append('KV blocks ');
+  for (const [field, label] of KV_BLOCKS) {
+    const c = el('span');
+    const b = el('b');
+    b.dataset.kv = field;
+    c.append(label + ' ', b);
+    kv.append(c);
+  }
+  sec.append(kv);
   return sec;
 }
 
@@ -93,6 +109,13 @@ function renderDevice(sec, d) {
     row.title = `${field}: ${v} bytes (${((100 * v) / cap).toFixed(1)}% of capacity)`;
   }
   for (const [field] of DEVICE_COUNTS) setNumber(sec.querySelector(`b[data-field="${field}"]`), d[field] ?? 0);
+  const kv = sec.querySelector('.kv-blocks');
+  kv.hidden = !d.kv_blocks;
+  if (d.kv_blocks) {
+    for (const [field] of KV_BLOCKS) setNumber(kv.querySelector(`b[data-kv="${field}"]`), d.kv_blocks[field] ?? 0);
+    kv.title = `${d.kv_blocks.reservation} reservation, ${d.kv_blocks.block_tokens} tokens ` +
+        `(${bytes(d.kv_blocks.block_bytes)}) a block`;
+  }
   const state = sec.querySelector('[data-field="state"]');
   state.dataset.value = d.state;
   state.className = "state state-" + d.state;

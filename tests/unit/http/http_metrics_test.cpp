@@ -95,6 +95,33 @@ TEST_F(HttpMetricsTest, PerDeviceRunningAndReadyComeFromTheAdmissionState) {
   EXPECT_TRUE(has_line(text, "vramgate_ready 1")) << text;  // one unhealthy device: the server stays ready
 }
 
+TEST_F(HttpMetricsTest, AKvBlockPoolIsReportedByStateAndItsPromptTokensBySource) {
+  DeviceState paged;
+  paged.name = "virt:0";
+  paged.kv_reservation = "on-demand";
+  paged.kv_blocks_total = 100;
+  paged.kv_blocks_used = 30;
+  paged.kv_blocks_cached = 20;
+  paged.kv_blocks_evicted = 4;
+  paged.kv_prompt_tokens = 500;
+  paged.kv_prefix_hit_tokens = 320;
+  paged.kv_recomputed_tokens = 9;
+  DeviceState plain;
+  plain.name = "virt:1";
+  service_.set_devices({paged, plain});
+  start();
+  TestClient c(server_->port());
+  const std::string text = c.request(bhttp::verb::get, "/metrics").body();
+  EXPECT_TRUE(has_line(text, "vramgate_kv_blocks{device=\"virt:0\",state=\"used\"} 30")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_kv_blocks{device=\"virt:0\",state=\"cached\"} 20")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_kv_blocks{device=\"virt:0\",state=\"free\"} 50")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_kv_blocks_evicted_total{device=\"virt:0\"} 4")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_prompt_tokens_total{device=\"virt:0\",source=\"prefix_cache\"} 320")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_prompt_tokens_total{device=\"virt:0\",source=\"computed\"} 180")) << text;
+  EXPECT_TRUE(has_line(text, "vramgate_recomputed_tokens_total{device=\"virt:0\"} 9")) << text;
+  EXPECT_EQ(text.find("vramgate_kv_blocks{device=\"virt:1\""), std::string::npos) << text;  // no pool there
+}
+
 TEST_F(HttpMetricsTest, WithoutARegistryMetricsIsNotFound) {
   start(false);
   TestClient c(server_->port());

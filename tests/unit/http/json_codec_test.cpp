@@ -423,6 +423,36 @@ TEST(EncodeModels, Shape) {
   EXPECT_DOUBLE_EQ(d.at("safety_factor").to_number<double>(), 1.25);
 }
 
+TEST(EncodeAdmission, AKvBlockPoolIsShownOnlyWhereThereIsOne) {
+  AdmissionState s;
+  DeviceState paged;
+  paged.name = "virt:0";
+  paged.kv_reservation = "full";
+  paged.kv_block_tokens = 16;
+  paged.kv_block_bytes = 4096;
+  paged.kv_blocks_total = 10;
+  paged.kv_blocks_used = 6;
+  paged.kv_blocks_cached = 3;
+  paged.kv_prompt_tokens = 90;
+  paged.kv_prefix_hit_tokens = 48;
+  s.devices.push_back(paged);
+  DeviceState plain;
+  plain.name = "virt:1";
+  s.devices.push_back(plain);
+  json::object o = parse_object(encode_admission(s));
+  const json::object& k = o.at("devices").as_array().at(0).as_object().at("kv_blocks").as_object();
+  EXPECT_EQ(k.at("reservation").as_string(), "full");
+  EXPECT_EQ(k.at("block_tokens").as_int64(), 16);
+  EXPECT_EQ(k.at("block_bytes").as_int64(), 4096);
+  EXPECT_EQ(k.at("total").as_int64(), 10);
+  EXPECT_EQ(k.at("used").as_int64(), 6);
+  EXPECT_EQ(k.at("cached").as_int64(), 3);
+  EXPECT_EQ(k.at("free").as_int64(), 1);
+  EXPECT_EQ(k.at("prompt_tokens").as_int64(), 90);
+  EXPECT_EQ(k.at("prefix_hit_tokens").as_int64(), 48);
+  EXPECT_FALSE(o.at("devices").as_array().at(1).as_object().contains("kv_blocks"));
+}
+
 TEST(EncodeAdmission, Shape) {
   AdmissionState s;
   s.policy = "memory";

@@ -146,7 +146,7 @@ TEST(ServerMetrics, FillStateMirrorsCountersAndDeviceGauges) {
   s.admitted = 5;
   s.rejected_queue_full = 1;
   s.out_of_memory = 4;
-  s.devices.push_back({"virt:0", {{"capacity", 1024}, {"budget", 512}}, 0, true, 0, {}});
+  s.devices.push_back({"virt:0", {{"capacity", 1024}, {"budget", 512}}, 0, true, 0, {}, {}, 0, {}, 0});
   m.count_http_request("/v1/completions", 200);
   m.count_http_request("/v1/completions", 200);
   m.generated_tokens_total.inc(9);
@@ -171,7 +171,8 @@ TEST(ServerMetrics, ForeignBytesAndBudgetChangesPerDevice) {
   Registry r;
   ServerMetrics m(r);
   StateSample s;
-  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 0, true, 600, {{"foreign_grew", 2}, {"foreign_shrank", 1}}});
+  s.devices.push_back(
+      {"virt:0", {{"capacity", 1024}}, 0, true, 600, {{"foreign_grew", 2}, {"foreign_shrank", 1}}, {}, 0, {}, 0});
   const std::string text = m.scrape(s);
   EXPECT_TRUE(has_line(text, "vramgate_device_foreign_bytes{device=\"virt:0\"} 600")) << text;
   EXPECT_TRUE(has_line(text, "vramgate_budget_changes_total{device=\"virt:0\",reason=\"foreign_grew\"} 2")) << text;
@@ -184,8 +185,8 @@ TEST(ServerMetrics, PerDeviceRunningAndReadyGauges) {
   StateSample s;
   s.ready = true;
   s.running = 3;
-  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 3, true, 0, {}});
-  s.devices.push_back({"virt:1", {{"capacity", 0}}, 0, false, 0, {}});
+  s.devices.push_back({"virt:0", {{"capacity", 1024}}, 3, true, 0, {}, {}, 0, {}, 0});
+  s.devices.push_back({"virt:1", {{"capacity", 0}}, 0, false, 0, {}, {}, 0, {}, 0});
   std::string text = m.scrape(s);
   EXPECT_TRUE(has_line(text, "# TYPE vramgate_device_running_sequences gauge")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE vramgate_device_ready gauge")) << text;

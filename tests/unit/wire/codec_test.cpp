@@ -202,6 +202,38 @@ TEST(Codec, AdmissionStateRoundTrips) {
   EXPECT_EQ(back->waiting[0].priority, "high");
 }
 
+TEST(Codec, ADevicesKvBlockPoolRoundTrips) {
+  AdmissionState s;
+  DeviceState d;
+  d.name = "virt:0";
+  d.kv_reservation = "on-demand";
+  d.kv_block_tokens = 16;
+  d.kv_block_bytes = 49152;
+  d.kv_blocks_total = 187;
+  d.kv_blocks_used = 40;
+  d.kv_blocks_cached = 9;
+  d.kv_blocks_evicted = 3;
+  d.kv_prompt_tokens = 1000;
+  d.kv_prefix_hit_tokens = 640;
+  d.kv_recomputed_tokens = 77;
+  d.kv_growth_preemptions = 2;
+  s.devices.push_back(d);
+  auto back = decode_admission_state(json::value(encode(s)));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  const DeviceState& b = back->devices.at(0);
+  EXPECT_EQ(b.kv_reservation, "on-demand");
+  EXPECT_EQ(b.kv_block_tokens, 16);
+  EXPECT_EQ(b.kv_block_bytes, 49152);
+  EXPECT_EQ(b.kv_blocks_total, 187);
+  EXPECT_EQ(b.kv_blocks_used, 40);
+  EXPECT_EQ(b.kv_blocks_cached, 9);
+  EXPECT_EQ(b.kv_blocks_evicted, 3);
+  EXPECT_EQ(b.kv_prompt_tokens, 1000);
+  EXPECT_EQ(b.kv_prefix_hit_tokens, 640);
+  EXPECT_EQ(b.kv_recomputed_tokens, 77);
+  EXPECT_EQ(b.kv_growth_preemptions, 2);
+}
+
 TEST(Codec, TensorRequestRoundTripsItsFloatsBitForBit) {
   TensorInferRequest r;
   r.request_id = "rq";
