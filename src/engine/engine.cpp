@@ -120,6 +120,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
                            options.budget_inputs, impl->device_index, impl->index);
   if (impl->pooled()) impl->start_kv_pool();
   impl->oom_budget->publish(impl->shared->stats);
+  impl->publish_kv_pool(impl->shared->stats);
   Impl* raw = impl.get();
   if (impl->prefill) impl->prefill->thread = start_compute_thread(device, [raw] { raw->prefill_loop(); });
   impl->thread = start_compute_thread(device, [raw] { raw->run(); });

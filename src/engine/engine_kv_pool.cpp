@@ -164,6 +164,7 @@ void Engine::Impl::fit_kv_pool(TimePoint now) {
 }
 
 void Engine::Impl::publish_kv_pool(EngineStats& stats) const {
+  if (!pooled()) return;
   const std::optional<KvBlockCounts> counts = model.kv_pool_counts();
   if (!counts) return;
   stats.kv_pool.reservation = options.kv_pool->reservation;
