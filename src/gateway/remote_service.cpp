@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "gateway/gateway_counting.hpp"
+#include "gateway/placement.hpp"
 #include "metrics/server_metrics.hpp"
 #include "wire/channel.hpp"
 #include "wire/codec.hpp"
@@ -262,10 +263,9 @@ struct RemoteService::Slot {
   /// Supervised, one of several: why it could not start (exit 1 or 2
   /// before it ever served). It is left out, never restarted; empty: not failed.
   std::string failed;
-  /// Admission cost (bytes) and number of the requests it accepted since
-  /// its last status: placement counts them until a status includes them.
-  std::int64_t placed_bytes = 0;
-  int placed_requests = 0;
+  /// The requests placement sent it since its last status: counted against
+  /// it until a status includes them.
+  PlacedSinceStatus placed;
   /// This gateway's requests admitted (first started) and completed there
   /// since its last state: counted into /v1/admission until the next state
   /// holds them, and carried over when the engine dies before sending one.
@@ -284,72 +284,26 @@ struct RemoteService::Slot {
   void learn(std::optional<AdmissionState> reported) {
     last_state = std::move(reported);
     unreported = AdmissionState{};
-    placed_bytes = 0;
-    placed_requests = 0;
+    placed = PlacedSinceStatus{};
   }
-  /// Device bytes its admission could still hand out, as its last status
-  /// said (free effective budget of its ready devices, less the cost of its
-  /// waiting requests), less placed_bytes. Unknown (no state yet, which
-  /// its hello carries): 0, less placed_bytes.
-  std::int64_t free_budget() const {
-    std::int64_t free = 0;
-    if (last_state) {
-      for (const DeviceState& d : last_state->devices) {
-        if (!d.ready) continue;
-        const std::int64_t budget = d.effective_budget_bytes > 0 ? d.effective_budget_bytes : d.budget_bytes;
-        free += std::max<std::int64_t>(0, budget - d.reserved_bytes);
-      }
-      for (const WaitingRequest& w : last_state->waiting) free -= w.cost_bytes;
-    }
-    return free - placed_bytes;
-  }
-  /// Sequences it could start now, as its last status said (free slots of
-  /// its ready devices, less its queued requests), less placed_requests.
-  /// Devices that report no limit: plenty; no state yet: none.
-  int free_slots() const {
-    if (!last_state) return -placed_requests;
-    std::int64_t free = 0;
-    bool limited = false;
-    for (const DeviceState& d : last_state->devices) {
-      if (!d.ready || d.max_running <= 0) continue;
-      limited = true;
-      free += std::max(0, d.max_running - d.running);
-    }
-    if (!limited) return kUnlimitedRunning;
-    return static_cast<int>(free - last_state->queued - placed_requests);
-  }
-  /// The largest budget of one of its ready devices (what fits on it at
-  /// all); no state or no devices in it: unknown, counted as the largest.
-  std::int64_t largest_budget() const {
-    if (!last_state || last_state->devices.empty()) return std::numeric_limits<std::int64_t>::max();
-    std::int64_t most = 0;
-    for (const DeviceState& d : last_state->devices) {
-      if (d.ready) most = std::max(most, d.budget_bytes);
-    }
-    return most;
+  /// It as placement sees it for a request of `model` (placement.hpp).
+  EngineSnapshot snapshot(const std::string& model) const {
+    EngineSnapshot e;
+    e.ready = ready();
+    e.serves = serves(model);
+    e.has_state = last_state.has_value();
+    e.queue_depth = last_state ? last_state->queue_depth : 0;
+    e.free_budget = free_budget(last_state, placed);
+    e.free_slots = free_slots(last_state, placed);
+    e.largest_budget = largest_budget(last_state);
+    e.inflight = inflight.size();
+    return e;
   }
   bool serves(const std::string& model) const {
     if (model.empty()) return true;
     return std::any_of(models.begin(), models.end(), [&](const ModelInfo& m) { return m.id == model; });
   }
 };
-
-namespace {
-
-/// Placement's count of requests sent to `s` since its last status: one
-/// more, of `cost_bytes` (0 while unknown: added when it is accepted), and
-/// back out for one that will not run there.
-void count_placed(RemoteService::Slot& s, std::int64_t cost_bytes) {
-  s.placed_bytes += cost_bytes;
-  ++s.placed_requests;
-}
-
-void unplace(RemoteService::Slot& s, std::int64_t cost_bytes) {
-  s.placed_bytes = std::max<std::int64_t>(0, s.placed_bytes - cost_bytes);
-  s.placed_requests = std::max(0, s.placed_requests - 1);
-}
-
-}  // namespace
 
 /// A request the HTTP layer holds. Guarded by RemoteService::mu_.
 struct RemoteService::Req final : RequestHandle {
@@ -801,8 +755,8 @@ void RemoteService::resubmit_pending(TimePoint now) {
       continue;
     }
     if (s != r->refused_by) r->request.retry.token.clear();  // a place booked elsewhere
-    if (r->move_to && r->move_to != s) unplace(*r->move_to, r->cost_bytes);
-    if (r->move_to != s) count_placed(*s, r->cost_bytes);  // a move's hold already counts it there
+    if (r->move_to && r->move_to != s) r->move_to->placed.remove(r->cost_bytes);
+    if (r->move_to != s) s->placed.add(r->cost_bytes);  // a move's hold already counts it there
     if (r->suspect) suspect_busy.insert(s);
     r->slot = s;
     r->rid = next_rid_++;
@@ -837,23 +791,20 @@ void RemoteService::resubmit_pending(TimePoint now) {
   }
 }
 
+std::vector<EngineSnapshot> RemoteService::snapshots(const std::string& model) const {
+  std::vector<EngineSnapshot> out;
+  out.reserve(slots_.size());
+  for (const auto& s : slots_) out.push_back(s->snapshot(model));
+  return out;
+}
+
 RemoteService::Slot* RemoteService::room_now(const Req& r, const Slot* except) const {
-  // mu_ held. The engine with the most free budget among those with nothing
-  // waiting, a free sequence slot and room for the request's cost.
-  Slot* best = nullptr;
-  std::int64_t most = 0;
-  for (auto& s : slots_) {
-    if (s.get() == except || !s->ready() || !s->serves(r.request.model) || !s->last_state ||
-        s->last_state->queue_depth > 0 || s->free_slots() <= 0) {
-      continue;
-    }
-    const std::int64_t free = s->free_budget();
-    if (free >= r.cost_bytes && (!best || free > most)) {
-      best = s.get();
-      most = free;
-    }
+  std::optional<std::size_t> other;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].get() == except) other = i;
   }
-  return best;
+  const std::optional<std::size_t> i = engine_with_room(snapshots(r.request.model), r.cost_bytes, other);
+  return i ? slots_[*i].get() : nullptr;
 }
 
 void RemoteService::rebalance() {
@@ -873,7 +824,7 @@ void RemoteService::rebalance() {
       if (!to) continue;
       r->withdrawing = true;
       r->move_to = to;
-      count_placed(*to, r->cost_bytes);  // held for it until the move ends
+      to->placed.add(r->cost_bytes);  // held for it until the move ends
       from->channel->send(json::object{{"t", "withdraw"}, {"rid", rid}}, wire::Send::kDirect);
     }
   }
@@ -1029,7 +980,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         // deadline; its client sees latency, or at the deadline a 503 with
         // Retry-After. (Offered before the promised time, the engine would
         // count it as an early retry and refuse it again.)
-        unplace(*s, r->cost_bytes);
+        s->placed.remove(r->cost_bytes);
         r->slot = nullptr;
         const double wait = std::max(0.05, error.retry_after_s.value_or(0.2));
         r->request.retry.token = error.retry_token;
@@ -1056,7 +1007,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
       if (const json::value* c = sv->as_object().if_contains("cost_bytes"); c && c->is_int64()) {
         // Counted when sent (a resubmission at its known cost, a new one at 0):
         // the rest now.
-        if (c->as_int64() > r->cost_bytes) s->placed_bytes += c->as_int64() - r->cost_bytes;
+        if (c->as_int64() > r->cost_bytes) s->placed.bytes += c->as_int64() - r->cost_bytes;
         r->cost_bytes = c->as_int64();
       }
     }
@@ -1070,12 +1021,12 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     const json::value* ok = m.if_contains("ok");
     if (!ok || !ok->is_bool() || !ok->as_bool()) {
       r->stays = true;  // admitted meanwhile: it runs here
-      if (to) unplace(*to, r->cost_bytes);
+      if (to) to->placed.remove(r->cost_bytes);
       return;
     }
     s->inflight.erase(it);
     if (r->ended) {
-      if (to) unplace(*to, r->cost_bytes);
+      if (to) to->placed.remove(r->cost_bytes);
       return;
     }
     r->slot = nullptr;
@@ -1282,36 +1233,18 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
 
 RemoteService::Slot* RemoteService::pick(const std::string& model, const std::set<const Slot*>& skip,
                                           std::int64_t min_budget) const {
-  Slot* best = nullptr;
-  std::int64_t best_free = 0;
-  bool best_slot = false;
-  for (auto& s : slots_) {
-    if (!s->ready() || !s->serves(model) || skip.count(s.get()) > 0 || s->largest_budget() < min_budget) continue;
-    const bool slot = s->free_slots() > 0;
-    const std::int64_t free = s->free_budget();
-    if (!best || (slot && !best_slot) ||
-        (slot == best_slot && (free > best_free || (free == best_free && s->inflight.size() < best->inflight.size())))) {
-      best = s.get();
-      best_free = free;
-      best_slot = slot;
-    }
-  }
-  return best;
+  std::vector<EngineSnapshot> engines = snapshots(model);
+  for (std::size_t i = 0; i < slots_.size(); ++i) engines[i].skip = skip.count(slots_[i].get()) > 0;
+  const std::optional<std::size_t> i = pick_engine(engines, min_budget);
+  return i ? slots_[*i].get() : nullptr;
 }
 
 double RemoteService::retry_after_s() const {
-  // The measured start-up of the engines, less the time their current start has run.
-  double wait = 0;
-  const TimePoint now = Clock::now();
-  for (auto& s : slots_) {
-    if (s->ready()) return 1.0;
-    const double startup = s->startup_s.value_or(options_.default_startup_s);
-    double left = startup;
-    if (s->pid > 0 && s->spawned != TimePoint{}) left = startup - to_seconds(now - s->spawned);
-    if (s->pid == 0 && s->next_start > now) left = to_seconds(s->next_start - now) + startup;
-    wait = wait == 0 ? left : std::min(wait, left);
+  std::vector<EngineStartup> engines;
+  for (const auto& s : slots_) {
+    engines.push_back(EngineStartup{s->ready(), s->startup_s, s->pid > 0, s->spawned, s->next_start});
   }
-  return std::max(1.0, wait);
+  return gateway::retry_after_s(engines, Clock::now(), options_.default_startup_s);
 }
 
 std::string RemoteService::slot_reason(const Slot& s) const {
@@ -1389,7 +1322,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     r->answered = false;  // a refusal by an earlier engine does not answer this send
     rid = r->rid;
     s->inflight[rid] = r;
-    count_placed(*s, 0);  // its cost is added when the engine accepts it
+    s->placed.add(0);                     // its cost is added when the engine accepts it
     std::condition_variable answered_cv;  // answer() wakes this submit alone
     awaiting_[rid] = &answered_cv;
     // Sent under mu_: a cancel of this request (cancel(), which takes mu_

@@ -39,6 +39,7 @@
 
 #include "api/service.hpp"
 #include "common/clock.hpp"
+#include "gateway/placement.hpp"
 #include "tokenizer/prompt_encoder.hpp"
 #include "wire/codec.hpp"
 
@@ -155,6 +156,9 @@ class RemoteService final : public Service {
   /// waiting, a free sequence slot and free budget for `r`'s cost (the most
   /// free budget among them); null when none. Requires mu_.
   Slot* room_now(const Req& r, const Slot* except) const;
+  /// Every engine as placement sees it for a request of `model`, in slots_'
+  /// order. Requires mu_.
+  std::vector<EngineSnapshot> snapshots(const std::string& model) const;
   /// Loads the prompt encoder of each language model in `models` (an
   /// accepted engine's hello) from the folder the engine loaded it from,
   /// unless one for the same folder, vocabulary and EOS id is loaded. A
