@@ -23,6 +23,7 @@
 
 #include "gateway/gateway_counting.hpp"
 #include "gateway/placement.hpp"
+#include "gateway/request_tracker.hpp"
 #include "metrics/server_metrics.hpp"
 #include "wire/channel.hpp"
 #include "wire/codec.hpp"
@@ -314,32 +315,16 @@ struct RemoteService::Req final : RequestHandle {
   TimePoint deadline;
   Slot* slot = nullptr;  // where it runs now; null while pending
   std::uint64_t rid = 0;
-  std::vector<std::int32_t> delivered;  // choice 0's tokens sent to the client
-  bool prompt_sent = false;
-  bool started_sent = false;
-  bool any_text = false;
-  bool started_here = false;  // started on its current engine
-  bool suspect = false;       // held by an engine that crashed: resubmitted alone until it produces a token
-  bool ended = false;
-  bool cancelled = false;
-  bool answered = false;      // its submit got accepted/rejected (fresh submits wait for this)
-  bool resubmitted = false;   // moved from a dead engine: no submit() waits for its answer
+  /// Its phase, what its client was sent, its crashes and cancel.
+  RequestTracker track;
   std::int64_t cost_bytes = 0;  // its admission cost, from its engine's answer
-  /// Waiting in its engine's queue while another engine has room: asked
-  /// back (withdraw) to be placed there; `move_to` is where.
-  bool withdrawing = false;
+  /// Asked back (withdraw) or taken back from its engine's queue to be
+  /// placed where room freed: where (its cost is held there until sent).
   Slot* move_to = nullptr;
-  bool moved = false;         // taken back from its engine's queue: placed again as a move, not a crash
-  bool stays = false;         // its engine admitted it before it could be taken back
   /// Pending: not sent again before this (an engine refused it as
   /// overloaded), except to another engine with room for it now.
   TimePoint not_before{};
   Slot* refused_by = nullptr;  // the engine that refused it last (its booked place is there)
-  int crashes = 0;
-  /// Crashes while its submit waited for the engine's answer: counted apart,
-  /// so an innocent request sent again beside a suspect is not failed by
-  /// the suspect's next crash.
-  int unanswered_crashes = 0;
   /// A TorchScript request: sent as "infer"; `request` holds only its model
   /// and id, and `sink` turns a failure into a call of `tensor_done`.
   std::optional<TensorInferRequest> tensor;
@@ -721,15 +706,15 @@ void RemoteService::resubmit_pending(TimePoint now) {
   std::set<Slot*> suspect_busy;  // a suspect runs alone per engine
   for (auto& s : slots_) {
     for (auto& [rid, r] : s->inflight) {
-      if (r->suspect) suspect_busy.insert(s.get());
+      if (r->track.suspect()) suspect_busy.insert(s.get());
     }
   }
   for (auto& r : pending_) {
-    if (r->ended) continue;
-    if (r->cancelled) {
-      r->ended = true;
+    if (r->track.ended()) continue;
+    if (r->track.cancelled()) {
+      r->track.end();
       Error e(ErrorCode::kCancelled, "client closed the connection");
-      count_request_end(ended_here_, r->started_sent, &e);
+      r->track.count_end(ended_here_, &e);
       fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
       continue;
     }
@@ -738,8 +723,8 @@ void RemoteService::resubmit_pending(TimePoint now) {
     if (now >= r->deadline) {
       Error e(ErrorCode::kOverloaded, "no engine took the request again before its deadline");
       e.retry_after_s = retry_after_s();
-      r->ended = true;
-      count_request_end(ended_here_, r->started_sent, &e);
+      r->track.end();
+      r->track.count_end(ended_here_, &e);
       fail.emplace_back(r, FailedEvent{std::move(e), {}, {}});
       continue;
     }
@@ -750,34 +735,30 @@ void RemoteService::resubmit_pending(TimePoint now) {
     // before that to another engine that has room for it now (a restarted
     // engine, one whose queue emptied).
     if (s && now < r->not_before) s = room_now(*r, r->refused_by);
-    if (!s || (r->suspect && suspect_busy.count(s))) {
+    if (!s || (r->track.suspect() && suspect_busy.count(s))) {
       keep.push_back(r);
       continue;
     }
     if (s != r->refused_by) r->request.retry.token.clear();  // a place booked elsewhere
     if (r->move_to && r->move_to != s) r->move_to->placed.remove(r->cost_bytes);
     if (r->move_to != s) s->placed.add(r->cost_bytes);  // a move's hold already counts it there
-    if (r->suspect) suspect_busy.insert(s);
+    if (r->track.suspect()) suspect_busy.insert(s);
+    const bool moved = r->track.moving();
     r->slot = s;
     r->rid = next_rid_++;
-    r->started_here = false;
-    r->resubmitted = true;
-    r->answered = false;
-    r->withdrawing = false;
+    r->track.sent(false);  // no submit() waits for it
     r->move_to = nullptr;
-    r->stays = false;
     s->inflight[r->rid] = r;
     json::object msg = submit_message(*r, r->rid);
-    const bool resumed = !r->delivered.empty();
-    if (r->moved) {
-      r->moved = false;
+    const bool resumed = !r->track.delivered().empty();
+    if (moved) {
       if (options_.metrics) options_.metrics->count_resumed("moved");
       spdlog::info("request {} moved to engine {}: room freed there while it waited", r->id_, s->label());
     } else {
       if (options_.metrics) options_.metrics->count_resumed(resumed ? "resumed" : "resubmitted");
       spdlog::info("request {} {} on engine {} ({} tokens already sent, {} crashes{})", r->id_,
-                   resumed ? "resumed" : "resubmitted", s->label(), r->delivered.size(), r->crashes,
-                   r->suspect ? ", running alone until its first token" : "");
+                   resumed ? "resumed" : "resubmitted", s->label(), r->track.delivered().size(), r->track.crashes(),
+                   r->track.suspect() ? ", running alone until its first token" : "");
     }
     s->channel->send(msg);
   }
@@ -816,13 +797,9 @@ void RemoteService::rebalance() {
   for (auto& from : slots_) {
     if (!from->ready() || !from->last_state || from->last_state->queue_depth == 0) continue;
     for (auto& [rid, r] : from->inflight) {  // in the order placed (rid)
-      if (!r->answered || r->started_here || r->withdrawing || r->stays || r->ended || r->cancelled || r->tensor ||
-          r->suspect || r->cost_bytes <= 0) {
-        continue;
-      }
+      if (!r->track.movable()) continue;
       Slot* to = room_now(*r, from.get());
-      if (!to) continue;
-      r->withdrawing = true;
+      if (!to || !r->track.withdraw(r->tensor.has_value(), r->cost_bytes)) continue;
       r->move_to = to;
       to->placed.add(r->cost_bytes);  // held for it until the move ends
       from->channel->send(json::object{{"t", "withdraw"}, {"rid", rid}}, wire::Send::kDirect);
@@ -960,7 +937,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   }
   std::shared_ptr<Req> r = it->second;
   if (type == "accepted" || type == "rejected") {
-    r->answered = true;
+    const bool awaited = r->track.answered(type == "accepted");
     if (type == "rejected") {
       s->inflight.erase(it);
       const json::value* e = m.if_contains("error");
@@ -970,9 +947,9 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
           error = Error(ErrorCode::kInternal, "engine sent a bad error: " + st.error().message);
         }
       }
-      if (!r->resubmitted) {
+      if (awaited) {
         answer(rid, std::move(m));
-      } else if (error.code == ErrorCode::kOverloaded && !r->ended && !r->cancelled) {
+      } else if (error.code == ErrorCode::kOverloaded && !r->track.ended() && !r->track.cancelled()) {
         // A request taken again (after a crash, or moved) that the engine has
         // no room for now (its queue is full, or it is draining): held here
         // and offered again after the engine's Retry-After (at least 0.05 s),
@@ -986,14 +963,14 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         r->request.retry.token = error.retry_token;
         r->refused_by = s;
         r->not_before = Clock::now() + from_seconds(wait);
+        r->track.held();
         spdlog::info("request {}: engine {} has no room for it now ({}); offering it again in {:.2f} s", r->id_,
                      s->label(), error.message, wait);
         pending_.push_back(r);
         monitor_cv_.notify_one();
       } else {
         // A resubmitted request has no submit() waiting: its client gets the refusal as its end.
-        if (!r->ended) {
-          r->ended = true;
+        if (r->track.end()) {
           --active_;
           cv_.notify_all();
           lk.unlock();
@@ -1011,26 +988,25 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
         r->cost_bytes = c->as_int64();
       }
     }
-    if (!r->resubmitted) answer(rid, std::move(m));
+    if (awaited) answer(rid, std::move(m));
     return;
   }
   if (type == "withdrawn") {
-    r->withdrawing = false;
     Slot* to = r->move_to;
     r->move_to = nullptr;
     const json::value* ok = m.if_contains("ok");
-    if (!ok || !ok->is_bool() || !ok->as_bool()) {
-      r->stays = true;  // admitted meanwhile: it runs here
+    const bool taken_back = ok && ok->is_bool() && ok->as_bool();
+    r->track.withdrawn(taken_back);  // not taken back: admitted meanwhile, it runs here
+    if (!taken_back) {
       if (to) to->placed.remove(r->cost_bytes);
       return;
     }
     s->inflight.erase(it);
-    if (r->ended) {
+    if (r->track.ended()) {
       if (to) to->placed.remove(r->cost_bytes);
       return;
     }
     r->slot = nullptr;
-    r->moved = true;
     r->move_to = to;  // its hold there stays until it is sent
     pending_.push_back(r);
     monitor_cv_.notify_one();  // placed again at the monitor's next turn
@@ -1039,8 +1015,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
   if (type == "infer_done") {
     if (!r->tensor) return;
     s->inflight.erase(it);
-    if (r->ended) return;
-    r->ended = true;
+    if (!r->track.end()) return;
     --active_;
     cv_.notify_all();
     lk.unlock();
@@ -1071,8 +1046,7 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     // and the engine is told to stop it.
     spdlog::error("engine on {}: bad event for request {}: {}", s->label(), r->id_, event.error().message);
     s->inflight.erase(rid);
-    if (r->ended) return;
-    r->ended = true;
+    if (!r->track.end()) return;
     --active_;
     cv_.notify_all();
     std::shared_ptr<Channel> ch = s->channel;
@@ -1084,41 +1058,20 @@ void RemoteService::on_message(Slot* s, std::uint64_t epoch, json::object m) {
     return;
   }
   EngineEvent e = std::move(event).value();
-  bool forward = true;
-  if (std::holds_alternative<StartedEvent>(e)) {
-    // Admitted once: a start on the engine that took it over after a crash
-    // is counted there as granted again (admitted_before), not here.
-    if (!r->started_sent && !r->ended) ++s->unreported.admitted;
-    r->started_here = true;
-    forward = !r->started_sent;
-    r->started_sent = true;
-  } else if (auto* t = std::get_if<TextEvent>(&e)) {
-    r->any_text = true;
-    if (t->choice == 0) r->delivered.insert(r->delivered.end(), t->token_ids.begin(), t->token_ids.end());
-    if (r->suspect) {
-      // Alone among the suspects, it got through a prefill and a step: it is
-      // not what brought the engine down, and a later crash counts afresh.
-      r->suspect = false;
-      r->crashes = 0;
-    }
-  } else if (std::holds_alternative<PromptEvent>(e)) {
-    forward = !r->prompt_sent;
-    r->prompt_sent = true;
-  } else if (std::holds_alternative<QueuedEvent>(e)) {
-    forward = !r->started_sent;
-  }
+  const EventEffect effect = r->track.on_event(e);
+  if (effect.first_start) ++s->unreported.admitted;
   if (is_terminal(e)) {
     s->inflight.erase(r->rid);
-    if (r->ended) return;
+    if (r->track.ended()) return;
     const auto* failed = std::get_if<FailedEvent>(&e);
-    count_request_end(s->unreported, r->started_sent, failed ? &failed->error : nullptr);
-    r->ended = true;
+    r->track.count_end(s->unreported, failed ? &failed->error : nullptr);
+    r->track.end();
     --active_;
     if (active_ == 0) cv_.notify_all();  // wait_idle(); nothing else waits for a request's end
   }
-  if (r->ended && !is_terminal(e)) return;
+  if (r->track.ended() && !is_terminal(e)) return;
   lk.unlock();
-  if (forward) r->sink->push(std::move(e));
+  if (effect.forward) r->sink->push(std::move(e));
 }
 
 void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& reason) {
@@ -1167,22 +1120,22 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       s->next_start = Clock::now() + from_seconds(s->backoff_s);
     }
     for (auto& [rid, r] : s->inflight) {
-      if (r->ended) continue;
+      if (r->track.ended()) continue;
       r->slot = nullptr;
-      if (!r->answered && !r->resubmitted) {
+      if (r->track.awaited()) {
         // A fresh submit still waiting for its answer: submit() sends it
         // again once an engine is ready (within its wait for an answer), or
         // fails it when this was its last crash.
-        ++r->unanswered_crashes;
-        answer(rid, json::object{{"t", r->unanswered_crashes >= options_.max_crash_retries ? "crashed" : "closed"}});
+        const int crashes = r->track.crashed_unanswered();
+        answer(rid, json::object{{"t", crashes >= options_.max_crash_retries ? "crashed" : "closed"}});
         continue;
       }
-      if (r->cancelled || stopping_) {
-        r->ended = true;
+      if (r->track.cancelled() || stopping_) {
+        r->track.end();
         --active_;
-        Error e = r->cancelled ? Error(ErrorCode::kCancelled, "client closed the connection")
-                               : shutting_down(std::nullopt);
-        count_request_end(ended_here_, r->started_sent, &e);
+        Error e = r->track.cancelled() ? Error(ErrorCode::kCancelled, "client closed the connection")
+                                       : shutting_down(std::nullopt);
+        r->track.count_end(ended_here_, &e);
         ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
         continue;
       }
@@ -1191,29 +1144,29 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
       // crash in its first step can take the start event with it). The
       // suspects then go back one at a time, so an innocent one is cleared
       // by its first token and the cause is found alone.
-      ++r->crashes;
-      r->suspect = true;
-      if (r->crashes >= options_.max_crash_retries) {
-        r->ended = true;
+      const int crashes = r->track.crashed();
+      if (crashes >= options_.max_crash_retries) {
+        r->track.end();
         --active_;
         Error e(ErrorCode::kEngineCrashed, fmt::format("request {} was running in the engine each of the {} times "
                                                        "it crashed (--max-crash-retries {}); it is not tried again",
-                                                       r->id_, r->crashes, options_.max_crash_retries));
-        count_request_end(ended_here_, r->started_sent, &e);
+                                                       r->id_, crashes, options_.max_crash_retries));
+        r->track.count_end(ended_here_, &e);
         ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
-        spdlog::error("request {} failed: running at {} engine crashes", r->id_, r->crashes);
+        spdlog::error("request {} failed: running at {} engine crashes", r->id_, crashes);
         continue;
       }
-      if (r->request.n > 1 && r->any_text) {
+      if (r->request.n > 1 && r->track.output_began()) {
         Error e(ErrorCode::kOverloaded, "the engine running this request's " + std::to_string(r->request.n) +
                                             " choices restarted after their output began");
         e.retry_after_s = retry_after_s();
-        r->ended = true;
+        r->track.end();
         --active_;
-        count_request_end(ended_here_, r->started_sent, &e);
+        r->track.count_end(ended_here_, &e);
         ends.emplace_back(r, FailedEvent{std::move(e), {}, {}});
         continue;
       }
+      r->track.held();
       pending_.push_back(r);
       ++moved;
     }
@@ -1275,9 +1228,11 @@ json::object submit_message(const RemoteService::Req& r, std::uint64_t rid) {
   request["timeout_s"] = left;
   json::object msg{{"t", "submit"}, {"rid", rid}, {"request", std::move(request)}};
   // After output was sent, the next engine resumes after it.
-  if (!r.delivered.empty() || r.prompt_sent) msg["resume"] = wire::encode(wire::ResumeState{r.delivered, r.prompt_sent});
+  if (r.track.resumes()) {
+    msg["resume"] = wire::encode(wire::ResumeState{r.track.delivered(), r.track.prompt_sent()});
+  }
   // An engine's start of it was counted: the next engine grants it again, it does not admit it again.
-  if (r.started_sent) msg["admitted_before"] = true;
+  if (r.track.started_sent()) msg["admitted_before"] = true;
   return msg;
 }
 
@@ -1319,7 +1274,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   while (true) {
     r->slot = s;
     r->rid = next_rid_++;
-    r->answered = false;  // a refusal by an earlier engine does not answer this send
+    r->track.sent(true);  // a refusal by an earlier engine does not answer this send
     rid = r->rid;
     s->inflight[rid] = r;
     s->placed.add(0);                     // its cost is added when the engine accepts it
@@ -1336,7 +1291,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
       answers_.erase(rid);
     }
     type = answered ? wire::message_type(answer) : std::string_view("timeout");
-    if (type == "rejected" && !r->cancelled) {
+    if (type == "rejected" && !r->track.cancelled()) {
       // Too large for this engine's devices: an engine with a larger device
       // budget may take it (engine per device, devices of other sizes).
       Error refusal;
@@ -1354,15 +1309,15 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
         }
       }
     }
-    if (type != "closed" || r->cancelled) break;
-    if (r->request.n > 1 && r->any_text) break;  // choices cannot resume after their output began
+    if (type != "closed" || r->track.cancelled()) break;
+    if (r->request.n > 1 && r->track.output_began()) break;  // choices cannot resume after their output began
     // The engine went away before it answered: the same request goes to
     // the engine that is ready next, within the same wait for an answer.
     r->slot = nullptr;
     const bool again = cv_.wait_until(lk, answer_deadline, [&] {
-      return stopping_ || draining_ || r->cancelled || pick(r->request.model) != nullptr;
+      return stopping_ || draining_ || r->track.cancelled() || pick(r->request.model) != nullptr;
     });
-    if (!again || stopping_ || draining_ || r->cancelled) break;
+    if (!again || stopping_ || draining_ || r->track.cancelled()) break;
     s = pick(r->request.model);
     spdlog::info("request {} sent again to engine {}: the engine it was sent to went away before answering",
                  r->id_, s->label());
@@ -1374,11 +1329,8 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     if (a.ok()) return a;
   }
   // Refused, or no answer: nothing of it goes on.
-  const bool ends_here = !r->ended;
-  if (!r->ended) {
-    r->ended = true;
-    --active_;
-  }
+  const bool ends_here = r->track.end();
+  if (ends_here) --active_;
   if (r->slot) r->slot->inflight.erase(rid);
   std::erase(pending_, r);
   cv_.notify_all();
@@ -1407,8 +1359,8 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
     Error e(ErrorCode::kEngineCrashed,
             fmt::format("request {} was in the engine each of the {} times it crashed (--max-crash-retries {}); "
                         "it is not tried again",
-                        r->id_, r->unanswered_crashes, options_.max_crash_retries));
-    if (ends_here) count_request_end(ended_here_, r->started_sent, &e);
+                        r->id_, r->track.unanswered_crashes(), options_.max_crash_retries));
+    if (ends_here) r->track.count_end(ended_here_, &e);
     return e;
   }
   Error e(ErrorCode::kOverloaded, type == "timeout" ? "the engine did not answer the submission in time"
@@ -1417,7 +1369,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
   // Its engine is gone: nobody else counts its end (one that timed out is the engine's to end and count).
   if (type == "closed" && ends_here) {
     const Error cancelled(ErrorCode::kCancelled, "client closed the connection");
-    count_request_end(ended_here_, r->started_sent, r->cancelled ? &cancelled : &e);
+    r->track.count_end(ended_here_, r->track.cancelled() ? &cancelled : &e);
   }
   return e;
 }
@@ -1587,8 +1539,7 @@ void RemoteService::cancel(Req& req) {
   std::uint64_t rid = 0;
   {
     std::lock_guard lk(mu_);
-    if (req.ended || req.cancelled) return;
-    req.cancelled = true;
+    if (!req.track.cancel()) return;
     if (req.slot && req.slot->channel) {
       ch = req.slot->channel;
       rid = req.rid;
@@ -1799,16 +1750,13 @@ void RemoteService::shutdown() {
     draining_ = true;
     for (auto& s : slots_) {
       for (auto& [rid, r] : s->inflight) {
-        if (!r->ended && s->channel) cancels.emplace_back(s->channel, rid);
+        if (!r->track.ended() && s->channel) cancels.emplace_back(s->channel, rid);
       }
     }
     pending = std::move(pending_);
     pending_.clear();
     for (auto& r : pending) {
-      if (!r->ended) {
-        r->ended = true;
-        --active_;
-      }
+      if (r->track.end()) --active_;
     }
   }
   for (auto& r : pending) r->sink->push(FailedEvent{shutting_down(std::nullopt), {}, {}});
