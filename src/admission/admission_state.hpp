@@ -16,7 +16,7 @@
 
 #include "admission/admission_controller.hpp"
 #include "admission/memory_profile.hpp"
-#include "admission/thread_annotations.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace vg {
 namespace admission_detail {

@@ -1,5 +1,5 @@
-// Clang thread-safety annotations and an annotated mutex for the admission
-// code. libstdc++'s std::mutex carries no capability attributes, so the
+// Clang thread-safety annotations and an annotated mutex (admission, the
+// gateway). libstdc++'s std::mutex carries no capability attributes, so the
 // analysis needs this thin wrapper. Under other compilers the macros vanish.
 // The analysis runs only when clang gets -Wthread-safety on its command line
 // (a #pragma cannot switch it on).
@@ -44,6 +44,31 @@ class VG_SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex& mu_;
+};
+
+/// Scoped lock of a Mutex that can be released and taken again inside its
+/// scope: what std::condition_variable_any waits with (it calls unlock()
+/// and lock()), and what a loop that works off the lock uses.
+class VG_SCOPED_CAPABILITY MutexUniqueLock {
+ public:
+  explicit MutexUniqueLock(Mutex& mu) VG_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~MutexUniqueLock() VG_RELEASE() {
+    if (held_) mu_.unlock();
+  }
+  MutexUniqueLock(const MutexUniqueLock&) = delete;
+  MutexUniqueLock& operator=(const MutexUniqueLock&) = delete;
+  void lock() VG_ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
+  void unlock() VG_RELEASE() {
+    held_ = false;
+    mu_.unlock();
+  }
+
+ private:
+  Mutex& mu_;
+  bool held_ = true;
 };
 
 }  // namespace vg
