@@ -52,4 +52,96 @@ std::optional<std::string> metric_device_label(const std::vector<std::string>& r
   return out;
 }
 
+void add_counters(AdmissionState& to, const AdmissionState& from) {
+  to.admitted += from.admitted;
+  to.rejected_never_fits += from.rejected_never_fits;
+  to.rejected_queue_full += from.rejected_queue_full;
+  to.queue_timeouts += from.queue_timeouts;
+  to.deadline_expired += from.deadline_expired;
+  to.cancelled_queued += from.cancelled_queued;
+  to.moved += from.moved;
+  to.cancelled += from.cancelled;
+  to.completed += from.completed;
+  to.failed += from.failed;
+  to.out_of_memory += from.out_of_memory;
+  to.oom_budget_cuts += from.oom_budget_cuts;
+  to.preemptions += from.preemptions;
+  to.not_ready_trips += from.not_ready_trips;
+  to.retry_booked += from.retry_booked;
+  to.retry_claimed += from.retry_claimed;
+  to.retry_expired += from.retry_expired;
+  to.retry_early += from.retry_early;
+  to.retry_refused += from.retry_refused;
+}
+
+namespace {
+
+/// A disconnected engine's state: nothing runs or waits; its devices are
+/// not ready (unhealthy when it was left out), by their names when it never
+/// reported any (the part of each --device before '=').
+AdmissionState disconnected(const EngineAdmission& e) {
+  AdmissionState st = e.last;
+  st.queue_depth = st.queued = st.running = 0;
+  st.waiting.clear();
+  // A failed engine's devices are unhealthy (left out, as a device that
+  // fails at start-up in one engine is); a starting or restarting one's are
+  // not ready.
+  const char* state = e.failed ? "unhealthy" : "not_ready";
+  for (DeviceState& d : st.devices) {
+    d.ready = false;
+    d.state = state;
+    d.reason = e.reason;
+    d.running = 0;
+    d.reserved_bytes = 0;
+  }
+  if (!st.devices.empty()) return st;
+  const std::string& specs = e.device_specs;
+  std::size_t at = 0;
+  while (at <= specs.size()) {
+    const std::size_t comma = std::min(specs.find(',', at), specs.size());
+    const std::string spec = specs.substr(at, comma - at);
+    DeviceState d;
+    d.name = spec.substr(0, spec.find('='));
+    d.ready = false;
+    d.state = state;
+    d.reason = e.reason;
+    st.devices.push_back(d);
+    at = comma + 1;
+  }
+  return st;
+}
+
+}  // namespace
+
+AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, const AdmissionState& ended_here,
+                                 int held, bool draining) {
+  AdmissionState out;
+  bool first = true;
+  for (const EngineAdmission& e : engines) {
+    const AdmissionState st = e.connected ? e.last : disconnected(e);
+    if (first) {
+      out.policy = st.policy;
+      first = false;
+    }
+    out.devices.insert(out.devices.end(), st.devices.begin(), st.devices.end());
+    out.queue_depth += st.queue_depth;
+    out.queued += st.queued;
+    out.running += st.running;
+    for (const WaitingRequest& w : st.waiting) {
+      if (out.waiting.size() < AdmissionState::kMaxWaitingShown) out.waiting.push_back(w);
+    }
+    add_counters(out, st);
+    add_counters(out, e.carried);
+    add_counters(out, e.unreported);
+    out.retry_bookings += st.retry_bookings;
+    out.retry_places += st.retry_places;
+  }
+  add_counters(out, ended_here);
+  // Requests the gateway holds for an engine to take again are queued too.
+  out.queued += held;
+  out.queue_depth += held;
+  out.draining = draining;
+  return out;
+}
+
 }  // namespace vg::gateway

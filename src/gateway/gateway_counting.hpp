@@ -5,7 +5,8 @@
 //    gateway held it for an engine to take again; and the ends the gateway
 //    counts between two of an engine's state reports;
 //  - the device label of an engine's metrics: the resolved device names, as
-//    the device metrics have them.
+//    the device metrics have them;
+//  - the gateway's admission state, summed over its engines.
 #pragma once
 
 #include <optional>
@@ -32,5 +33,26 @@ void count_request_end(AdmissionState& counters, bool admitted, const Error* err
 /// nullopt while the names are not known (a name is "auto", or none).
 std::optional<std::string> metric_device_label(const std::vector<std::string>& reported,
                                                const std::string& configured);
+
+/// Adds the counters since start of `from` (not its gauges) to `to`.
+void add_counters(AdmissionState& to, const AdmissionState& from);
+
+/// One engine's part of the gateway's admission state (/v1/admission).
+struct EngineAdmission {
+  AdmissionState last;        ///< its last reported state (empty: none yet)
+  bool connected = false;     ///< disconnected: nothing runs or waits there; its devices are not ready
+  bool failed = false;        ///< left out for good: its devices are unhealthy
+  std::string reason;         ///< why it is not connected (each device's reason)
+  std::string device_specs;   ///< its --device list (or label), for an engine that never reported devices
+  AdmissionState carried;     ///< counters of its earlier processes
+  AdmissionState unreported;  ///< this gateway's counts since its last state
+};
+
+/// The gateway's admission state: every engine's devices, gauges and
+/// counters summed (the first engine's policy), `ended_here` (ends no
+/// engine reports) added, and the `held` requests the gateway holds for an
+/// engine counted as queued.
+AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, const AdmissionState& ended_here,
+                                 int held, bool draining);
 
 }  // namespace vg::gateway

@@ -15,33 +15,38 @@
 // and one waiting in an engine's queue is taken back (withdraw) and placed
 // on an engine where room freed, so it runs where room frees first. Torch-free.
 //
+// It composes: engine_process.hpp (supervision: spawn, reap, backoff, the
+// engine state), engine_link.hpp (hello and typed messages over the wire),
+// placement.hpp (pure placement over engine snapshots), request_tracker.hpp
+// (each request's phase, what its client was sent, resume), prompt_encoders.hpp,
+// metrics_mirror.hpp and gateway_counting.hpp. Its methods are in three
+// files: remote_service.cpp (construction, views, shutdown), remote_engines.cpp
+// (the monitor thread: supervision, connections) and remote_requests.cpp (the
+// request path: place, engine messages, crashes, resubmission, moves).
+//
 // Threads: the Service methods from any thread; one monitor thread
-// (supervision, reconnects, heartbeats, resubmission) and the channels'
-// reader threads (events). One mutex (mu_) guards the slots and requests;
-// events are pushed to their sinks outside it.
+// (supervision, reconnects, heartbeats, resubmission) and the links' reader
+// threads (engine messages). One mutex (mu_) guards the engines and the
+// requests; events are pushed to their sinks outside it.
 #pragma once
 
-#include <sys/types.h>
-
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <boost/json.hpp>
-
 #include "api/service.hpp"
 #include "common/clock.hpp"
+#include "common/thread_annotations.hpp"
+#include "gateway/engine_link.hpp"
+#include "gateway/engine_process.hpp"
 #include "gateway/placement.hpp"
-#include "tokenizer/prompt_encoder.hpp"
-#include "wire/codec.hpp"
+#include "gateway/prompt_encoders.hpp"
 
 namespace vg {
 namespace metrics {
@@ -49,32 +54,6 @@ class ServerMetrics;
 }
 
 namespace gateway {
-
-/// One engine process the gateway talks to.
-struct EngineEndpoint {
-  std::string socket_path;  ///< its Unix socket
-  std::string secret_path;  ///< the file holding its secret; empty: socket_path + ".secret"
-  std::string device;       ///< label for logs, metrics and /v1/engines (the hello's devices when empty)
-  /// How to start it (argv; argv[0] an executable path) when this gateway
-  /// supervises it; empty: an engine someone else runs (attach only).
-  std::vector<std::string> command;
-  /// Supervised: a running engine found at socket_path is re-attached only
-  /// when its hello reports this digest of its settings; else it is stopped
-  /// and a new one started.
-  std::string config_digest;
-};
-
-/// Before a supervising serve starts its engines: an engine in
-/// `runtime_dir` on a socket that is not one of `ours` (a serve with another
-/// layout: --one-engine, or another device list or size) whose devices
-/// overlap ours is stopped (SIGTERM, then SIGKILL after `grace_s`), and this
-/// waits for it to exit, so that it does not hold device memory beside ours
-/// until its --orphan-timeout. Engines on other devices, and sockets where
-/// nothing accepts, are left alone. Errors: kConfig naming the engine when it
-/// serves another gateway (never stopped from here). Calling thread; blocks
-/// up to 5 s per socket for a hello, plus `grace_s` per engine stopped.
-Status stop_engines_of_other_layouts(const std::string& runtime_dir, const std::vector<EngineEndpoint>& ours,
-                                     double grace_s);
 
 class RemoteService final : public Service {
  public:
@@ -135,102 +114,129 @@ class RemoteService final : public Service {
   /// the monitor. Idempotent.
   void shutdown();
 
-  struct Slot;
-  struct Req;
+  struct Slot;   ///< one engine (remote_slot.hpp)
+  struct Req;    ///< one request (remote_slot.hpp)
+  class Outbox;  ///< what a handler does once mu_ is released (remote_slot.hpp)
 
  private:
   explicit RemoteService(Options options);
-  void monitor_loop();
-  void supervise(Slot& slot, TimePoint now);
+  BackoffOptions backoff() const;
+
+  // -- supervision (remote_engines.cpp; the monitor thread)
+  void monitor_loop() VG_EXCLUDES(mu_);
+  void supervise(Slot& slot, TimePoint now) VG_REQUIRES(mu_);
+  /// Starts a supervised engine that has no process, unless one accepts on
+  /// its socket (then it attaches, or waits for it to go).
+  void start_engine(Slot& slot, TimePoint now) VG_REQUIRES(mu_);
+  void reap_children(TimePoint now) VG_EXCLUDES(mu_);
+  /// Its process `pid` ended with waitpid's `status`: restarted after its backoff, or left out.
+  void process_ended(Slot& slot, pid_t pid, int status, TimePoint now) VG_REQUIRES(mu_);
   /// Connects and says hello; false when the engine refused (try again later).
-  bool try_connect(Slot& slot);
+  bool try_connect(Slot& slot) VG_EXCLUDES(mu_);
+  /// An accepted hello: the slot takes `fd` as its link and starts reading.
+  /// True (as try_connect), also when stopping: then `fd` is closed instead.
+  bool attach(Slot& slot, int fd, EngineHello hello) VG_EXCLUDES(mu_);
   /// try_connect with mu_ released around it (held on entry and return).
-  bool connect_off_lock(Slot& slot);
-  void reap_children(TimePoint now);
-  void resubmit_pending(TimePoint now);
+  bool connect_off_lock(Slot& slot) VG_REQUIRES(mu_);
+
+  // -- the request path (remote_requests.cpp)
+  /// Sends held requests to an engine that can take them; ends those
+  /// cancelled or past their deadline (their failures go to `ends`).
+  void resubmit_pending(TimePoint now, Outbox& ends) VG_REQUIRES(mu_);
+  /// Sends held request `r` to `s` again (after a crash, a refusal, a move).
+  void resend(const std::shared_ptr<Req>& r, Slot* s) VG_REQUIRES(mu_);
   /// Moves requests waiting in one engine's queue to another engine of
   /// their model with room for them and nothing waiting (withdraw, then
-  /// placed again). Requires mu_.
-  void rebalance();
+  /// placed again).
+  void rebalance() VG_REQUIRES(mu_);
   /// The ready engine of `r`'s model, other than `except`, with nothing
   /// waiting, a free sequence slot and free budget for `r`'s cost (the most
-  /// free budget among them); null when none. Requires mu_.
-  Slot* room_now(const Req& r, const Slot* except) const;
-  /// Every engine as placement sees it for a request of `model`, in slots_'
-  /// order. Requires mu_.
-  std::vector<EngineSnapshot> snapshots(const std::string& model) const;
-  /// Loads the prompt encoder of each language model in `models` (an
-  /// accepted engine's hello) from the folder the engine loaded it from,
-  /// unless one for the same folder, vocabulary and EOS id is loaded. A
-  /// folder the gateway cannot read (no config.json it can open) leaves that
-  /// model's prompts to its engines, which encode a text prompt themselves;
-  /// the next hello tries again. Without mu_ (tokenizer files are read off it).
-  void learn_prompts(const std::vector<ModelInfo>& models);
+  /// free budget among them); null when none.
+  Slot* room_now(const Req& r, const Slot* except) const VG_REQUIRES(mu_);
+  /// Every engine as placement sees it for a request of `model`, in slots_' order.
+  std::vector<EngineSnapshot> snapshots(const std::string& model) const VG_REQUIRES(mu_);
   /// Encodes the text or chat prompt of `request` into token ids, with its
   /// chat stop text, when its model's encoder is known (a request naming no
   /// model: the engines' default, the first language model each names, when
   /// they agree); leaves it as it is otherwise (the engine encodes it).
   /// Errors (400): the encoder's, and a prompt + max_tokens over the
   /// model's context length.
-  Status encode_prompt(CompletionRequest& request) const;
-  void on_message(Slot* slot, std::uint64_t epoch, boost::json::object message);
-  void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason);
-  void cancel(Req& req);
+  Status encode_prompt(CompletionRequest& request) const VG_EXCLUDES(mu_);
+  void on_message(Slot* slot, std::uint64_t epoch, EngineMessage message) VG_EXCLUDES(mu_);
+  // The handlers of one engine message about request `r` (`rid` on `slot`);
+  // what they push to sinks goes to `out`, delivered once mu_ is released.
+  void on_status(Slot& slot, const StatusMessage& m) VG_REQUIRES(mu_);
+  void on_answer(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, SubmitAnswer answer, Outbox& out)
+      VG_REQUIRES(mu_);
+  void on_withdrawn(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, bool ok) VG_REQUIRES(mu_);
+  void on_infer_done(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, InferDoneMessage m, Outbox& out)
+      VG_REQUIRES(mu_);
+  void on_event(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, Result<EngineEvent> event, Outbox& out)
+      VG_REQUIRES(mu_);
+  void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason) VG_EXCLUDES(mu_);
+  /// A request of a closed engine: ended (its failure event in `ends`),
+  /// answered (a submit waits), or held for another engine (true).
+  bool requeue_after_close(const std::shared_ptr<Req>& r, std::uint64_t rid, Outbox& ends) VG_REQUIRES(mu_);
+  void cancel(Req& req) VG_EXCLUDES(mu_);
   /// Sends `r` (request, sink set) to an engine of its model and waits for
   /// the engine's answer. Errors: the engine's refusal, or kOverloaded with
   /// a Retry-After (no engine ready, no answer in time, shutting down).
-  Result<wire::Accepted> place(std::shared_ptr<Req> r);
+  Result<wire::Accepted> place(std::shared_ptr<Req> r) VG_EXCLUDES(mu_);
+  /// The end of a placement that did not get accepted: the error its submit returns.
+  Error placement_failed(Req& r, std::uint64_t rid, const SubmitAnswer* answer, std::int64_t largest_refusing_budget)
+      VG_REQUIRES(mu_);
   /// Placement: the ready slot for `model` with a free sequence slot (a
   /// batch place), then the most free budget (its last status, less what it
   /// accepted since); ties go to fewer requests in flight, then to the
   /// earlier --device. Leaves out `skip` and slots whose
-  /// largest device budget is under `min_budget` (bytes). Null when none. Requires mu_.
-  Slot* pick(const std::string& model, const std::set<const Slot*>& skip = {}, std::int64_t min_budget = 0) const;
-  double retry_after_s() const;
-  std::string slot_reason(const Slot& slot) const;
-  void mirror_metrics(Slot& slot, const boost::json::object& message);
-  /// Sets its state and publishes its metrics. Requires mu_.
-  void set_state(Slot& slot, const char* state);
+  /// largest device budget is under `min_budget` (bytes). Null when none.
+  Slot* pick(const std::string& model, const std::set<const Slot*>& skip = {}, std::int64_t min_budget = 0) const
+      VG_REQUIRES(mu_);
+  double retry_after_s() const VG_REQUIRES(mu_);
+  std::string slot_reason(const Slot& slot) const VG_REQUIRES(mu_);
+  /// Sets its state and publishes its metrics.
+  void set_state(Slot& slot, EngineState state) VG_REQUIRES(mu_);
   /// Its vramgate_engine_up and _restarts_total, labelled with its resolved
-  /// device names (none while they are unknown). Requires mu_.
-  void publish_engine_metrics(const Slot& slot);
+  /// device names (none while they are unknown).
+  void publish_engine_metrics(const Slot& slot) VG_REQUIRES(mu_);
   /// Wakes cv_'s waiters and the monitor: an engine connected, went or
   /// changed state, a request was cancelled, or shutdown began. With or without mu_.
   void notify_changed();
-  /// Stores the answer to submit or state query `id` and wakes its waiter. Requires mu_.
-  void answer(std::uint64_t id, boost::json::object message);
+  /// Flushes and closes the links, then waits for their reader threads.
+  void close_links() VG_EXCLUDES(mu_);
+  /// Stores the answer to submit `rid` and wakes its waiter.
+  void answer(std::uint64_t rid, SubmitAnswer answer) VG_REQUIRES(mu_);
+  /// A request got its terminal event: one fewer in flight (wait_idle() wakes at none).
+  void request_ended() VG_REQUIRES(mu_);
 
   Options options_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;  // with mu_: waiters (submit answers, state replies, idle)
-  std::condition_variable monitor_cv_;  // with mu_: wakes the monitor early (an engine connected, gone or
-                                        // ready; a cancel; shutdown); it also runs every 20 ms
-  std::vector<std::unique_ptr<Slot>> slots_;        // fixed after create()
-  std::vector<std::shared_ptr<Req>> pending_;       // guarded by mu_: waiting for an engine
-  mutable std::map<std::uint64_t, boost::json::object> answers_;  // guarded by mu_: rid/qid -> answer
-  mutable std::uint64_t next_rid_ = 1;              // guarded by mu_
-  /// guarded by mu_: fresh submits waiting for their answer, each on its own
-  /// condition variable (with mu_), so an answer wakes its submit alone.
-  std::map<std::uint64_t, std::condition_variable*> awaiting_;
-  int active_ = 0;                                  // guarded by mu_: requests without their terminal event
-  /// Guarded by mu_: ends of requests no engine will report (their engine
-  /// died with them, or they ended while held here for an engine to take
-  /// them again), counted into /v1/admission (gateway_counting.hpp).
-  AdmissionState ended_here_;
-  bool draining_ = false;                           // guarded by mu_
-  bool stopping_ = false;                           // guarded by mu_
-  std::optional<std::string> fatal_;                // guarded by mu_
-  int fatal_exit_status_ = 1;                       // guarded by mu_
-  int open_channels_ = 0;                           // guarded by mu_: connections whose on_close has not run
-  /// A model's prompt encoder and the hello facts it was loaded for.
-  struct PromptEncoding {
-    std::shared_ptr<const PromptEncoder> encoder;
-    std::string dir;
-    VocabularyFacts facts;
-    int context_length = 0;  ///< tokens; 0: unknown (the engine checks)
-  };
-  /// guarded by mu_: model id -> its encoding; a model not here is encoded by its engines.
-  std::map<std::string, PromptEncoding> encoders_;
+  PromptEncoders encoders_;  // its own lock
+  mutable Mutex mu_;
+  /// With mu_: waiters (submit answers, state replies, idle).
+  mutable std::condition_variable_any cv_;
+  /// With mu_: wakes the monitor early (an engine connected, gone or ready;
+  /// a cancel; shutdown); it also runs every 20 ms.
+  std::condition_variable_any monitor_cv_;
+  /// Fixed after create(); each Slot's fields are guarded by mu_.
+  std::vector<std::unique_ptr<Slot>> slots_;
+  /// Held here, waiting for an engine to take them (again).
+  std::vector<std::shared_ptr<Req>> pending_ VG_GUARDED_BY(mu_);
+  std::map<std::uint64_t, SubmitAnswer> answers_ VG_GUARDED_BY(mu_);              // rid -> its answer
+  mutable std::map<std::uint64_t, StateReply> state_replies_ VG_GUARDED_BY(mu_);  // qid -> the reply
+  mutable std::uint64_t next_rid_ VG_GUARDED_BY(mu_) = 1;                         // ids of submits and state queries
+  /// Fresh submits waiting for their answer, each on its own condition
+  /// variable (with mu_), so an answer wakes its submit alone.
+  std::map<std::uint64_t, std::condition_variable_any*> awaiting_ VG_GUARDED_BY(mu_);
+  int active_ VG_GUARDED_BY(mu_) = 0;  // requests without their terminal event
+  /// Ends of requests no engine will report (their engine died with them,
+  /// or they ended while held here for an engine to take them again),
+  /// counted into /v1/admission (gateway_counting.hpp).
+  AdmissionState ended_here_ VG_GUARDED_BY(mu_);
+  bool draining_ VG_GUARDED_BY(mu_) = false;
+  bool stopping_ VG_GUARDED_BY(mu_) = false;
+  std::optional<std::string> fatal_ VG_GUARDED_BY(mu_);
+  int fatal_exit_status_ VG_GUARDED_BY(mu_) = 1;
+  int open_channels_ VG_GUARDED_BY(mu_) = 0;  // connections whose on_close has not run
   std::thread monitor_;
 };
 
