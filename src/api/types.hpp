@@ -202,6 +202,11 @@ struct DeviceState {
   std::int64_t kv_blocks_total = 0;   ///< blocks in the pool now (it follows the effective budget)
   std::int64_t kv_blocks_used = 0;    ///< held by running sequences
   std::int64_t kv_blocks_cached = 0;  ///< kept for the prefix cache, given out when needed
+  /// Blocks neither used nor cached.
+  std::int64_t kv_blocks_free() const {
+    const std::int64_t free = kv_blocks_total - kv_blocks_used - kv_blocks_cached;
+    return free > 0 ? free : 0;
+  }
   // Counters since start.
   std::int64_t kv_blocks_evicted = 0;      ///< cached blocks given to other sequences
   std::int64_t kv_prompt_tokens = 0;       ///< context tokens of the sequences started

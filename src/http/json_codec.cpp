@@ -391,7 +391,7 @@ json::object kv_blocks_json(const DeviceState& d) {
   o["total"] = d.kv_blocks_total;
   o["used"] = d.kv_blocks_used;
   o["cached"] = d.kv_blocks_cached;
-  o["free"] = std::max<std::int64_t>(0, d.kv_blocks_total - d.kv_blocks_used - d.kv_blocks_cached);
+  o["free"] = d.kv_blocks_free();
   o["evicted"] = d.kv_blocks_evicted;
   o["prompt_tokens"] = d.kv_prompt_tokens;
   o["prefix_hit_tokens"] = d.kv_prefix_hit_tokens;

@@ -1,7 +1,6 @@
 // GET /metrics (see metrics_route.hpp).
 #include "http/metrics_route.hpp"
 
-#include <algorithm>
 #include <utility>
 
 namespace vg::httpd {
@@ -30,9 +29,7 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
                         {"foreign_grew", d.budget_cuts_foreign},
                         {"foreign_shrank", d.budget_raises_foreign}};
     if (!d.kv_reservation.empty()) {
-      m.kv_blocks = {{"used", d.kv_blocks_used},
-                     {"cached", d.kv_blocks_cached},
-                     {"free", std::max<std::int64_t>(0, d.kv_blocks_total - d.kv_blocks_used - d.kv_blocks_cached)}};
+      m.kv_blocks = {{"used", d.kv_blocks_used}, {"cached", d.kv_blocks_cached}, {"free", d.kv_blocks_free()}};
       m.kv_blocks_evicted = d.kv_blocks_evicted;
       m.prompt_tokens = {{"prefix_cache", d.kv_prefix_hit_tokens},
                          {"computed", d.kv_prompt_tokens - d.kv_prefix_hit_tokens}};
