@@ -3,11 +3,13 @@
 // and compaction, and no tensors (the fake's logits depend only on a
 // cache's length, so a prompt started from cached blocks answers as one
 // computed in full). Caches register themselves so that a resize renumbers
-// their block tables, as the decoder's pool does.
+// their block tables, as the decoder's pool does. Thread-safe like the
+// decoder's pool (one mutex): tests read its counts while the engine runs.
 #pragma once
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -42,12 +44,19 @@ class FakePool {
   FakePool(const KvPoolOptions& o) : options_(o), blocks_(o.blocks) {}
 
   std::int64_t block_bytes() const { return options_.block_tokens * kBytesPerToken; }
-  KvBlockCounts counts() const { return blocks_.counts(); }
-  std::int64_t evicted() const { return blocks_.evicted(); }
+  KvBlockCounts counts() const {
+    std::lock_guard lk(mu_);
+    return blocks_.counts();
+  }
+  std::int64_t evicted() const {
+    std::lock_guard lk(mu_);
+    return blocks_.evicted();
+  }
   int block_tokens() const { return options_.block_tokens; }
 
   /// A cache of `capacity` tokens starting with the cached blocks of `prompt`'s longest prefix.
   Result<std::unique_ptr<KvCache>> open(int capacity, std::span<const std::int32_t> prompt) {
+    std::lock_guard lk(mu_);
     auto c = std::make_unique<FakeCache>(0, this);
     if (options_.prefix_cache) {
       const int bt = options_.block_tokens;
@@ -67,19 +76,21 @@ class FakePool {
     }
     caches_.insert(c.get());
     c->capacity_ = static_cast<int>(c->blocks_.size()) * options_.block_tokens;
-    if (Status st = grow(*c, std::max(capacity, c->length_ + 1)); !st.ok()) return st.error();
+    if (Status st = grow_locked(*c, std::max(capacity, c->length_ + 1)); !st.ok()) {
+      blocks_.release(c->blocks_);
+      caches_.erase(c.get());
+      c->pool_ = nullptr;
+      return st.error();
+    }
     return std::unique_ptr<KvCache>(std::move(c));
   }
   Status grow(FakeCache& c, int capacity) {
-    const std::int64_t need =
-        blocks_for_tokens(capacity, options_.block_tokens) - static_cast<std::int64_t>(c.blocks_.size());
-    if (need <= 0) return Status::Ok();
-    if (!blocks_.take(need, c.blocks_)) return Error(ErrorCode::kOutOfMemory, "the fake KV block pool is full");
-    c.capacity_ = static_cast<int>(c.blocks_.size()) * options_.block_tokens;
-    return Status::Ok();
+    std::lock_guard lk(mu_);
+    return grow_locked(c, capacity);
   }
   /// `to` shares `from`'s full blocks (its own first ones go back) and copies the rest.
   void share_prefix(const FakeCache& from, FakeCache& to) {
+    std::lock_guard lk(mu_);
     const std::size_t full = static_cast<std::size_t>(from.length_ / options_.block_tokens);
     for (std::size_t i = 0; i < full && i < to.blocks_.size(); ++i) {
       blocks_.share(from.blocks_[i]);
@@ -87,9 +98,11 @@ class FakePool {
       to.blocks_[i] = from.blocks_[i];
     }
   }
+
   /// Publishes the full blocks `c` filled since the last call.
   void publish(FakeCache& c) {
     if (!options_.prefix_cache) return;
+    std::lock_guard lk(mu_);
     const int bt = options_.block_tokens;
     while ((c.published_blocks_ + 1) * bt <= c.length_) {
       const auto block = std::span<const std::int32_t>(c.tokens_).subspan(
@@ -100,10 +113,12 @@ class FakePool {
     }
   }
   void close(FakeCache& c) {
+    std::lock_guard lk(mu_);
     blocks_.release(c.blocks_);
     caches_.erase(&c);
   }
   Status resize(std::int64_t total) {
+    std::lock_guard lk(mu_);
     auto c = blocks_.compacted(total);
     if (!c) return Error(ErrorCode::kInvalidRequest, "fewer blocks than are in use");
     blocks_ = std::move(c->blocks);
@@ -114,9 +129,19 @@ class FakePool {
   }
 
  private:
+  Status grow_locked(FakeCache& c, int capacity) {
+    const std::int64_t need =
+        blocks_for_tokens(capacity, options_.block_tokens) - static_cast<std::int64_t>(c.blocks_.size());
+    if (need <= 0) return Status::Ok();
+    if (!blocks_.take(need, c.blocks_)) return Error(ErrorCode::kOutOfMemory, "the fake KV block pool is full");
+    c.capacity_ = static_cast<int>(c.blocks_.size()) * options_.block_tokens;
+    return Status::Ok();
+  }
+
   KvPoolOptions options_;
-  KvBlockAllocator blocks_;
-  std::set<FakeCache*> caches_;
+  mutable std::mutex mu_;
+  KvBlockAllocator blocks_;      // guarded by mu_
+  std::set<FakeCache*> caches_;  // guarded by mu_
 };
 
 inline FakeCache::~FakeCache() {
