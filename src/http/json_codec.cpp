@@ -384,20 +384,18 @@ json::value millis(double ms) { return number(std::round(ms * 1000.0) / 1000.0);
 
 /// A device's KV block pool in /v1/admission.
 json::object kv_blocks_json(const DeviceState& d) {
-  json::object o;
-  o["reservation"] = safe(d.kv_reservation);
-  o["block_tokens"] = d.kv_block_tokens;
-  o["block_bytes"] = d.kv_block_bytes;
-  o["total"] = d.kv_blocks_total;
-  o["used"] = d.kv_blocks_used;
-  o["cached"] = d.kv_blocks_cached;
-  o["free"] = d.kv_blocks_free();
-  o["evicted"] = d.kv_blocks_evicted;
-  o["prompt_tokens"] = d.kv_prompt_tokens;
-  o["prefix_hit_tokens"] = d.kv_prefix_hit_tokens;
-  o["recomputed_tokens"] = d.kv_recomputed_tokens;
-  o["growth_preemptions"] = d.kv_growth_preemptions;
-  return o;
+  return {{"reservation", safe(d.kv_reservation)},
+          {"block_tokens", d.kv_block_tokens},
+          {"block_bytes", d.kv_block_bytes},
+          {"total", d.kv_blocks_total},
+          {"used", d.kv_blocks_used},
+          {"cached", d.kv_blocks_cached},
+          {"free", d.kv_blocks_free()},
+          {"evicted", d.kv_blocks_evicted},
+          {"prompt_tokens", d.kv_prompt_tokens},
+          {"prefix_hit_tokens", d.kv_prefix_hit_tokens},
+          {"recomputed_tokens", d.kv_recomputed_tokens},
+          {"growth_preemptions", d.kv_growth_preemptions}};
 }
 
 }  // namespace

@@ -1,0 +1,139 @@
+// InferenceService's admission state (see inference_service.hpp): each
+// device's budget, leases, memory, counters and KV block pool, and the
+// front's queue and counters, for /v1/admission, /metrics and the gateways.
+#include "device/device.hpp"
+#include "engine/engine.hpp"
+#include "engine/tensor_engine.hpp"
+#include "server/inference_service_entries.hpp"
+
+namespace vg {
+namespace {
+
+// The KV block pool of one engine on its device (one at most: a pool is
+// made only for a device with one model).
+void add_kv_pool(DeviceState& ds, const EngineStats& es) {
+  const KvPoolStats& k = es.kv_pool;
+  if (!k.reservation) return;
+  ds.kv_reservation = kv_reservation_name(*k.reservation);
+  ds.kv_block_tokens = k.block_tokens;
+  ds.kv_block_bytes = k.block_bytes;
+  ds.kv_blocks_total = k.blocks_total;
+  ds.kv_blocks_used = k.blocks_used;
+  ds.kv_blocks_cached = k.blocks_cached;
+  ds.kv_blocks_evicted = k.blocks_evicted;
+  ds.kv_prompt_tokens = k.prompt_tokens;
+  ds.kv_prefix_hit_tokens = k.prefix_hit_tokens;
+  ds.kv_recomputed_tokens = k.recomputed_tokens;
+  ds.kv_growth_preemptions = k.growth_preemptions;
+}
+
+// One engine's budget changes on its device. The engines of one device each
+// follow the same foreign bytes, so those count once (the largest); their
+// out-of-memory governors are their own, so those add up.
+void add_budget_changes(DeviceState& ds, const EngineStats& es) {
+  ds.budget_cuts_out_of_memory += es.oom_budget_cuts;
+  ds.budget_raises_quiet_period += es.oom_budget_raises;
+  ds.budget_cuts_foreign = std::max(ds.budget_cuts_foreign, es.budget_foreign_grew);
+  ds.budget_raises_foreign = std::max(ds.budget_raises_foreign, es.budget_foreign_shrank);
+}
+
+}  // namespace
+
+AdmissionState InferenceService::admission_state() const {
+  AdmissionState st;
+  st.policy = config_.admission;
+  st.draining = draining_.load();
+  const TimePoint now = Clock::now();
+  std::optional<AdmissionSnapshot> as;
+  for (auto& d : devices_) {
+    DeviceState ds;
+    ds.name = d->name;
+    for (auto& m : models_) ds.models.push_back(m->info.id);
+    if (!d->failure.empty()) {
+      ds.ready = false;
+      ds.state = "unhealthy";
+      ds.reason = d->failure;
+      ds.capacity_bytes = d->failed_capacity;
+      st.devices.push_back(ds);
+      continue;
+    }
+    if (!as && !d->engines.empty()) as = d->engines.front()->admission();  // the front's: every device, the one queue
+    if (!as && !d->tensor_engines.empty()) as = d->tensor_engines.front()->admission();
+    const DeviceMemory mem = d->setup.device->memory();
+    ds.capacity_bytes = mem.capacity;
+    ds.used_bytes = mem.used;
+    ds.peak_bytes = mem.peak;
+    ds.allocated_bytes = mem.allocated;
+    ds.cache_reserved_bytes = mem.cache_reserved;
+    ds.foreign_bytes = mem.foreign;
+    ds.resident_bytes = d->setup.resident_bytes;
+    ds.workspace_bytes = d->setup.workspace_bytes;
+    const DeviceAdmission& da = as->devices[static_cast<std::size_t>(d->topology_index)];
+    ds.budget_bytes = da.budget_bytes;
+    ds.effective_budget_bytes = da.effective_budget_bytes;
+    ds.reserved_bytes = da.reserved_bytes;
+    ds.peak_reserved_bytes = da.peak_reserved_bytes;
+    for (auto& e : d->engines) {
+      const EngineStats es = e->stats();
+      ds.running += es.running;
+      ds.max_running += es.max_running;
+      ds.completed += es.completed;
+      ds.out_of_memory += es.out_of_memory;
+      ds.preemptions += es.preemptions;
+      add_budget_changes(ds, es);
+      add_kv_pool(ds, es);
+      st.cancelled += es.cancelled;
+      st.completed += es.completed;
+      st.failed += es.failed;
+      st.out_of_memory += es.out_of_memory;
+      st.oom_budget_cuts += es.oom_budget_cuts;
+      st.preemptions += es.preemptions;
+      st.not_ready_trips += es.not_ready_trips;
+      std::string why;
+      if (!e->ready(now, &why)) {
+        ds.ready = false;
+        ds.state = "not_ready";
+        ds.reason = why;
+      }
+    }
+    for (auto& e : d->tensor_engines) {
+      const TensorEngineStats ts = e->stats();
+      ds.running += ts.running;
+      ds.completed += ts.completed;
+      ds.out_of_memory += ts.out_of_memory;
+      st.cancelled += ts.cancelled;
+      st.completed += ts.completed;
+      st.failed += ts.failed;
+      st.out_of_memory += ts.out_of_memory;
+      st.oom_budget_cuts += ts.oom_budget_cuts;
+    }
+    st.running += ds.running;
+    st.devices.push_back(ds);
+  }
+  if (as) {
+    st.queue_depth = as->queue_depth;
+    st.queued = as->queued;
+    for (const QueuedView& q : as->queue) {
+      if (st.waiting.size() >= AdmissionState::kMaxWaitingShown) break;
+      st.waiting.push_back(
+          WaitingRequest{q.position, q.cost_bytes, to_seconds(q.waited), std::string(to_string(q.priority))});
+    }
+    st.admitted = as->counters.admitted;
+    st.rejected_never_fits = as->counters.rejected_never_fits;
+    st.rejected_queue_full = as->counters.rejected_queue_full;
+    st.queue_timeouts = as->counters.queue_timeout;
+    st.deadline_expired = as->counters.deadline_expired;
+    st.cancelled_queued = as->counters.cancelled;
+    st.moved = as->counters.withdrawn;
+    st.retry_bookings = as->retry_bookings;
+    st.retry_places = as->retry_places;
+    st.retry_booked = as->retry_booking_counters.booked;
+    st.retry_claimed = as->retry_booking_counters.claimed;
+    st.retry_expired = as->retry_booking_counters.expired;
+    st.retry_early = as->retry_booking_counters.early;
+    st.retry_refused = as->retry_booking_counters.refused;
+  }
+  return st;
+}
+
+}  // namespace vg
