@@ -115,7 +115,7 @@ void Engine::Impl::grow_for_step(TimePoint now) {
       if (s.lease.resize(s.lease.bytes() + g.block_bytes)) {
         const Status st = model.grow_cache(*s.cache, s.cache->capacity() + g.block_tokens);
         if (st.ok()) {
-          s.kv_blocks += kv_used_blocks() - before;
+          charge_blocks(s, before);
           break;
         }
         s.lease.resize(s.lease.bytes() - g.block_bytes);
