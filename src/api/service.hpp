@@ -1,5 +1,6 @@
 // The interface the HTTP layer calls: submit a completion, list models,
-// report health/readiness. Implemented in one process by
+// report health/readiness, and the lifecycle every server mode drives the
+// same way (begin_drain, wait_idle, shutdown). Implemented in one process by
 // server/inference_service (the engines), across processes by
 // gateway/remote_service (engine processes over their sockets) and by
 // queue/queue_service (Redis); faked in HTTP unit tests. All methods are
@@ -13,6 +14,7 @@
 
 #include "api/events.hpp"
 #include "api/types.hpp"
+#include "common/clock.hpp"
 #include "common/error.hpp"
 
 namespace vg {
@@ -78,6 +80,18 @@ class Service {
   virtual Result<TensorModelInfo> tensor_model(const std::string& name) const {
     return Error(ErrorCode::kModelNotFound, "model '" + name + "' is not a tensor model");
   }
+
+  // Lifecycle: the staged shutdown (server/http_front.hpp) calls these in
+  // order, from its own thread, once each.
+  /// Stage 1: not ready from now on, and new requests are refused with 503
+  /// and Retry-After; work already accepted goes on.
+  virtual void begin_drain() = 0;
+  /// Stage 2: true once nothing accepted is still running; false at
+  /// `deadline` otherwise. May be called repeatedly (in slices).
+  virtual bool wait_idle(TimePoint deadline) const = 0;
+  /// Stage 4: cancels what is left (each request gets its terminal error
+  /// event) and stops the service's threads. Idempotent.
+  virtual void shutdown() = 0;
 };
 
 }  // namespace vg

@@ -19,11 +19,26 @@ std::vector<std::pair<std::string, std::string>> missing_thread_waits(const char
   return missing;
 }
 
-void ensure_passive_thread_waits(char** argv) {
+namespace {
+
+/// Sets the missing variables and VRAMGATE_THREAD_ENV; false when none was missing.
+bool set_missing_thread_waits() {
   const auto missing = missing_thread_waits([](const char* name) -> const char* { return std::getenv(name); });
-  if (missing.empty()) return;
+  if (missing.empty()) return false;
   for (const auto& [name, value] : missing) ::setenv(name.c_str(), value.c_str(), 0);
   ::setenv("VRAMGATE_THREAD_ENV", "1", 1);
+  return true;
+}
+
+}  // namespace
+
+void set_passive_thread_waits() {
+  (void)set_missing_thread_waits();
+  ::setenv("VRAMGATE_THREAD_ENV", "1", 0);
+}
+
+void ensure_passive_thread_waits(char** argv) {
+  if (!set_missing_thread_waits()) return;
   // The binary's own path, not /proc/self/exe: the process keeps its name
   // (ps, pgrep and killall find "vramgate", not "exe").
   char path[4096];

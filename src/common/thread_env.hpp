@@ -23,6 +23,12 @@ std::vector<std::pair<std::string, std::string>> passive_thread_waits();
 /// (a value the user set is kept); empty when VRAMGATE_THREAD_ENV is set.
 std::vector<std::pair<std::string, std::string>> missing_thread_waits(const char* (*getenv)(const char*));
 
+/// Sets those of passive_thread_waits() that are missing, and
+/// VRAMGATE_THREAD_ENV=1, in this process's environment without restarting
+/// it: for a process that loads no thread pool itself and starts those that
+/// do (they inherit the variables). Does nothing when VRAMGATE_THREAD_ENV is set.
+void set_passive_thread_waits();
+
 /// When some of passive_thread_waits() are missing from the environment:
 /// sets them and VRAMGATE_THREAD_ENV=1, then re-executes /proc/self/exe with
 /// `argv`, so the runtimes read them as they load. Returns (having changed

@@ -145,7 +145,7 @@ struct ServeConfig {
   /// gateway on this Redis; empty = off (the limits are this process's own).
   std::string queue;
   /// A file holding the Redis password (instead of the URL, which `ps`
-  /// shows); the variable VRAMGATE_QUEUE_PASSWORD is the other way (read by run_server).
+  /// shows); the variable VRAMGATE_QUEUE_PASSWORD is the other way (read by server/queue_setup).
   std::string queue_password_file;
   double queue_command_timeout_s = 0.25;  ///< deadline of each Redis round trip (s), (0, 60]
   /// An engine's request in the shared queue not kept alive this long (the

@@ -107,12 +107,12 @@ class RemoteService final : public Service {
   /// Blocks until every engine is connected and ready (or left out: it could not start), or `deadline`.
   bool wait_ready(TimePoint deadline) const;
   /// New requests get 503 from now on; running ones go on.
-  void begin_drain();
+  void begin_drain() override;
   /// Blocks until no request is in flight, or `deadline`.
-  bool wait_idle(TimePoint deadline) const;
+  bool wait_idle(TimePoint deadline) const override;
   /// Cancels what is left, then releases (or leaves) the engines and stops
   /// the monitor. Idempotent.
-  void shutdown();
+  void shutdown() override;
 
   struct Slot;   ///< one engine (remote_slot.hpp)
   struct Req;    ///< one request (remote_slot.hpp)

@@ -104,10 +104,10 @@ class QueueService final : public Service {
   Result<TensorSubmission> submit_tensor(TensorInferRequest request, TensorDone done) override;
   Result<TensorModelInfo> tensor_model(const std::string& name) const override;
 
-  void begin_drain();
-  bool wait_idle(TimePoint deadline) const;
+  void begin_drain() override;
+  bool wait_idle(TimePoint deadline) const override;
   /// Cancels what is left and stops the threads. Idempotent.
-  void shutdown();
+  void shutdown() override;
   Stats stats() const;
 
   struct Req;

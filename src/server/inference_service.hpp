@@ -61,11 +61,11 @@ class InferenceService final : public Service {
   bool healthy_at(TimePoint now, std::string* reason) const;
 
   /// Staged shutdown: readiness turns 503 and new requests get 503.
-  void begin_drain();
+  void begin_drain() override;
   /// Waits until no work is queued or running, or until `deadline`.
-  bool wait_idle(TimePoint deadline) const;
+  bool wait_idle(TimePoint deadline) const override;
   /// Cancels what is left and stops the engines. Idempotent.
-  void shutdown();
+  void shutdown() override;
 
  private:
   struct DeviceEntry;

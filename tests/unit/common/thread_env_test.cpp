@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace vg {
@@ -40,6 +42,47 @@ TEST(ThreadEnv, NothingWhenAllAreSet) {
 TEST(ThreadEnv, NothingInTheRestartedProcessOrWhenOptedOut) {
   g_env = {{"VRAMGATE_THREAD_ENV", "1"}};
   EXPECT_TRUE(missing_thread_waits(fake_getenv).empty());
+}
+
+// set_passive_thread_waits on the real environment (each variable as the
+// test found it is put back afterwards).
+class ProcessEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : kNames) {
+      const char* v = std::getenv(name);
+      saved_[name] = v ? std::optional<std::string>(v) : std::nullopt;
+      ::unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const auto& [name, value] : saved_) {
+      if (value)
+        ::setenv(name.c_str(), value->c_str(), 1);
+      else
+        ::unsetenv(name.c_str());
+    }
+  }
+  static constexpr const char* kNames[] = {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "VRAMGATE_THREAD_ENV"};
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+TEST_F(ProcessEnv, SetsTheMissingWaitsForTheProcessesItStarts) {
+  ::setenv("OPENBLAS_THREAD_TIMEOUT", "9", 1);
+  set_passive_thread_waits();
+  ASSERT_NE(std::getenv("OMP_WAIT_POLICY"), nullptr);
+  EXPECT_STREQ(std::getenv("OMP_WAIT_POLICY"), "PASSIVE");
+  EXPECT_STREQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), "9");  // the user's value stays
+  ASSERT_NE(std::getenv("VRAMGATE_THREAD_ENV"), nullptr);
+  // A child that re-checks finds nothing missing: it does not restart itself.
+  EXPECT_TRUE(missing_thread_waits([](const char* n) -> const char* { return std::getenv(n); }).empty());
+}
+
+TEST_F(ProcessEnv, LeavesAnOptedOutEnvironmentAlone) {
+  ::setenv("VRAMGATE_THREAD_ENV", "1", 1);
+  set_passive_thread_waits();
+  EXPECT_EQ(std::getenv("OMP_WAIT_POLICY"), nullptr);
+  EXPECT_EQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), nullptr);
 }
 
 }  // namespace

@@ -117,6 +117,10 @@ class FakeService final : public Service {
   std::string model_dir;  // set: its hello names a language model folder (the gateway encodes its prompts)
   bool healthy(std::string*) const override { return true; }
   bool ready() const override { return true; }
+  // The engine process's lifecycle is the EngineServer's here: nothing to drain.
+  void begin_drain() override {}
+  bool wait_idle(TimePoint) const override { return true; }
+  void shutdown() override {}
   AdmissionState admission_state() const override {
     AdmissionState s;
     s.policy = "memory";

@@ -101,6 +101,10 @@ class FakeService final : public Service {
     info.id = name;
     return info;
   }
+  // The HTTP tests drive no staged shutdown: there is nothing to drain.
+  void begin_drain() override {}
+  bool wait_idle(TimePoint) const override { return true; }
+  void shutdown() override {}
   AdmissionState admission_state() const override {
     AdmissionState s;
     s.policy = "memory";
