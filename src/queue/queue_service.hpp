@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -145,6 +146,28 @@ class QueueService final : public Service {
   /// Removes `r` and pushes its last event (under no lock). False: it had ended already.
   bool finish(const std::shared_ptr<Req>& r, EngineEvent last);
   Status add(Req& r, std::int64_t* waiting);
+  /// The request's model, cost and cost class, and its id, from the
+  /// registered engines (under mu_). Errors: 503 draining or no engine of
+  /// the model now, 404 unknown model, 400 what Redis mode cannot serve.
+  Status price(const CompletionRequest& request, Req& r);
+  /// Another gateway's request that holds the same Idempotency-Key.
+  struct Follow {
+    std::string followed;             ///< its request hash key
+    bool done = false;                ///< it completed: its history is replayed
+    std::vector<RedisValue> history;  ///< its events so far
+    std::string owner;                ///< its gateway's id ("" unknown)
+    std::string waiting_key, stream_key;
+  };
+  /// What adding a request gave: its place in the queue, or a request to follow.
+  struct Placed {
+    std::int64_t waiting = 0;
+    std::optional<Follow> follow;
+  };
+  /// Adds `r` to the shared queue (kAddScript). Errors: 422 a reused
+  /// Idempotency-Key, 503 what Redis did not take.
+  Result<Placed> place(Req& r);
+  /// Makes `r` a follower of `f` and sends it what `f` recorded so far.
+  void follow(const std::shared_ptr<Req>& r, const CompletionRequest& request, const Follow& f);
   Result<RedisValue> add_raw(const Req& r);
   void cancel(const std::shared_ptr<Req>& r);
 
