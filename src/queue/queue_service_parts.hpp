@@ -17,8 +17,6 @@
 
 namespace vg::queue {
 
-/// How long Redis keeps a request's hash and history (ms).
-inline constexpr std::int64_t kRequestTtlMs = 3600 * 1000;
 /// An engine registration larger than this is ignored (bytes).
 inline constexpr std::int64_t kMaxRegistrationBytes = 1 << 20;
 

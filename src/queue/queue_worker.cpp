@@ -1,13 +1,13 @@
 // QueueWorker: the engine's puller, event writer and heartbeat (see queue_worker.hpp).
-#include "queue/queue_worker.hpp"
+#include "queue/queue_worker_parts.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/json.hpp>
@@ -21,191 +21,14 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr std::int64_t kReplyMaxLen = 100000;  // entries of a gateway's reply stream (approximate bound)
-constexpr std::int64_t kRequestTtlMs = 3600 * 1000;  // a request's keys outlive any request deadline
-constexpr std::int64_t kConsumerIdleMs = 600 * 1000;  // a consumer idle this long with nothing pending is of a gone engine
+constexpr std::int64_t kConsumerIdleMs =
+    600 * 1000;  // a consumer idle this long with nothing pending is of a gone engine
 
 std::string ms_arg(Duration d) {
   return std::to_string(std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(d).count()));
 }
 
 }  // namespace
-
-/// One request this engine took, and how to report it.
-struct QueueWorker::Held {
-  std::string model;
-  std::string rid;
-  std::string request_id;  // its X-Request-Id, for logs
-  std::string gateway;
-  std::string stream;
-  std::string entry;
-  std::int64_t epoch = 0;
-  bool poison = false;
-
-  /// An event waiting to be written.
-  struct Out {
-    std::string event;  // JSON
-    std::string ids;    // "id,id," of choice 0 it adds
-    std::string flags;  // "p", "o", "t", "c" (see kEmitScript)
-  };
-  std::mutex mu;
-  std::shared_ptr<RequestHandle> handle;    // guarded by mu
-  bool stopped = false;                     // guarded by mu: fenced, cancelled or lost: write nothing more
-  bool terminal_pushed = false;             // guarded by mu: its last event is in the outbox (or written)
-  std::deque<Out> outbox;                   // guarded by mu: events not yet written, in order
-  std::size_t in_flight = 0;                // guarded by mu: events of the outbox's head being written
-  std::int64_t next_seq = 1;                // guarded by mu: sequence number of outbox.front()
-  std::optional<TimePoint> gateway_missing; // guarded by mu: since when its gateway's alive key is missing
-};
-
-namespace {
-
-/// Pushes a held request's events into its outbox (QueueWorker::send writes them).
-class QueueSink final : public EventSink {
- public:
-  QueueSink(QueueWorker* worker, std::shared_ptr<QueueWorker::Held> held) : worker_(worker), held_(std::move(held)) {}
-  void push(EngineEvent event) override { worker_->enqueue(held_, std::move(event)); }
-
- private:
-  QueueWorker* worker_;
-  std::shared_ptr<QueueWorker::Held> held_;
-};
-
-}  // namespace
-
-void QueueWorker::enqueue(const std::shared_ptr<Held>& h, EngineEvent event) {
-  const bool terminal = is_terminal(event);
-  if (h->poison && std::holds_alternative<StartedEvent>(event)) {
-    spdlog::error("test hook --test-crash-on-prompt: request {} started; aborting the engine process", h->rid);
-    std::abort();
-  }
-  Held::Out out;
-  if (const auto* t = std::get_if<TextEvent>(&event)) {
-    if (t->choice == 0) out.ids = format_ids(t->token_ids);
-    if (!t->text.empty() || !t->token_ids.empty()) out.flags += 'o';
-  } else if (std::holds_alternative<PromptEvent>(event)) {
-    out.flags += 'p';
-  }
-  if (terminal) out.flags += 't';
-  if (std::holds_alternative<FinishedEvent>(event)) out.flags += 'c';
-  out.event = json::serialize(wire::encode(event));
-  bool send_now = false;
-  bool forget = false;
-  {
-    std::lock_guard lk(h->mu);
-    if (h->terminal_pushed) return;
-    if (terminal) h->terminal_pushed = true;
-    if (h->stopped) {
-      forget = terminal;
-    } else {
-      h->outbox.push_back(std::move(out));
-      send_now = h->in_flight == 0;
-    }
-  }
-  if (forget) release(h);
-  if (send_now) send(h);
-}
-
-void QueueWorker::release(const std::shared_ptr<Held>& h) {
-  std::lock_guard lk(mu_);
-  auto it = held_.find(h->rid);
-  if (it != held_.end() && it->second == h) held_.erase(it);
-}
-
-void QueueWorker::stop_held(const std::shared_ptr<Held>& h, const std::string& why) {
-  std::shared_ptr<RequestHandle> handle;
-  {
-    std::lock_guard lk(h->mu);
-    if (h->stopped) return;
-    h->stopped = true;
-    h->outbox.clear();
-    handle = h->handle;
-  }
-  spdlog::info("queue: stopping request {} ({}): {}", h->rid, h->request_id, why);
-  {
-    std::lock_guard lk(mu_);
-    ++stats_.fenced;
-  }
-  release(h);
-  if (handle) handle->cancel();
-}
-
-void QueueWorker::send(const std::shared_ptr<Held>& h) {
-  RedisClient::Args args;
-  std::size_t n = 0;
-  {
-    std::lock_guard lk(h->mu);
-    if (h->stopped || h->in_flight != 0 || h->outbox.empty()) return;
-    n = std::min<std::size_t>(h->outbox.size(), 64);
-    h->in_flight = n;
-    args = {std::to_string(h->epoch),
-            std::to_string(h->next_seq),
-            std::to_string(kRequestTtlMs),
-            std::to_string(kReplyMaxLen),
-            h->rid,
-            options_.keys.group,
-            h->entry,
-            std::to_string(n)};
-    for (std::size_t i = 0; i < n; ++i) {
-      const Held::Out& o = h->outbox[i];
-      args.push_back(o.event);
-      args.push_back(o.ids);
-      args.push_back(o.flags);
-    }
-    args.push_back(options_.keys.prefix);
-  }
-  RedisClient::Args keys{options_.keys.request(h->model, h->rid), options_.keys.ids(h->model, h->rid),
-                         options_.keys.reply(h->gateway), options_.keys.alive(h->gateway), h->stream};
-  eval_async(*client_, kEmitScript, std::move(keys), std::move(args), options_.command_timeout,
-             [this, h, n](Result<RedisValue> r) { on_sent(h, n, std::move(r)); });
-}
-
-void QueueWorker::on_sent(const std::shared_ptr<Held>& h, std::size_t n, Result<RedisValue> r) {
-  if (!r) {
-    // Redis did not answer (or the connection went): the batch may or may
-    // not have been written. It is sent again once Redis answers, and the
-    // sequence numbers skip what was.
-    std::lock_guard lk(h->mu);
-    h->in_flight = 0;
-    return;
-  }
-  const std::int64_t code = r->as_integer().value_or(0);
-  if (code == -5) {
-    bool give_up = false;
-    {
-      std::lock_guard lk(h->mu);
-      h->in_flight = 0;
-      const TimePoint now = Clock::now();
-      if (!h->gateway_missing) h->gateway_missing = now;
-      give_up = now - *h->gateway_missing > options_.gateway_grace;
-    }
-    if (give_up) stop_held(h, "its gateway is gone");
-    return;
-  }
-  if (code != 1) {
-    stop_held(h, code == -1   ? "cancelled"
-                 : code == -2 ? "it is no longer in Redis"
-                 : code == -3 ? "another engine took it over"
-                 : code == -4 ? "its earlier events are missing"
-                              : "unexpected reply " + r->debug_string());
-    return;
-  }
-  bool done = false;
-  bool more = false;
-  {
-    std::lock_guard lk(h->mu);
-    for (std::size_t i = 0; i < n && !h->outbox.empty(); ++i) {
-      if (h->outbox.front().flags.find('t') != std::string::npos) done = true;
-      h->outbox.pop_front();
-    }
-    h->next_seq += static_cast<std::int64_t>(n);
-    h->in_flight = 0;
-    h->gateway_missing.reset();
-    more = !done && !h->outbox.empty();
-  }
-  if (done) release(h);
-  if (more) send(h);
-}
 
 Status check_credentials(const RedisUrl& url, Duration timeout) {
   boost::asio::io_context io;
@@ -227,9 +50,7 @@ Status check_credentials(const RedisUrl& url, Duration timeout) {
 }
 
 QueueWorker::QueueWorker(Options options, Service& service)
-    : options_(std::move(options)),
-      service_(service),
-      started_at_(unix_seconds_now()) {}
+    : options_(std::move(options)), service_(service), started_at_(unix_seconds_now()) {}
 
 Result<std::unique_ptr<QueueWorker>> QueueWorker::start(Options options, Service& service) {
   if (!valid_queue_id(options.engine_id)) return Error(ErrorCode::kConfig, "queue: bad engine id " + options.engine_id);
@@ -313,8 +134,8 @@ std::int64_t QueueWorker::free_budget(bool* may_pull) const {
     std::lock_guard lk(mu_);
     busy = std::max(busy, static_cast<int>(held_.size()));
   }
-  *may_pull = !st.draining && st.queued == 0 && (options_.max_running <= 0 || busy < options_.max_running) &&
-              service_.ready();
+  *may_pull =
+      !st.draining && st.queued == 0 && (options_.max_running <= 0 || busy < options_.max_running) && service_.ready();
   std::int64_t best = 0;
   for (const DeviceState& d : st.devices) {
     const std::int64_t budget = d.effective_budget_bytes > 0 ? d.effective_budget_bytes : d.budget_bytes;
@@ -421,21 +242,21 @@ void QueueWorker::claim_round(std::int64_t free_bytes) {
   const AdmissionState st = service_.admission_state();
   std::int64_t budget = 0;
   for (const DeviceState& d : st.devices) budget = std::max(budget, d.budget_bytes);
-  const std::string dead_event =
-      json::serialize(wire::encode(EngineEvent(FailedEvent{
-          Error(ErrorCode::kEngineCrashed, "the engines running this request crashed or stalled " +
-                                               std::to_string(options_.max_crash_retries) +
-                                               " times (--max-crash-retries): it is taken as the cause"),
-          {}, {}})));
+  const std::string dead_event = json::serialize(wire::encode(EngineEvent(
+      FailedEvent{Error(ErrorCode::kEngineCrashed, "the engines running this request crashed or stalled " +
+                                                       std::to_string(options_.max_crash_retries) +
+                                                       " times (--max-crash-retries): it is taken as the cause"),
+                  {},
+                  {}})));
   for (const ModelInfo& m : service_.models()) {
     std::vector<std::string> streams = class_streams(m.id, budget);
     if (streams.empty()) continue;
     for (int round = 0; round < 64 && !stopping_; ++round) {
-      auto r = eval_sync(*client_, kClaimScript, streams,
-                         {options_.keys.group, options_.engine_id, ms_arg(options_.claim_idle),
-                          options_.keys.model_tag(m.id), options_.keys.prefix,
-                          std::to_string(options_.max_crash_retries), dead_event, std::to_string(kReplyMaxLen)},
-                         options_.command_timeout);
+      auto r = eval_sync(
+          *client_, kClaimScript, streams,
+          {options_.keys.group, options_.engine_id, ms_arg(options_.claim_idle), options_.keys.model_tag(m.id),
+           options_.keys.prefix, std::to_string(options_.max_crash_retries), dead_event, std::to_string(kReplyMaxLen)},
+          options_.command_timeout);
       if (!r.ok()) {
         spdlog::debug("queue: claim for {}: {}", m.id, r.error().message);
         break;
@@ -579,18 +400,13 @@ void QueueWorker::heartbeat() {
   for (const ModelInfo& m : service_.models()) models.push_back(wire::encode(m));
   json::array devices;
   for (const std::string& d : options_.devices) devices.push_back(json::value(d));
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  json::object reg{{"id", options_.engine_id},
-                   {"host", options_.host},
-                   {"pid", static_cast<std::int64_t>(::getpid())},
-                   {"devices", std::move(devices)},
-                   {"models", std::move(models)},
-                   {"admission", wire::encode(st)},
-                   {"ready", service_.ready()},
-                   {"started_at", started_at_},
-                   {"at_ms", now_ms}};
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  json::object reg{
+      {"id", options_.engine_id},      {"host", options_.host},       {"pid", static_cast<std::int64_t>(::getpid())},
+      {"devices", std::move(devices)}, {"models", std::move(models)}, {"admission", wire::encode(st)},
+      {"ready", service_.ready()},     {"started_at", started_at_},   {"at_ms", now_ms}};
   {
     std::lock_guard lk(mu_);
     reg["queue"] = json::object{{"taken", stats_.taken},

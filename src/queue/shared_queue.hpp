@@ -54,6 +54,10 @@
 
 namespace vg::queue {
 
+/// How long Redis keeps a request's keys (its hash, ids and history) after
+/// each write, in ms: longer than any request deadline.
+inline constexpr std::int64_t kRequestTtlMs = 3600 * 1000;
+
 /// Key names of the shared queue under one prefix.
 struct SharedQueueKeys {
   std::string prefix = "vg:q";
