@@ -32,6 +32,18 @@ std::int64_t to_millionths(double x) {
 
 }  // namespace
 
+MemoryProfile at_batch(const MemoryProfile& profile, int batch) {
+  const MemoryProfile::BatchScaling& b = profile.batch;
+  if (b.prefill_workspace_bytes == 0 && b.decode_workspace_bytes == 0) return profile;
+  const std::int64_t more = std::max(0, batch - 1);
+  const std::int64_t raw = std::max(b.prefill_workspace_bytes,
+                                    sat_add(b.decode_workspace_bytes, sat_mul(b.workspace_per_sequence_bytes, more)));
+  MemoryProfile out = profile;
+  out.workspace_bytes = static_cast<std::int64_t>(static_cast<double>(raw) * profile.safety_factor);
+  out.step_seconds = b.decode_step_seconds + b.step_seconds_per_sequence * static_cast<double>(more);
+  return out;
+}
+
 Status validate(const MemoryProfile& p) {
   auto neg = [](const char* field, std::int64_t v) {
     return Error(ErrorCode::kConfig, std::string("memory profile: ") + field + " must be >= 0, got " + std::to_string(v));

@@ -22,7 +22,26 @@ struct MemoryProfile {
   /// sequences) at full context; 0 = not measured. Retry-After promises use
   /// it before the first completion is measured.
   double step_seconds = 0;
+
+  /// How the workspace and the decode step grow with the batch, measured
+  /// before the safety factor (the profiler's decode runs at 1 and 2
+  /// sequences); all 0 when not measured (then at_batch changes nothing).
+  struct BatchScaling {
+    std::int64_t prefill_workspace_bytes = 0;       ///< the largest prefill chunk's step
+    std::int64_t decode_workspace_bytes = 0;        ///< a decode step of 1 sequence at full context
+    std::int64_t workspace_per_sequence_bytes = 0;  ///< each further sequence of a decode step
+    double decode_step_seconds = 0;                 ///< a decode step of 1 sequence at full context
+    double step_seconds_per_sequence = 0;           ///< each further sequence
+  };
+  BatchScaling batch;
 };
+
+/// `profile` with workspace_bytes and step_seconds of a batch of `batch`
+/// sequences (>= 1), extrapolated linearly from profile.batch:
+///   workspace = max(prefill, decode + per_sequence × (batch − 1)) × safety_factor
+///   step      = decode_step + per_sequence_step × (batch − 1)
+/// Unchanged when profile.batch was not measured.
+MemoryProfile at_batch(const MemoryProfile& profile, int batch);
 
 /// Ok when every byte count is >= 0 and 1 <= safety_factor <= 16; else kConfig
 /// with a message naming the field.

@@ -154,7 +154,8 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   }
   if (!(oom_increase_step > 0 && oom_increase_step <= 1)) return bad("oom_increase_step", "must be in (0, 1]");
   if (max_batch_tokens < 1) return bad("max_batch_tokens", "must be >= 1");
-  if (max_batch < 1 || max_batch > 256) return bad("max_batch", "must be in 1..256");
+  if (max_batch < 0 || max_batch > kLargestMaxBatch)
+    return bad("max_batch", "must be in 0..256 (0: chosen at start-up)");
   if (!(max_batch_delay_ms >= 0 && max_batch_delay_ms <= 10000)) {
     return bad("max_batch_delay_ms", "must be in 0..10000 (milliseconds)");
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "admission/admission_policy.hpp"
+#include "admission/batch_size.hpp"
 #include "common/error.hpp"
 #include "device/device.hpp"
 #include "traffic/client_identity.hpp"
@@ -85,7 +86,9 @@ struct ServeConfig {
   std::string prefix_cache = "on";           ///< on: prompts share the KV blocks of a common prefix; off
 
   // -- scheduling
-  int max_batch = 8;                 ///< sequences that run together on a device
+  /// Sequences that run together on a device; 0: chosen at start-up
+  /// (choose_max_batch with a KV block pool, else kDefaultMaxBatch).
+  int max_batch = 0;
   int max_n = 8;                     ///< choices one request may ask for (OpenAI n), 1..256
   int max_batch_tokens = 512;        ///< tokens in one step: prefill chunks + one per decoding sequence
   double max_batch_delay_ms = 2;     ///< TorchScript models: ms a partial batch waits for more requests (>= 0)
@@ -186,6 +189,8 @@ struct ServeConfig {
   // line has); on one that does not, they end the process naming the key, a
   // programming error rather than a user's.
   /// `admission`: memory, fixed:N or none.
+  /// --max-batch, or kDefaultMaxBatch for 0 (where no block pool chooses it).
+  int max_batch_or_default() const { return max_batch > 0 ? max_batch : kDefaultMaxBatch; }
   AdmissionPolicy admission_policy() const;
   /// `memory_reserve` in bytes.
   std::int64_t memory_reserve_bytes() const;

@@ -94,7 +94,9 @@ const ConfigField kFields[] = {
     {"max_bypass", "scheduling", "Seconds a waiting request that does not fit may be passed by later ones that do",
      &C::max_bypass_s},
     {"max_batch", "scheduling",
-     "Sequences that run together on a device (TorchScript models: requests in one forward pass)", &C::max_batch},
+     "Sequences that run together on a device (TorchScript models: requests in one forward pass); 0: chosen at "
+     "start-up, up to 256 where the KV cache is a block pool (docs/admission-and-memory.md), else 8",
+     &C::max_batch},
     {"max_batch_delay_ms", "scheduling",
      "TorchScript models: milliseconds a partial batch waits for more requests before it runs", &C::max_batch_delay_ms},
     {"max_n", "scheduling",

@@ -74,8 +74,8 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
     workspace = std::max(workspace, *peak);
   }
   // Workspace run 2: decode steps over full-context caches with 1 and 2
-  // sequences; the per-sequence growth is extrapolated to max_batch, so the
-  // profile itself needs only two full caches on the device.
+  // sequences; the per-sequence growth is extrapolated to max_batch
+  // (at_batch), so the profile itself needs only two full caches on the device.
   {
     const int prefix = std::max(1, mc.n_positions - 2);
     const auto prompt = filler(prefix, mc.vocab_size);
@@ -104,13 +104,14 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
       if (!peak.ok()) return std::move(peak).error();
       peaks[n - 1] = *peak;
     }
-    const int batch = std::max(1, std::min(options.max_batch, options.max_batch_tokens));
-    const std::int64_t per_sequence = std::max<std::int64_t>(0, peaks[1] - peaks[0]);
-    workspace = std::max(workspace, peaks[0] + per_sequence * (batch - 1));
+    p.batch.decode_workspace_bytes = peaks[0];
+    p.batch.workspace_per_sequence_bytes = std::max<std::int64_t>(0, peaks[1] - peaks[0]);
     // The step time grows with the batch as the peak does: extrapolated the same way.
-    p.step_seconds = step_s[0] + std::max(0.0, step_s[1] - step_s[0]) * (batch - 1);
+    p.batch.decode_step_seconds = step_s[0];
+    p.batch.step_seconds_per_sequence = std::max(0.0, step_s[1] - step_s[0]);
   }
-  p.workspace_bytes = static_cast<std::int64_t>(static_cast<double>(workspace) * options.safety_factor);
+  p.batch.prefill_workspace_bytes = workspace;
+  p = at_batch(p, std::max(1, std::min(options.max_batch, options.max_batch_tokens)));
   device.reset_peak();
   spdlog::info("memory profile on {}: resident {} B, workspace {} B, KV cache {} B/token + {} B/sequence, safety x{}, "
                "full-batch decode step {} ms",

@@ -27,7 +27,7 @@ MemoryProfile cost_profile(const std::vector<const MemoryProfile*>& profiles) {
 
 Engine::Options engine_options(const ServeConfig& config) {
   Engine::Options eo;
-  eo.max_batch = config.max_batch;
+  eo.max_batch = config.max_batch_or_default();
   eo.max_batch_tokens = config.max_batch_tokens;
   eo.prefill_worker = config.prefill_worker;
   eo.oom_governor = oom_governor_options(config);

@@ -77,6 +77,14 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
     svc->devices_.push_back(std::move(entry));
   }
   if (serving.empty()) return *first_error;
+  // --max-batch 0: the smallest batch a device chose (each device's
+  // workspace was set aside for its own, at least as large).
+  if (config.max_batch == 0) {
+    int chosen = kLargestMaxBatch;
+    for (DeviceEntry* d : serving) chosen = std::min(chosen, d->setup.max_batch);
+    svc->config_.max_batch = chosen;
+  }
+  const int max_batch = svc->config_.max_batch;
 
   // Models: what /v1/models shows, and the chat format.
   for (std::size_t m = 0; m < sources.size(); ++m) {
@@ -89,7 +97,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       ti.id = source.id;
       ti.spec = entry->tensor_model->spec();
       ti.profile = first.tensor_profiles[m];
-      ti.max_batch = ti.spec.batched ? std::min<int>(config.max_batch, static_cast<int>(ti.spec.max_batch())) : 1;
+      ti.max_batch = ti.spec.batched ? std::min<int>(max_batch, static_cast<int>(ti.spec.max_batch())) : 1;
       for (DeviceEntry* d : serving) {
         ti.devices.push_back(d->name);
         ti.budget_bytes = std::max(ti.budget_bytes, d->setup.budget_bytes);
@@ -156,7 +164,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
 
   // One admission front: every (device, model) engine draws from its queue.
   const AdmissionPolicy policy = config.admission_policy();
-  const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? kUnlimitedRunning : config.max_batch;
+  const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? kUnlimitedRunning : max_batch;
   AdmissionOptions ao;
   ao.policy = policy;
   ao.max_queue = config.max_queue;
@@ -219,7 +227,7 @@ Result<std::unique_ptr<InferenceService>> InferenceService::create(
       }
       std::vector<const MemoryProfile*> profiles;
       for (DeviceEntry* other : serving) profiles.push_back(&other->setup.profiles[m]);
-      Engine::Options eo = engine_options(config);
+      Engine::Options eo = engine_options(svc->config_);
       eo.admission = ao;
       eo.admission.budget_bytes = d->setup.budget_bytes;
       eo.budget_inputs = d->setup.budget_inputs;

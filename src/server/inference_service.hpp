@@ -47,6 +47,8 @@ class InferenceService final : public Service {
   /// an unknown model or a chat. For the --test-crash-on-prompt hook. Any thread.
   std::string prompt_text(const CompletionRequest& request) const;
   std::vector<ModelInfo> models() const override;
+  /// Sequences each engine runs at once (--max-batch, or the batch chosen at start-up for 0). Any thread.
+  int max_batch() const { return config_.max_batch; }
   bool healthy(std::string* reason) const override;
   bool ready() const override;
   std::string not_ready_reason() const override;

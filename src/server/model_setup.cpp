@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "admission/admission_policy.hpp"
+#include "admission/batch_size.hpp"
 #include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "device/foreign_bytes_hook.hpp"
@@ -66,12 +68,34 @@ Error load_failure(Error error, const Device& device) {
 // whole budget is KV bytes: the workspace is set aside apart). Elsewhere the
 // caches stay per sequence: several models would share one budget, and the
 // baselines (fixed, none) let the allocator see every cache.
-Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
+bool kv_pool_wanted(const ServeConfig& config, const DeviceSetup& setup) {
   const bool alone = setup.models.size() == 1 && setup.models.front() != nullptr;
-  if (!alone || config.kv_pool != "on" || config.prefill_worker ||
-      config.admission_policy().kind != AdmissionPolicy::Kind::kMemory) {
-    return Status::Ok();
+  return alone && config.kv_pool == "on" && !config.prefill_worker &&
+         config.admission_policy().kind == AdmissionPolicy::Kind::kMemory;
+}
+
+// --max-batch 0 on a device that will have a KV block pool: the batch
+// choose_max_batch allows, with the workspaces and the budget of that batch.
+void choose_pool_batch(const ServeConfig& config, DeviceSetup& setup) {
+  const int chosen = choose_max_batch(setup.profiles, setup.budget_bytes, config.max_batch_tokens);
+  if (chosen != setup.max_batch) {
+    setup.workspace_bytes = 0;
+    for (MemoryProfile& p : setup.profiles) {
+      p = at_batch(p, std::min(chosen, config.max_batch_tokens));
+      setup.workspace_bytes += p.workspace_bytes;
+    }
+    setup.budget_inputs.workspace_bytes = setup.workspace_bytes;
+    setup.budget_bytes = device_budget(setup.budget_inputs);
+    setup.max_batch = chosen;
   }
+  spdlog::info(
+      "--max-batch 0 on {}: {} sequences, workspace {}, budget {} (a batch of up to 256 whose step "
+      "workspace takes at most an eighth of the KV blocks)",
+      setup.device->name(), chosen, format_bytes(setup.workspace_bytes), format_bytes(setup.budget_bytes));
+}
+
+Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
+  if (!kv_pool_wanted(config, setup)) return Status::Ok();
   Model& model = *setup.models.front();
   const bool prefix = config.prefix_cache == "on";
   // One block first, to learn a block's bytes.
@@ -115,7 +139,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       if (!tensor.ok()) return load_failure(std::move(tensor).error(), *out.device);
       const std::int64_t resident = out.device->memory().own - before;
       auto fit = measure_tensor_profile(**tensor, *out.device,
-                                        TensorProfileOptions{config.max_batch, config.memory_safety});
+                                        TensorProfileOptions{config.max_batch_or_default(), config.memory_safety});
       if (!fit.ok()) {
         return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " +
                                              out.device->name() + " failed: " + fit.error().message +
@@ -137,9 +161,9 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
     auto model = Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype});
     if (!model.ok()) return load_failure(std::move(model).error(), *out.device);
     const std::int64_t resident = out.device->memory().own - before;
-    auto profile = measure_memory_profile(**model, *out.device,
-                                          ProfileOptions{config.max_batch, config.max_batch_tokens,
-                                                         config.memory_safety});
+    auto profile = measure_memory_profile(
+        **model, *out.device,
+        ProfileOptions{config.max_batch_or_default(), config.max_batch_tokens, config.memory_safety});
     if (!profile.ok()) {
       return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + out.device->name() +
                                            " failed: " + profile.error().message + held_by_others(*out.device));
@@ -192,6 +216,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       }
     }
   }
+  out.max_batch = config.max_batch_or_default();
+  if (config.max_batch == 0 && kv_pool_wanted(config, out)) choose_pool_batch(config, out);
   if (Status st = make_kv_pool(config, out); !st.ok()) return st.error();
   return out;
 }
@@ -202,6 +228,8 @@ Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   one.admission = "none";  // the plan reports what fits; it does not refuse to start
   auto setup = load_device(one, config.device_specs().front(), first);
   if (!setup.ok()) return std::move(setup).error();
+  // The batch `serve` would choose (the plan allocates no pool).
+  if (config.max_batch == 0 && kv_pool_wanted(config, *setup)) choose_pool_batch(config, *setup);
   ProfiledModel out;
   out.device = std::move(setup->device);
   out.model = std::move(setup->models.front());
@@ -211,6 +239,7 @@ Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   out.profile = setup->profiles.front();
   out.reserve_bytes = setup->reserve_bytes;
   out.budget_bytes = setup->budget_bytes;
+  out.max_batch = setup->max_batch;
   return out;
 }
 

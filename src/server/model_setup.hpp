@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "admission/batch_size.hpp"
 #include "admission/kv_reservation.hpp"
 #include "admission/memory_profile.hpp"
 #include "admission/tensor_cost.hpp"
@@ -67,6 +68,10 @@ struct DeviceSetup {
   /// prefill worker and no other model shares the device; nullopt: its KV
   /// caches are allocated per sequence.
   std::optional<KvBlockGeometry> kv_pool;
+  /// Sequences its engines run at once: --max-batch, or for 0 the batch
+  /// choose_max_batch allows where the device has a block pool (profiles,
+  /// workspace_bytes and budget_bytes are then those of that batch), else kDefaultMaxBatch.
+  int max_batch = kDefaultMaxBatch;
 };
 
 /// Creates device `spec` and loads and profiles `models` on it. Errors:
@@ -87,6 +92,7 @@ struct ProfiledModel {
   MemoryProfile profile;
   std::int64_t reserve_bytes = 0;
   std::int64_t budget_bytes = 0;
+  int max_batch = kDefaultMaxBatch;  ///< DeviceSetup::max_batch
 };
 
 /// The first model of --model-dir on the first --device. Errors as load_device().

@@ -94,7 +94,7 @@ Result<Plan> measure_plan(const ServeConfig& config, std::span<const int> prompt
   in.foreign_bytes = setup->device->memory().foreign;
   in.utilization = config.memory_utilization;
   in.reserve_bytes = setup->reserve_bytes;
-  in.max_batch = config.max_batch;
+  in.max_batch = setup->max_batch;
   in.max_batch_tokens = config.max_batch_tokens;
   in.admission = config.admission;
   return make_plan(in, prompt_tokens, max_tokens);

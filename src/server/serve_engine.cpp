@@ -156,7 +156,7 @@ Result<std::unique_ptr<queue::QueueWorker>> start_queue_worker(const ServeConfig
   wo.host = host;
   wo.devices = config.device;
   if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
-    wo.max_running = config.max_batch * static_cast<int>(std::max<std::size_t>(1, config.device.size())) *
+    wo.max_running = service.max_batch() * static_cast<int>(std::max<std::size_t>(1, config.device.size())) *
                      static_cast<int>(std::max<std::size_t>(1, service.models().size()));
   }
   wo.crash_on_prompt = config.test_crash_on_prompt;

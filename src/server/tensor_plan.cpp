@@ -49,7 +49,7 @@ Result<TensorPlan> measure_tensor_plan(const ServeConfig& config) {
   plan.device = setup->device->name();
   plan.admission = config.admission;
   const TensorModelSpec& spec = setup->tensor_model->spec();
-  plan.max_batch = spec.batched ? std::min<int>(config.max_batch, static_cast<int>(spec.max_batch())) : 1;
+  plan.max_batch = spec.batched ? std::min<int>(config.max_batch_or_default(), static_cast<int>(spec.max_batch())) : 1;
   plan.capacity_bytes = setup->device->memory().capacity;
   plan.budget_bytes = setup->budget_bytes;
   plan.profile = setup->tensor_profile;

@@ -313,16 +313,21 @@ TEST_F(ConfigFlagsTest, NoConfigFileMeansFlagsOverDefaults) {
 }
 
 TEST_F(ConfigFlagsTest, BadFileIsReportedEvenWhenAFlagOverridesTheKey) {
-  write("max_batch = 0\n");
+  write("max_batch = 257\n");
   auto c = parse("--config " + path_.string() + " --max-batch 4");
   ASSERT_FALSE(c.ok());
-  EXPECT_THAT(c.error().message, HasSubstr(path_.string() + ":1: key 'max_batch': must be in 1..256"));
+  EXPECT_THAT(c.error().message,
+              HasSubstr(path_.string() + ":1: key 'max_batch': must be in 0..256 (0: chosen at start-up)"));
 }
 
 TEST_F(ConfigFlagsTest, OutOfRangeFlagNamesTheFlag) {
-  auto c = parse("--max-batch 0");
+  auto c = parse("--max-batch=-1");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error().message, "--max-batch: must be in 1..256");
+  EXPECT_EQ(c.error().message, "--max-batch: must be in 0..256 (0: chosen at start-up)");
+  auto chosen = parse("--max-batch 0");
+  ASSERT_TRUE(chosen.ok()) << message(chosen);
+  EXPECT_EQ(chosen->max_batch, 0);
+  EXPECT_EQ(chosen->max_batch_or_default(), kDefaultMaxBatch);
 }
 
 TEST_F(ConfigFlagsTest, StepProfileNeedsItsTracePath) {
