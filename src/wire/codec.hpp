@@ -4,7 +4,10 @@
 // type-checked and range-checked, sizes bounded, so a broken or hostile peer
 // gets an error value and can neither crash the receiver nor make it
 // allocate past the frame it sent. The structs they carry besides api/'s
-// are in payloads.hpp. Pure; any thread.
+// are in payloads.hpp. Pure; any thread. Defined by topic: request_codec.cpp,
+// event_codec.cpp (answers, errors, events), state_codec.cpp (models,
+// admission, status, metrics), tensor_codec.cpp; their shared field readers
+// are json_fields.hpp's.
 #pragma once
 
 #include <cstdint>
