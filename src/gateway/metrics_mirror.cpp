@@ -44,7 +44,7 @@ void MetricsMirror::reset() {
   seen_counters_.clear();
 }
 
-void MetricsMirror::mirror(metrics::ServerMetrics& mx, const EngineMetrics& report) {
+void MetricsMirror::mirror(metrics::ServerMetrics& mx, const wire::EngineMetrics& report) {
   for (const wire::HistogramSample& h : report.histograms) {
     metrics::Histogram* target = target_of(mx, h);
     if (!target) continue;
@@ -64,8 +64,8 @@ void MetricsMirror::mirror(metrics::ServerMetrics& mx, const EngineMetrics& repo
     if (any) target->add(delta, h.sum - seen_sum);
     seen_sum = h.sum;
   }
-  for (const EngineMetrics::Counter& c : report.tensor_requests) {
-    if (c.labels.size() != mx.tensor_requests_total.label_names().size()) continue;
+  for (const wire::CounterSample& c : report.counters) {
+    if (c.name != "tensor_requests_total" || c.labels.size() != mx.tensor_requests_total.label_names().size()) continue;
     std::string key = "tensor_requests_total";
     for (const std::string& l : c.labels) key += '\x1f' + l;
     double& seen = seen_counters_[key];

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "gateway/engine_link.hpp"
+#include "wire/payloads.hpp"
 
 namespace vg::metrics {
 class ServerMetrics;
@@ -23,7 +23,7 @@ namespace vg::gateway {
 class MetricsMirror {
  public:
   /// Adds what grew in `report` since the last one to `metrics`.
-  void mirror(metrics::ServerMetrics& metrics, const EngineMetrics& report);
+  void mirror(metrics::ServerMetrics& metrics, const wire::EngineMetrics& report);
   /// A new engine process: its counts start again from zero.
   void reset();
 

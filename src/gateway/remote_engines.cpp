@@ -182,7 +182,7 @@ bool RemoteService::try_connect(Slot& s) {
   }
   if (!reply.refused.empty()) return fail(reply.refused);
   if (!reply.invalid.empty()) return fail(reply.invalid);
-  const EngineHello& hello = reply.hello;
+  const wire::EngineHello& hello = reply.hello;
   std::string refusal;         // another serve uses it with other settings
   bool replace_other = false;  // other settings and no other gateway: stop it, start ours
   {
@@ -217,7 +217,7 @@ bool RemoteService::try_connect(Slot& s) {
   return attach(s, *fd, std::move(reply.hello));
 }
 
-bool RemoteService::attach(Slot& s, int fd, EngineHello hello) {
+bool RemoteService::attach(Slot& s, int fd, wire::EngineHello hello) {
   std::shared_ptr<EngineLink> link;
   std::uint64_t epoch = 0;
   {
@@ -255,7 +255,7 @@ bool RemoteService::attach(Slot& s, int fd, EngineHello hello) {
                  started_here ? fmt::format(", ready {:.2f} s after its start", *s.process.startup_s) : "");
   }
   Slot* sp = &s;
-  link->start([this, sp, epoch](EngineMessage m) { on_message(sp, epoch, std::move(m)); },
+  link->start([this, sp, epoch](wire::Decoded<wire::ToGateway> m) { on_message(sp, epoch, std::move(m)); },
               [this, sp, epoch](const std::string& reason) { on_close(sp, epoch, reason); });
   notify_changed();
   return true;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/overloaded.hpp"
 #include "gateway/gateway_counting.hpp"
 #include "gateway/remote_service.hpp"
 #include "gateway/remote_slot.hpp"
@@ -144,7 +145,7 @@ Result<wire::Accepted> RemoteService::place(std::shared_ptr<Req> r) {
                  s->label());
     if (options_.metrics) options_.metrics->count_resumed("resubmitted");
   }
-  if (got && got->kind == SubmitAnswer::Kind::kAccepted && got->accepted.ok()) return std::move(got->accepted);
+  if (got && got->kind == SubmitAnswer::Kind::kAccepted) return std::move(got->accepted);
   return placement_failed(*r, rid, got ? &*got : nullptr, largest_refusing_budget);
 }
 
@@ -291,54 +292,117 @@ void RemoteService::rebalance() {
 
 // -- engine messages (the links' reader threads)
 
-void RemoteService::on_message(Slot* s, std::uint64_t epoch, EngineMessage m) {
+void RemoteService::on_message(Slot* s, std::uint64_t epoch, wire::Decoded<wire::ToGateway> m) {
   Outbox out;
   {
     MutexLock lock(mu_);
     if (s->epoch != epoch) return;
     s->last_heard = Clock::now();
-    if (auto* status = std::get_if<StatusMessage>(&m.body)) {
-      on_status(*s, *status);
-      return;
-    }
-    if (auto* state = std::get_if<StateReply>(&m.body)) {
-      if (options_.metrics) s->mirror.mirror(*options_.metrics, state->metrics);
-      if (state->qid) {
-        state_replies_[*state->qid] = std::move(*state);
-        cv_.notify_all();
-      }
-      return;
-    }
-    auto it = s->inflight.find(m.rid);
-    if (it == s->inflight.end()) {
-      // A short request can end before the engine's answer to its submit
-      // (events pushed during submit go first): submit() still waits for it.
-      auto* a = std::get_if<SubmitAnswer>(&m.body);
-      if (a && awaiting_.count(m.rid)) answer(m.rid, std::move(*a));
-      return;  // otherwise ended here already (cancelled, failed over)
-    }
-    std::shared_ptr<Req> r = it->second;
-    if (auto* a = std::get_if<SubmitAnswer>(&m.body)) {
-      on_answer(*s, r, m.rid, std::move(*a), out);
-    } else if (auto* w = std::get_if<WithdrawnMessage>(&m.body)) {
-      on_withdrawn(*s, r, m.rid, w->ok);
-    } else if (auto* done = std::get_if<InferDoneMessage>(&m.body)) {
-      on_infer_done(*s, r, m.rid, std::move(*done), out);
-    } else if (auto* ev = std::get_if<EventMessage>(&m.body)) {
-      on_event(*s, r, m.rid, std::move(ev->event), out);
+    if (m.ok()) {
+      dispatch(*s, std::move(m).value(), out);
+    } else {
+      on_unreadable(*s, m.error(), out);
     }
   }
   out.deliver();
 }
 
-void RemoteService::on_status(Slot& s, const StatusMessage& m) {
-  if (m.status) {
-    const bool was = s.status.ready;
-    s.status = *m.status;
-    if (was != s.status.ready) set_state(s, s.status.ready ? EngineState::kReady : EngineState::kNotReady);
+void RemoteService::dispatch(Slot& s, wire::ToGateway message, Outbox& out) {
+  using Kind = SubmitAnswer::Kind;
+  // The request a message names; null when it ended here already (cancelled, failed over).
+  auto request = [&](std::uint64_t rid) VG_REQUIRES(mu_) -> std::shared_ptr<Req> {
+    auto it = s.inflight.find(rid);
+    return it == s.inflight.end() ? nullptr : it->second;
+  };
+  std::visit(Overloaded{
+                 [&](const wire::StatusReport& m) { on_status(s, m); },
+                 [&](wire::StateReport& m) { on_state(s, std::move(m)); },
+                 [&](wire::SubmitAccepted& m) {
+                   route_answer(s, m.rid, SubmitAnswer{Kind::kAccepted, std::move(m.submission), {}}, out);
+                 },
+                 [&](wire::SubmitRejected& m) {
+                   route_answer(s, m.rid, SubmitAnswer{Kind::kRejected, {}, std::move(m.error)}, out);
+                 },
+                 [&](const wire::Withdrawn& m) {
+                   if (auto r = request(m.rid)) on_withdrawn(s, r, m.rid, m.ok);
+                 },
+                 [&](wire::InferDone& m) {
+                   if (auto r = request(m.rid)) on_infer_done(s, r, m.rid, std::move(m.result), out);
+                 },
+                 [&](wire::Event& m) {
+                   if (auto r = request(m.rid)) on_event(s, r, std::move(m.event), out);
+                 },
+                 // The answers to a hello, never sent after it.
+                 [&](const wire::EngineHello&) {
+                   on_unreadable(s, wire::DecodeError{"hello", 0, "a second hello"}, out);
+                 },
+                 [&](const wire::Refused& m) {
+                   on_unreadable(s, wire::DecodeError{"refused", 0, "refused after its hello: " + m.reason}, out);
+                 },
+             },
+             message);
+}
+
+void RemoteService::on_state(Slot& s, wire::StateReport m) {
+  if (options_.metrics) s.mirror.mirror(*options_.metrics, m.metrics);
+  const std::uint64_t qid = m.qid;
+  state_replies_[qid] = std::move(m);
+  cv_.notify_all();
+}
+
+void RemoteService::route_answer(Slot& s, std::uint64_t rid, SubmitAnswer a, Outbox& out) {
+  auto it = s.inflight.find(rid);
+  if (it != s.inflight.end()) {
+    const std::shared_ptr<Req> r = it->second;  // a copy: the handler may erase the entry
+    on_answer(s, r, rid, std::move(a), out);
+  } else if (awaiting_.count(rid)) {
+    // A short request can end before the engine's answer to its submit
+    // (events pushed during submit go first): submit() still waits for it.
+    answer(rid, std::move(a));
   }
-  if (m.admission_sent) {
-    if (m.admission) s.learn(*m.admission);
+}
+
+void RemoteService::on_unreadable(Slot& s, const wire::DecodeError& e, Outbox& out) {
+  auto it = e.rid ? s.inflight.find(e.rid) : s.inflight.end();
+  if (it != s.inflight.end()) {
+    const std::shared_ptr<Req> r = it->second;  // a copy: the handler erases the entry
+    fail_unreadable(s, r, e.rid, e.message, out);
+    return;
+  }
+  // Nothing to pin it on (the protocol is broken): the connection closes,
+  // and its requests move as after a crash.
+  spdlog::error("engine on {}: closing its connection: {}", s.label(), e.message);
+  if (std::shared_ptr<EngineLink> link = s.link) out.then([link, why = e.message] { link->close(why); });
+}
+
+void RemoteService::fail_unreadable(Slot& s, const std::shared_ptr<Req>& r, std::uint64_t rid, const std::string& why,
+                                    Outbox& out) {
+  spdlog::error("engine on {}: a message about request {} could not be read: {}", s.label(), r->id_, why);
+  if (std::shared_ptr<EngineLink> link = s.link) out.then([link, rid] { link->cancel(rid); });
+  Error error(ErrorCode::kInternal, "the engine sent a message about the request that could not be read: " + why);
+  if (awaiting_.count(rid)) {
+    // Its submit waits for an answer: this is it.
+    answer(rid, SubmitAnswer{SubmitAnswer::Kind::kRejected, {}, std::move(error)});
+    return;
+  }
+  // The request cannot go on from a stream it cannot read: it ends here.
+  s.inflight.erase(rid);
+  if (!r->track.end()) return;
+  request_ended();
+  cv_.notify_all();
+  if (r->tensor) {
+    out.then([r, error] { r->tensor_done(error); });
+  } else {
+    out.push(r->sink, FailedEvent{std::move(error), {}, {}});
+  }
+}
+
+void RemoteService::on_status(Slot& s, const wire::StatusReport& m) {
+  const bool was = s.status.ready;
+  s.status = m.status;
+  if (was != s.status.ready) set_state(s, s.status.ready ? EngineState::kReady : EngineState::kNotReady);
+  if (m.admission) {
+    s.learn(*m.admission);
     publish_engine_metrics(s);  // its device names may be known from now on
   }
   if (options_.metrics) s.mirror.mirror(*options_.metrics, m.metrics);
@@ -350,10 +414,9 @@ void RemoteService::on_answer(Slot& s, const std::shared_ptr<Req>& r, std::uint6
   if (accepted) {
     // Placement counts its cost against the engine until a status shows it.
     // Counted when sent (a resubmission at its known cost, a new one at 0): the rest now.
-    if (a.cost_bytes) {
-      if (*a.cost_bytes > r->cost_bytes) s.placed.bytes += *a.cost_bytes - r->cost_bytes;
-      r->cost_bytes = *a.cost_bytes;
-    }
+    const std::int64_t cost = a.accepted.cost_bytes;
+    if (cost > r->cost_bytes) s.placed.bytes += cost - r->cost_bytes;
+    r->cost_bytes = cost;
     if (awaited) answer(rid, std::move(a));
     return;
   }
@@ -406,38 +469,18 @@ void RemoteService::on_withdrawn(Slot& s, const std::shared_ptr<Req>& r, std::ui
   monitor_cv_.notify_one();  // placed again at the monitor's next turn
 }
 
-void RemoteService::on_infer_done(Slot& s, const std::shared_ptr<Req>& r, std::uint64_t rid, InferDoneMessage m,
-                                  Outbox& out) {
+void RemoteService::on_infer_done(Slot& s, const std::shared_ptr<Req>& r, std::uint64_t rid,
+                                  Result<TensorResult> result, Outbox& out) {
   if (!r->tensor) return;
   s.inflight.erase(rid);
   if (!r->track.end()) return;
   request_ended();
   cv_.notify_all();
-  if (!m.unreadable.empty()) {
-    spdlog::error("engine on {}: bad tensor result for request {}: {}", s.label(), r->id_, m.unreadable);
-  }
-  auto result = std::make_shared<Result<TensorResult>>(std::move(m.result));
-  out.then([r, result] { r->tensor_done(std::move(*result)); });
+  auto shared = std::make_shared<Result<TensorResult>>(std::move(result));
+  out.then([r, shared] { r->tensor_done(std::move(*shared)); });
 }
 
-void RemoteService::on_event(Slot& s, const std::shared_ptr<Req>& r, std::uint64_t rid, Result<EngineEvent> event,
-                             Outbox& out) {
-  if (!event.ok()) {
-    // The request cannot go on from a stream it cannot read: it ends here,
-    // and the engine is told to stop it.
-    spdlog::error("engine on {}: bad event for request {}: {}", s.label(), r->id_, event.error().message);
-    s.inflight.erase(rid);
-    if (!r->track.end()) return;
-    request_ended();
-    cv_.notify_all();
-    if (std::shared_ptr<EngineLink> link = s.link) out.then([link, rid] { link->cancel(rid); });
-    out.push(r->sink, FailedEvent{Error(ErrorCode::kInternal,
-                                        "the engine sent an event that could not be read: " + event.error().message),
-                                  {},
-                                  {}});
-    return;
-  }
-  EngineEvent e = std::move(event).value();
+void RemoteService::on_event(Slot& s, const std::shared_ptr<Req>& r, EngineEvent e, Outbox& out) {
   const EventEffect effect = r->track.on_event(e);
   if (effect.first_start) ++s.unreported.admitted;
   if (is_terminal(e)) {

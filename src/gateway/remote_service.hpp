@@ -135,7 +135,7 @@ class RemoteService final : public Service {
   bool try_connect(Slot& slot) VG_EXCLUDES(mu_);
   /// An accepted hello: the slot takes `fd` as its link and starts reading.
   /// True (as try_connect), also when stopping: then `fd` is closed instead.
-  bool attach(Slot& slot, int fd, EngineHello hello) VG_EXCLUDES(mu_);
+  bool attach(Slot& slot, int fd, wire::EngineHello hello) VG_EXCLUDES(mu_);
   /// try_connect with mu_ released around it (held on entry and return).
   bool connect_off_lock(Slot& slot) VG_REQUIRES(mu_);
 
@@ -162,17 +162,28 @@ class RemoteService final : public Service {
   /// Errors (400): the encoder's, and a prompt + max_tokens over the
   /// model's context length.
   Status encode_prompt(CompletionRequest& request) const VG_EXCLUDES(mu_);
-  void on_message(Slot* slot, std::uint64_t epoch, EngineMessage message) VG_EXCLUDES(mu_);
-  // The handlers of one engine message about request `r` (`rid` on `slot`);
-  // what they push to sinks goes to `out`, delivered once mu_ is released.
-  void on_status(Slot& slot, const StatusMessage& m) VG_REQUIRES(mu_);
+  void on_message(Slot* slot, std::uint64_t epoch, wire::Decoded<wire::ToGateway> message) VG_EXCLUDES(mu_);
+  /// One message of `slot`'s engine, dispatched by its type.
+  void dispatch(Slot& slot, wire::ToGateway message, Outbox& out) VG_REQUIRES(mu_);
+  void on_status(Slot& slot, const wire::StatusReport& m) VG_REQUIRES(mu_);
+  void on_state(Slot& slot, wire::StateReport m) VG_REQUIRES(mu_);
+  /// A message that could not be read: one about a request fails that
+  /// request (the engine is told to cancel it); any other closes the link.
+  void on_unreadable(Slot& slot, const wire::DecodeError& e, Outbox& out) VG_REQUIRES(mu_);
+  // The handlers of one engine message about request `rid` on `slot`; what
+  // they push to sinks goes to `out`, delivered once mu_ is released.
+  /// The answer to submit `rid`: to its request, or to the submit() that waits for it.
+  void route_answer(Slot& slot, std::uint64_t rid, SubmitAnswer answer, Outbox& out) VG_REQUIRES(mu_);
   void on_answer(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, SubmitAnswer answer, Outbox& out)
       VG_REQUIRES(mu_);
   void on_withdrawn(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, bool ok) VG_REQUIRES(mu_);
-  void on_infer_done(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, InferDoneMessage m, Outbox& out)
-      VG_REQUIRES(mu_);
-  void on_event(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, Result<EngineEvent> event, Outbox& out)
-      VG_REQUIRES(mu_);
+  void on_infer_done(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, Result<TensorResult> result,
+                     Outbox& out) VG_REQUIRES(mu_);
+  void on_event(Slot& slot, const std::shared_ptr<Req>& r, EngineEvent event, Outbox& out) VG_REQUIRES(mu_);
+  /// Request `r` cannot go on from what its engine sent (`why`): it fails
+  /// here with kInternal, and the engine is told to cancel it.
+  void fail_unreadable(Slot& slot, const std::shared_ptr<Req>& r, std::uint64_t rid, const std::string& why,
+                       Outbox& out) VG_REQUIRES(mu_);
   void on_close(Slot* slot, std::uint64_t epoch, const std::string& reason) VG_EXCLUDES(mu_);
   /// A request of a closed engine: ended (its failure event in `ends`),
   /// answered (a submit waits), or held for another engine (true).
@@ -222,7 +233,7 @@ class RemoteService final : public Service {
   /// Held here, waiting for an engine to take them (again).
   std::vector<std::shared_ptr<Req>> pending_ VG_GUARDED_BY(mu_);
   std::map<std::uint64_t, SubmitAnswer> answers_ VG_GUARDED_BY(mu_);              // rid -> its answer
-  mutable std::map<std::uint64_t, StateReply> state_replies_ VG_GUARDED_BY(mu_);  // qid -> the reply
+  mutable std::map<std::uint64_t, wire::StateReport> state_replies_ VG_GUARDED_BY(mu_);  // qid -> the reply
   mutable std::uint64_t next_rid_ VG_GUARDED_BY(mu_) = 1;                         // ids of submits and state queries
   /// Fresh submits waiting for their answer, each on its own condition
   /// variable (with mu_), so an answer wakes its submit alone.

@@ -75,8 +75,7 @@ bool Channel::enqueue(std::string frame, Send how) {
   return true;
 }
 
-bool Channel::send(const boost::json::object& message, Send how) {
-  std::string frame = encode_frame(message);
+bool Channel::send(std::string frame, Send how) {
   std::unique_lock lk(mu_);
   if (closed_) return false;
   if (how == Send::kDirect && queue_.empty() && !writing_) {
@@ -156,7 +155,7 @@ void Channel::read_loop(OnMessage on_message, OnClose on_close) {
         break;
       }
       if (closed()) break;
-      on_message(std::move(*msg).value());
+      on_message(msg->value());
     }
     if (closed()) break;
   }
@@ -263,12 +262,15 @@ std::optional<uid_t> peer_uid(int fd) {
   return cred.uid;
 }
 
-Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_payload_bytes) {
+Result<std::string> read_one(int fd, double timeout_s, std::size_t max_payload_bytes) {
   FrameReader reader(max_payload_bytes);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[1];
   while (true) {
-    if (auto msg = reader.next()) return std::move(*msg);
+    if (auto msg = reader.next()) {
+      if (!msg->ok()) return std::move(*msg).error();
+      return std::string(msg->value());
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Error(ErrorCode::kOverloaded, fmt::format("no answer within {:g} s", timeout_s));
     pollfd p{fd, POLLIN, 0};
@@ -287,8 +289,7 @@ Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_p
   }
 }
 
-Status write_one(int fd, const boost::json::object& message) {
-  const std::string frame = encode_frame(message);
+Status write_one(int fd, std::string_view frame) {
   int error = 0;
   if (write_socket(fd, frame, 0, error) < frame.size()) {
     return Error(ErrorCode::kOverloaded, std::string("write failed: ") + std::strerror(error));

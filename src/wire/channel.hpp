@@ -1,6 +1,6 @@
 // A framed message connection over a Unix stream socket (the engine wire
-// protocol): one reader thread that splits the bytes into messages
-// (frame.hpp) and hands each to a callback, and one writer thread that
+// protocol): one reader thread that splits the bytes into frames
+// (frame.hpp) and hands each payload to a callback, and one writer thread that
 // sends what send() queued, so a sender (an engine thread pushing events)
 // never blocks on the peer. A send() with Send::kDirect writes on the
 // caller's thread instead when nothing is waiting to be written: one
@@ -24,8 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
-
-#include <boost/json.hpp>
+#include <string_view>
 
 #include "common/error.hpp"
 #include "wire/protocol.hpp"
@@ -56,7 +55,8 @@ enum class Send {
 
 class Channel : public std::enable_shared_from_this<Channel> {
  public:
-  using OnMessage = std::function<void(boost::json::object message)>;
+  /// A frame's payload (envelope.hpp decodes it); valid during the call.
+  using OnMessage = std::function<void(std::string_view payload)>;
   using OnClose = std::function<void(const std::string& reason)>;
 
   /// Takes ownership of a connected socket `fd`. Call start() next.
@@ -67,10 +67,10 @@ class Channel : public std::enable_shared_from_this<Channel> {
 
   /// Starts the reader and writer threads.
   void start(OnMessage on_message, OnClose on_close);
-  /// Sends `message` as `how` says; false when the channel is closed (or
-  /// just closed: the queue would pass max_queued_bytes, or a direct write
-  /// failed).
-  bool send(const boost::json::object& message, Send how = Send::kQueued);
+  /// Sends `frame` (a whole frame: envelope.hpp's encode_frame) as `how`
+  /// says; false when the channel is closed (or just closed: the queue would
+  /// pass max_queued_bytes, or a direct write failed).
+  bool send(std::string frame, Send how = Send::kQueued);
   /// Closes the connection (both threads stop; on_close gets `reason`). Idempotent.
   void close(const std::string& reason);
   bool closed() const;
@@ -110,11 +110,11 @@ Result<int> listen_unix(const std::string& path);
 /// The user id of the process at the other end of Unix socket `fd`.
 std::optional<uid_t> peer_uid(int fd);
 
-/// Reads one message from blocking socket `fd` within `timeout_s` (used for
-/// the hello, before a Channel takes the socket). Errors: kOverloaded on
-/// timeout or close, kInvalidRequest on a bad frame.
-Result<boost::json::object> read_one(int fd, double timeout_s, std::size_t max_payload_bytes);
-/// Writes `message` as one frame to blocking socket `fd`.
-Status write_one(int fd, const boost::json::object& message);
+/// Reads one frame from blocking socket `fd` within `timeout_s` (used for
+/// the hello, before a Channel takes the socket) and returns its payload.
+/// Errors: kOverloaded on timeout or close, kInvalidRequest on a bad frame.
+Result<std::string> read_one(int fd, double timeout_s, std::size_t max_payload_bytes);
+/// Writes `frame` (a whole frame) to blocking socket `fd`.
+Status write_one(int fd, std::string_view frame);
 
 }  // namespace vg::wire

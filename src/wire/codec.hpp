@@ -57,6 +57,12 @@ Result<HistogramSample> decode_histogram(const boost::json::value& v);
 /// (host byte order; both ends share the host). Decoding bounds the rank
 /// (16), the tensors (256) and each tensor's values (2^26); whether the
 /// values fit the shape is the engine's check_inputs (a 400 naming the input).
+/// An engine's metrics go into a message beside its other fields:
+/// "histograms" and "counters" (arrays, empty when none) and
+/// "generated_tokens" (when set); decoding reads those fields of `message`.
+void encode_metrics(const EngineMetrics& m, boost::json::object& message);
+Result<EngineMetrics> decode_metrics(const boost::json::object& message);
+
 boost::json::object encode(const TensorInferRequest& r);
 Result<TensorInferRequest> decode_tensor_request(const boost::json::value& v);
 

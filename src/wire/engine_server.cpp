@@ -15,14 +15,13 @@
 #include <map>
 #include <set>
 
-#include "metrics/server_metrics.hpp"
+#include "common/overloaded.hpp"
 #include "wire/channel.hpp"
 #include "wire/codec.hpp"
-#include "wire/frame.hpp"
-#include "wire/protocol.hpp"
+#include "wire/engine_metrics.hpp"
+#include "wire/envelope.hpp"
 
 namespace vg::wire {
-namespace json = boost::json;
 
 namespace {
 
@@ -34,12 +33,23 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-std::uint64_t rid_of(const json::object& m) {
-  const json::value* v = m.if_contains("rid");
-  if (v && v->is_uint64()) return v->as_uint64();
-  if (v && v->is_int64() && v->as_int64() >= 0) return static_cast<std::uint64_t>(v->as_int64());
-  return 0;
+/// Why the first message of a connection, `hello` (a payload, or why none
+/// came), does not open it; empty when it does (`peer` then names the gateway).
+std::string hello_refusal(const Result<std::string>& hello, const std::string& secret, std::string& peer) {
+  if (!hello.ok()) return hello.error().message;
+  Decoded<ToEngine> m = decode_to_engine(*hello);
+  if (!m.ok()) return m.error().message;
+  const auto* h = std::get_if<GatewayHello>(&*m);
+  if (!h) return "first message is not a hello";
+  if (h->version != kProtocolVersion) {
+    return "protocol version mismatch (this engine speaks version " + std::to_string(kProtocolVersion) + ")";
+  }
+  if (!same_secret(h->secret, secret)) return "wrong or missing secret";
+  if (!h->gateway.empty()) peer = h->gateway;
+  return {};
 }
+
+Status send_refusal(int fd, std::string reason) { return write_one(fd, encode_frame(Refused{std::move(reason)})); }
 
 }  // namespace
 
@@ -165,30 +175,13 @@ void EngineServer::accept_loop() {
                      uid ? std::to_string(*uid) : "unknown", ::geteuid());
         // The peer is told why; what it sent is discarded unread (a bounded
         // wait for its hello, so the refusal is not lost to a reset).
-        (void)write_one(fd, json::object{{"t", "refused"},
-                                          {"reason", "this engine serves only its own user (uid " +
-                                                         std::to_string(::geteuid()) + ")"}});
+        (void)send_refusal(fd, "this engine serves only its own user (uid " + std::to_string(::geteuid()) + ")");
         (void)read_one(fd, 1.0, 64 * 1024);
         ::close(fd);
         return;
       }
-      auto hello = read_one(fd, 5.0, 64 * 1024);
-      std::string why;
-      if (!hello.ok()) {
-        why = hello.error().message;
-      } else if (message_type(*hello) != "hello") {
-        why = "first message is not a hello";
-      } else {
-        const json::value* v = hello->if_contains("v");
-        const json::value* secret = hello->if_contains("secret");
-        if (!v || !v->is_int64() || v->as_int64() != kProtocolVersion) {
-          why = "protocol version mismatch (this engine speaks version " + std::to_string(kProtocolVersion) + ")";
-        } else if (!secret || !secret->is_string() || !same_secret(std::string(secret->as_string()), options_.secret)) {
-          why = "wrong or missing secret";
-        } else if (const json::value* g = hello->if_contains("gateway"); g && g->is_string()) {
-          conn->peer = std::string(g->as_string());
-        }
-      }
+      const Result<std::string> hello = read_one(fd, 5.0, 64 * 1024);
+      const std::string why = hello_refusal(hello, options_.secret, conn->peer);
       if (!why.empty()) {
         // A peer that closes before any hello is a gateway checking that an
         // engine accepts here: not worth a warning.
@@ -197,32 +190,11 @@ void EngineServer::accept_loop() {
         } else {
           spdlog::warn("engine socket: closed a connection: {}", why);
         }
-        (void)write_one(fd, json::object{{"t", "refused"}, {"reason", why}});
+        (void)send_refusal(fd, why);
         ::close(fd);
         return;
       }
-      json::array models;
-      for (const ModelInfo& m : service_.models()) models.push_back(encode(m));
-      json::array tensor_models;
-      for (const ModelInfo& m : service_.models()) {
-        if (auto t = service_.tensor_model(m.id); t.ok()) tensor_models.push_back(encode(*t));
-      }
-      json::array devices;
-      for (const std::string& d : options_.devices) devices.emplace_back(d);
-      json::object reply{{"t", "hello"},
-                         {"v", kProtocolVersion},
-                         {"pid", static_cast<std::int64_t>(::getpid())},
-                         {"models", std::move(models)},
-                         {"tensor_models", std::move(tensor_models)},
-                         {"devices", std::move(devices)},
-                         {"model_dir", options_.model_dir},
-                         {"config_digest", options_.config_digest},
-                         {"gateways", static_cast<std::int64_t>(connections())},
-                         {"load_s", options_.load_s},
-                         {"started_at", options_.started_at},
-                         // Its budgets and load from the start: a gateway places by them.
-                         {"admission", encode(service_.admission_state())}};
-      if (!write_one(fd, reply).ok()) {
+      if (!write_one(fd, encode_frame(hello_reply())).ok()) {
         ::close(fd);
         return;
       }
@@ -244,8 +216,16 @@ void EngineServer::accept_loop() {
 void EngineServer::serve(std::shared_ptr<Conn> conn) {
   std::weak_ptr<Conn> weak = conn;
   conn->channel->start(
-      [this, weak](json::object m) {
-        if (auto c = weak.lock()) handle(c, std::move(m));
+      [this, weak](std::string_view payload) {
+        auto c = weak.lock();
+        if (!c) return;
+        Decoded<ToEngine> m = decode_to_engine(payload);
+        if (m.ok()) {
+          handle(c, std::move(m).value());
+        } else {
+          spdlog::warn("engine: closing the connection of gateway {}: {}", c->peer, m.error().message);
+          c->channel->close(m.error().message);
+        }
       },
       [this, weak](const std::string& reason) {
         if (auto c = weak.lock()) on_closed(c, reason);
@@ -263,7 +243,7 @@ class EventsToConn final : public EventSink {
     if (poison_ && std::holds_alternative<StartedEvent>(event)) {
       // As a crash in the request's first step would: after its start is out.
       if (c) {
-        c->channel->send(json::object{{"t", "event"}, {"rid", rid_}, {"event", encode(event)}});
+        c->channel->send(encode_frame(Event{rid_, std::move(event)}));
         (void)c->channel->flush(1.0);
       }
       spdlog::error("test hook --test-crash-on-prompt: request {} started; aborting the engine process", rid_);
@@ -271,7 +251,7 @@ class EventsToConn final : public EventSink {
     }
     if (!c) return;
     const bool terminal = is_terminal(event);
-    c->channel->send(json::object{{"t", "event"}, {"rid", rid_}, {"event", encode(event)}});
+    c->channel->send(encode_frame(Event{rid_, std::move(event)}));
     if (terminal) {
       std::lock_guard lk(c->mu);
       c->requests.erase(rid_);
@@ -286,194 +266,187 @@ class EventsToConn final : public EventSink {
 
 }  // namespace
 
-void EngineServer::handle(const std::shared_ptr<Conn>& conn, json::object m) {
-  const std::string_view type = message_type(m);
-  if (type == "submit") {
-    const std::uint64_t rid = rid_of(m);
-    const json::value* rv = m.if_contains("request");
-    Result<CompletionRequest> req = rv ? decode_completion_request(*rv)
-                                       : Result<CompletionRequest>(Error(ErrorCode::kInvalidRequest, "no request"));
-    if (rid == 0 || !req.ok()) {
-      const std::string why = rid == 0 ? "submit without a request number" : "bad submit: " + req.error().message;
-      spdlog::warn("engine: closing the connection of gateway {}: {}", conn->peer, why);
-      conn->channel->close(why);
-      return;
-    }
-    if (const json::value* res = m.if_contains("resume"); res && !res->is_null()) {
-      auto resume = decode_resume(*res);
-      if (!resume.ok()) {
-        conn->channel->close("bad resume: " + resume.error().message);
-        return;
-      }
-      req->resume_tokens = std::move(resume->tokens);
-      req->resume_prompt_sent = resume->prompt_sent;
-    }
-    if (const json::value* a = m.if_contains("admitted_before"); a && a->is_bool()) req->admitted_before = a->as_bool();
-    const bool poison = !options_.crash_on_prompt.empty() &&
-                        (contains_text(*req, options_.crash_on_prompt) ||
-                         (options_.prompt_text && options_.prompt_text(*req).find(options_.crash_on_prompt) !=
-                                                      std::string::npos));
-    {
-      std::lock_guard lk(conn->mu);
-      if (conn->closed) return;
-      if (!conn->requests.emplace(rid, Conn::Entry{nullptr, false, poison, nullptr, false}).second) {
-        conn->channel->close("request number " + std::to_string(rid) + " is in use");
-        return;
-      }
-    }
-    auto sink = std::make_shared<EventsToConn>(conn, rid, poison);
-    // Events the engine pushes during submit are queued on the channel
-    // before the answer; the gateway registered the rid before sending.
-    Result<Submission> sub = service_.submit(*req, sink);
-    if (!sub.ok()) {
-      {
-        std::lock_guard lk(conn->mu);
-        conn->requests.erase(rid);
-      }
-      conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}}, Send::kDirect);
-      return;
-    }
-    Accepted a{sub->model, sub->prompt_tokens, sub->queue_position, sub->cost_bytes, sub->echo_text,
-               sub->retry_claimed_by};
-    conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}}, Send::kDirect);
-    bool cancel = false;
-    {
-      std::lock_guard lk(conn->mu);
-      auto it = conn->requests.find(rid);
-      if (it != conn->requests.end()) {
-        it->second.handle = sub->handle;
-        cancel = it->second.cancel_pending || conn->closed;
-      }
-    }
-    if (cancel) sub->handle->cancel();
-    return;
-  }
-  if (type == "infer") {
-    handle_infer(conn, m);
-    return;
-  }
-  if (type == "cancel") {
-    const std::uint64_t rid = rid_of(m);
-    std::shared_ptr<RequestHandle> h;
-    std::shared_ptr<TensorHandle> t;
-    {
-      std::lock_guard lk(conn->mu);
-      auto it = conn->requests.find(rid);
-      if (it == conn->requests.end()) return;  // already ended
-      if (!it->second.handle && !it->second.tensor) {
-        it->second.cancel_pending = true;
-        return;
-      }
-      h = it->second.handle;
-      t = it->second.tensor;
-    }
-    if (h) h->cancel();
-    if (t) t->cancel();
-    return;
-  }
-  if (type == "withdraw") {
-    // Back to the gateway if still queued (it places it elsewhere); the
-    // answer says which. A request being submitted or ended is not taken back.
-    const std::uint64_t rid = rid_of(m);
-    std::shared_ptr<RequestHandle> h;
-    {
-      std::lock_guard lk(conn->mu);
-      auto it = conn->requests.find(rid);
-      if (it != conn->requests.end() && !it->second.cancel_pending) h = it->second.handle;
-    }
-    const bool withdrawn = h && h->withdraw();
-    if (withdrawn) {
-      std::lock_guard lk(conn->mu);
-      conn->requests.erase(rid);
-    }
-    conn->channel->send(json::object{{"t", "withdrawn"}, {"rid", rid}, {"ok", withdrawn}}, Send::kDirect);
-    return;
-  }
-  if (type == "state") {
-    json::object reply = metrics_fields();
-    reply["t"] = "state";
-    reply["qid"] = m.contains("qid") ? m.at("qid") : json::value(0);
-    reply["admission"] = encode(service_.admission_state());
-    conn->channel->send(reply, Send::kDirect);
-    return;
-  }
-  if (type == "release") {
-    released_.store(true);
-    spdlog::info("engine: released by gateway {}: it exits once no gateway is connected", conn->peer);
-    return;
-  }
-  const std::string why = "unknown message type \"" + std::string(type) + "\"";
-  spdlog::warn("engine: closing the connection of gateway {}: {}", conn->peer, why);
-  conn->channel->close(why);
+void EngineServer::handle(const std::shared_ptr<Conn>& conn, ToEngine message) {
+  std::visit(Overloaded{
+                 [&](Submit& m) { on_submit(conn, std::move(m)); },
+                 [&](Infer& m) { on_infer(conn, std::move(m)); },
+                 [&](const Cancel& m) { on_cancel(*conn, m.rid); },
+                 [&](const Withdraw& m) { on_withdraw(*conn, m.rid); },
+                 [&](const QueryState& m) {
+                   conn->channel->send(
+                       encode_frame(StateReport{m.qid, service_.admission_state(), engine_metrics(options_.metrics)}),
+                       Send::kDirect);
+                 },
+                 [&](const Release&) {
+                   released_.store(true);
+                   spdlog::info("engine: released by gateway {}: it exits once no gateway is connected", conn->peer);
+                 },
+                 [&](const GatewayHello&) {
+                   spdlog::warn("engine: closing the connection of gateway {}: a second hello", conn->peer);
+                   conn->channel->close("a second hello");
+                 },
+             },
+             message);
 }
 
-void EngineServer::handle_infer(const std::shared_ptr<Conn>& conn, const json::object& m) {
-  const std::uint64_t rid = rid_of(m);
-  const json::value* rv = m.if_contains("request");
-  Result<TensorInferRequest> req = rv ? decode_tensor_request(*rv)
-                                      : Result<TensorInferRequest>(Error(ErrorCode::kInvalidRequest, "no request"));
-  if (rid == 0 || !req.ok()) {
-    const std::string why = rid == 0 ? "infer without a request number" : "bad infer: " + req.error().message;
-    spdlog::warn("engine: closing the connection of gateway {}: {}", conn->peer, why);
-    conn->channel->close(why);
-    return;
+namespace {
+
+/// Registers request `rid` of `conn`, being submitted; false when it is
+/// not to be submitted (the connection closed, or closes now: `rid` in use).
+bool register_request(EngineServer::Conn& conn, std::uint64_t rid, EngineServer::Conn::Entry entry) {
+  std::lock_guard lk(conn.mu);
+  if (conn.closed) return false;
+  if (!conn.requests.emplace(rid, std::move(entry)).second) {
+    conn.channel->close("request number " + std::to_string(rid) + " is in use");
+    return false;
   }
+  return true;
+}
+
+/// Answers a submit the service refused; `rid` is forgotten.
+void reject(EngineServer::Conn& conn, std::uint64_t rid, Error error) {
   {
-    std::lock_guard lk(conn->mu);
-    if (conn->closed) return;
-    Conn::Entry entry;
-    entry.is_tensor = true;
-    if (!conn->requests.emplace(rid, std::move(entry)).second) {
-      conn->channel->close("request number " + std::to_string(rid) + " is in use");
-      return;
+    std::lock_guard lk(conn.mu);
+    conn.requests.erase(rid);
+  }
+  conn.channel->send(encode_frame(SubmitRejected{rid, std::move(error)}), Send::kDirect);
+}
+
+/// Answers a submit the service took, then gives the entry of `rid` its
+/// handle (`set`); true when the handle is to be cancelled at once (a
+/// cancel came meanwhile, or the connection closed).
+template <class F>
+bool accept(EngineServer::Conn& conn, std::uint64_t rid, Accepted accepted, F&& set) {
+  conn.channel->send(encode_frame(SubmitAccepted{rid, std::move(accepted)}), Send::kDirect);
+  std::lock_guard lk(conn.mu);
+  auto it = conn.requests.find(rid);
+  if (it == conn.requests.end()) return false;
+  set(it->second);
+  return it->second.cancel_pending || conn.closed;
+}
+
+/// A tensor request's end as it goes back: outputs too large for one frame become kBodyTooLarge.
+InferDone infer_done(std::uint64_t rid, Result<TensorResult> result) {
+  if (result.ok()) {
+    const std::size_t bytes = encoded_tensors_bound(result->outputs);
+    if (bytes + 4096 > kMaxFrameBytes) {
+      result =
+          Error(ErrorCode::kBodyTooLarge, "the outputs take " + std::to_string(bytes) +
+                                              " bytes on the engine wire, more than one message "
+                                              "carries (" +
+                                              std::to_string(kMaxFrameBytes) +
+                                              " bytes, about 48 MiB of float32 values): ask "
+                                              "for fewer outputs or a smaller batch, or serve the model --in-process");
     }
   }
+  return InferDone{rid, std::move(result)};
+}
+
+}  // namespace
+
+bool EngineServer::poisoned(const CompletionRequest& r) const {
+  const std::string& needle = options_.crash_on_prompt;
+  return !needle.empty() && (contains_text(r, needle) ||
+                             (options_.prompt_text && options_.prompt_text(r).find(needle) != std::string::npos));
+}
+
+void EngineServer::on_submit(const std::shared_ptr<Conn>& conn, Submit m) {
+  const std::uint64_t rid = m.rid;
+  CompletionRequest& req = m.request;
+  if (m.resume) {
+    req.resume_tokens = std::move(m.resume->tokens);
+    req.resume_prompt_sent = m.resume->prompt_sent;
+  }
+  req.admitted_before = m.admitted_before;
+  const bool poison = poisoned(req);
+  if (!register_request(*conn, rid, Conn::Entry{nullptr, false, poison, nullptr, false})) return;
+  auto sink = std::make_shared<EventsToConn>(conn, rid, poison);
+  // Events the engine pushes during submit are queued on the channel
+  // before the answer; the gateway registered the rid before sending.
+  Result<Submission> sub = service_.submit(req, sink);
+  if (!sub.ok()) {
+    reject(*conn, rid, std::move(sub).error());
+    return;
+  }
+  Accepted a{sub->model,      sub->prompt_tokens, sub->queue_position,
+             sub->cost_bytes, sub->echo_text,     sub->retry_claimed_by};
+  if (accept(*conn, rid, std::move(a), [&](Conn::Entry& e) { e.handle = sub->handle; })) sub->handle->cancel();
+}
+
+void EngineServer::on_infer(const std::shared_ptr<Conn>& conn, Infer m) {
+  const std::uint64_t rid = m.rid;
+  Conn::Entry entry;
+  entry.is_tensor = true;
+  if (!register_request(*conn, rid, std::move(entry))) return;
   std::weak_ptr<Conn> weak = conn;
   // Called once, on an engine thread (or the cancelling one); may come
   // before the submission returns: the gateway registered the rid first.
   TensorDone done = [weak, rid](Result<TensorResult> result) {
     auto c = weak.lock();
     if (!c) return;
-    json::object msg{{"t", "infer_done"}, {"rid", rid}};
-    if (result.ok()) {
-      const std::size_t bytes = encoded_tensors_bound(result->outputs);
-      if (bytes + 4096 <= kMaxFrameBytes) {
-        msg["result"] = encode(*result);
-      } else {
-        msg["error"] = encode(Error(ErrorCode::kBodyTooLarge,
-                                    "the outputs take " + std::to_string(bytes) + " bytes on the engine wire, more than "
-                                    "one message carries (" + std::to_string(kMaxFrameBytes) +
-                                    " bytes, about 48 MiB of float32 values): ask for fewer outputs or a smaller batch, "
-                                    "or serve the model --in-process"));
-      }
-    } else {
-      msg["error"] = encode(result.error());
-    }
-    c->channel->send(msg);
+    c->channel->send(encode_frame(infer_done(rid, std::move(result))));
     std::lock_guard lk(c->mu);
     c->requests.erase(rid);
   };
-  Result<TensorSubmission> sub = service_.submit_tensor(std::move(req).value(), std::move(done));
+  Result<TensorSubmission> sub = service_.submit_tensor(std::move(m.request), std::move(done));
   if (!sub.ok()) {
-    {
-      std::lock_guard lk(conn->mu);
-      conn->requests.erase(rid);
-    }
-    conn->channel->send(json::object{{"t", "rejected"}, {"rid", rid}, {"error", encode(sub.error())}}, Send::kDirect);
+    reject(*conn, rid, std::move(sub).error());
     return;
   }
   Accepted a{sub->model, 0, sub->queue_position, sub->cost_bytes, {}, {}};
-  conn->channel->send(json::object{{"t", "accepted"}, {"rid", rid}, {"submission", encode(a)}}, Send::kDirect);
-  bool cancel = false;
+  if (accept(*conn, rid, std::move(a), [&](Conn::Entry& e) { e.tensor = sub->handle; })) sub->handle->cancel();
+}
+
+void EngineServer::on_cancel(Conn& conn, std::uint64_t rid) {
+  std::shared_ptr<RequestHandle> h;
+  std::shared_ptr<TensorHandle> t;
   {
-    std::lock_guard lk(conn->mu);
-    auto it = conn->requests.find(rid);
-    if (it != conn->requests.end()) {
-      it->second.tensor = sub->handle;
-      cancel = it->second.cancel_pending || conn->closed;
+    std::lock_guard lk(conn.mu);
+    auto it = conn.requests.find(rid);
+    if (it == conn.requests.end()) return;  // already ended
+    if (!it->second.handle && !it->second.tensor) {
+      it->second.cancel_pending = true;
+      return;
     }
+    h = it->second.handle;
+    t = it->second.tensor;
   }
-  if (cancel) sub->handle->cancel();
+  if (h) h->cancel();
+  if (t) t->cancel();
+}
+
+void EngineServer::on_withdraw(Conn& conn, std::uint64_t rid) {
+  // Back to the gateway if still queued (it places it elsewhere); the
+  // answer says which. A request being submitted or ended is not taken back.
+  std::shared_ptr<RequestHandle> h;
+  {
+    std::lock_guard lk(conn.mu);
+    auto it = conn.requests.find(rid);
+    if (it != conn.requests.end() && !it->second.cancel_pending) h = it->second.handle;
+  }
+  const bool withdrawn = h && h->withdraw();
+  if (withdrawn) {
+    std::lock_guard lk(conn.mu);
+    conn.requests.erase(rid);
+  }
+  conn.channel->send(encode_frame(Withdrawn{rid, withdrawn}), Send::kDirect);
+}
+
+EngineHello EngineServer::hello_reply() const {
+  EngineHello h;
+  h.pid = static_cast<std::int64_t>(::getpid());
+  h.models = service_.models();
+  for (const ModelInfo& m : h.models) {
+    if (auto t = service_.tensor_model(m.id); t.ok()) h.tensor_models.push_back(std::move(t).value());
+  }
+  h.devices = options_.devices;
+  h.model_dir = options_.model_dir;
+  h.config_digest = options_.config_digest;
+  h.gateways = connections();
+  h.load_s = options_.load_s;
+  h.started_at = options_.started_at;
+  h.admission = service_.admission_state();  // its budgets and load from the start: a gateway places by them
+  return h;
 }
 
 void EngineServer::on_closed(const std::shared_ptr<Conn>& conn, const std::string& reason) {
@@ -504,59 +477,6 @@ void EngineServer::on_closed(const std::shared_ptr<Conn>& conn, const std::strin
   conns_cv_.notify_all();
 }
 
-json::object EngineServer::metrics_fields() const {
-  json::object o;
-  json::array hs;
-  if (metrics::ServerMetrics* m = options_.metrics) {
-    const std::pair<const char*, const metrics::Histogram*> histograms[] = {
-        {"queue_wait_seconds", &m->queue_wait_seconds},
-        {"time_to_first_token_seconds", &m->time_to_first_token_seconds},
-        {"inter_token_latency_seconds", &m->inter_token_latency_seconds},
-        {"request_duration_seconds", &m->request_duration_seconds},
-        {"batch_size", &m->batch_size},
-        {"retry_promise_error_seconds", &m->retry_promise_error_seconds},
-    };
-    for (const auto& [name, h] : histograms) {
-      const metrics::Histogram::Snapshot s = h->snapshot();
-      HistogramSample sample{name, {}, s.bounds, {}, s.sum};
-      std::uint64_t prev = 0;
-      for (std::uint64_t c : s.cumulative) {
-        sample.buckets.push_back(c - prev);
-        prev = c;
-      }
-      hs.push_back(encode(sample));
-    }
-    o["generated_tokens"] = m->generated_tokens_total.value();
-    // The labelled families of tensor requests, one sample per series.
-    const std::pair<const char*, const metrics::HistogramFamily*> families[] = {
-        {"tensor_queue_wait_seconds", &m->tensor_queue_wait_seconds},
-        {"tensor_request_duration_seconds", &m->tensor_request_duration_seconds},
-        {"tensor_batch_size", &m->tensor_batch_size},
-    };
-    for (const auto& entry : families) {
-      const char* name = entry.first;
-      entry.second->for_each([&](const std::vector<std::string>& labels, const metrics::Histogram& h) {
-        const metrics::Histogram::Snapshot s = h.snapshot();
-        HistogramSample sample{name, labels, s.bounds, {}, s.sum};
-        std::uint64_t prev = 0;
-        for (std::uint64_t c : s.cumulative) {
-          sample.buckets.push_back(c - prev);
-          prev = c;
-        }
-        hs.push_back(encode(sample));
-      });
-    }
-    json::array counters;
-    m->tensor_requests_total.for_each([&](const std::vector<std::string>& labels, const metrics::Counter& c) {
-      counters.push_back(json::object{{"name", "tensor_requests_total"}, {"labels", json::array(labels.begin(), labels.end())},
-                                      {"value", c.value()}});
-    });
-    o["counters"] = std::move(counters);
-  }
-  o["histograms"] = std::move(hs);
-  return o;
-}
-
 void EngineServer::heartbeat_loop() {
   while (!stopping_.load()) {
     {
@@ -568,18 +488,16 @@ void EngineServer::heartbeat_loop() {
     st.not_ready_reason = service_.not_ready_reason();
     st.ready = st.not_ready_reason.empty();
     st.healthy = service_.healthy(&st.health_reason);
-    json::object msg = metrics_fields();
-    msg["t"] = "status";
-    msg["status"] = encode(st);
     // The counters too, so what a gateway carries over when this process
     // dies misses at most one heartbeat's worth.
-    msg["admission"] = encode(service_.admission_state());
+    const std::string frame =
+        encode_frame(StatusReport{std::move(st), service_.admission_state(), engine_metrics(options_.metrics)});
     std::vector<std::shared_ptr<Conn>> conns;
     {
       std::lock_guard lk(mu_);
       conns = conns_;
     }
-    for (auto& c : conns) c->channel->send(msg);
+    for (auto& c : conns) c->channel->send(frame);
   }
 }
 

@@ -19,11 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include <boost/json.hpp>
-
 #include "api/service.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "wire/protocol.hpp"
 
 namespace vg {
 namespace metrics {
@@ -84,11 +83,19 @@ class EngineServer {
   void accept_loop();
   void heartbeat_loop();
   void serve(std::shared_ptr<Conn> conn);
-  void handle(const std::shared_ptr<Conn>& conn, boost::json::object message);
-  /// A tensor request ("infer"): accepted or rejected, then one "infer_done".
-  void handle_infer(const std::shared_ptr<Conn>& conn, const boost::json::object& message);
+  /// One message of a gateway's connection, on its reader thread.
+  void handle(const std::shared_ptr<Conn>& conn, ToEngine message);
+  /// A completion request: accepted (then its events) or rejected.
+  void on_submit(const std::shared_ptr<Conn>& conn, Submit m);
+  /// A tensor request: accepted (then one InferDone) or rejected.
+  void on_infer(const std::shared_ptr<Conn>& conn, Infer m);
+  void on_cancel(Conn& conn, std::uint64_t rid);
+  void on_withdraw(Conn& conn, std::uint64_t rid);
   void on_closed(const std::shared_ptr<Conn>& conn, const std::string& reason);
-  boost::json::object metrics_fields() const;
+  /// Whether `r` trips the crash_on_prompt test hook.
+  bool poisoned(const CompletionRequest& r) const;
+  /// What this engine's hello tells a gateway.
+  EngineHello hello_reply() const;
 
   Options options_;
   Service& service_;

@@ -18,6 +18,12 @@ const json::value* get(const json::object& o, const char* key) {
   return v && !v->is_null() ? v : nullptr;
 }
 
+const json::value& need(const json::object& o, const char* key) {
+  const json::value* v = get(o, key);
+  if (!v) fail(std::string("missing \"") + key + "\"");
+  return *v;
+}
+
 std::string str(const json::object& o, const char* key, bool required) {
   const json::value* v = get(o, key);
   if (!v) {

@@ -37,6 +37,8 @@ struct FieldError : std::runtime_error {
 const json::object& as_object(const json::value& v, const char* what);
 /// The field `key`, or null when it is absent or null.
 const json::value* get(const json::object& o, const char* key);
+/// The field `key`; FieldError "missing" when it is absent or null.
+const json::value& need(const json::object& o, const char* key);
 /// A string field; absent: empty, or FieldError when `required`.
 std::string str(const json::object& o, const char* key, bool required = false);
 /// An integer field in lo..hi; absent: `dflt`, or FieldError when `required`.

@@ -1,10 +1,11 @@
 // The plain structs the engine wire protocol carries besides api/'s types
-// (resume state, a submit's answer, an engine's status, a histogram sample),
+// (resume state, a submit's answer, an engine's status and metrics),
 // without their JSON codecs (codec.hpp): what a gateway header may name
 // without reaching boost::json. Pure data; any thread.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ struct HistogramSample {
   std::vector<double> bounds;
   std::vector<std::uint64_t> buckets;
   double sum = 0;
+};
+
+/// A cumulative counter as the engine holds it, by label values.
+struct CounterSample {
+  std::string name;
+  std::vector<std::string> labels;
+  double value = 0;
+};
+
+/// The metrics an engine reports cumulatively with its status and state
+/// replies (the gateway adds what grew since the last report to its own).
+struct EngineMetrics {
+  std::vector<HistogramSample> histograms;
+  std::vector<CounterSample> counters;
+  std::optional<double> generated_tokens;  ///< nullopt: the engine records none
 };
 
 }  // namespace vg::wire

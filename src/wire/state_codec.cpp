@@ -237,4 +237,37 @@ Result<HistogramSample> decode_histogram(const json::value& v) {
   });
 }
 
+void encode_metrics(const EngineMetrics& m, json::object& message) {
+  json::array histograms, counters;
+  for (const HistogramSample& h : m.histograms) histograms.push_back(encode(h));
+  for (const CounterSample& c : m.counters) {
+    counters.push_back(json::object{{"name", c.name}, {"labels", string_array(c.labels)}, {"value", c.value}});
+  }
+  message["histograms"] = std::move(histograms);
+  message["counters"] = std::move(counters);
+  if (m.generated_tokens) message["generated_tokens"] = *m.generated_tokens;
+}
+
+Result<EngineMetrics> decode_metrics(const json::object& message) {
+  return guarded<EngineMetrics>([&] {
+    EngineMetrics m;
+    if (const json::array* a = array(message, "histograms", kMaxSmallList)) {
+      for (const json::value& h : *a) {
+        Result<HistogramSample> sample = decode_histogram(h);
+        if (!sample.ok()) fail(sample.error().message);
+        m.histograms.push_back(std::move(sample).value());
+      }
+    }
+    if (const json::array* a = array(message, "counters", kMaxList)) {
+      for (const json::value& c : *a) {
+        const json::object& co = as_object(c, "a counter");
+        m.counters.push_back(
+            CounterSample{str(co, "name", true), strings(co, "labels", 8), number(co, "value", 0, 1e300, 0)});
+      }
+    }
+    if (get(message, "generated_tokens")) m.generated_tokens = number(message, "generated_tokens", 0, 1e300, 0);
+    return m;
+  });
+}
+
 }  // namespace vg::wire

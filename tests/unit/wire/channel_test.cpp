@@ -4,6 +4,7 @@
 #include "wire/channel.hpp"
 
 #include "common/wakeup_batch.hpp"
+#include "wire/frame.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,9 +21,7 @@
 namespace vg::wire {
 namespace {
 
-namespace json = boost::json;
-
-/// The receiving end: collects the "n" of every message in arrival order.
+/// The receiving end: collects the number each payload starts with, in arrival order.
 struct Collector {
   std::mutex mu;
   std::condition_variable cv;
@@ -34,9 +33,9 @@ struct Collector {
   void start(const std::shared_ptr<Channel>& ch) {
     channel = ch;
     ch->start(
-        [this](json::object m) {
+        [this](std::string_view payload) {
           std::lock_guard lk(mu);
-          got.push_back(m.at("n").as_int64());
+          got.push_back(std::stoll(std::string(payload.substr(0, payload.find(' ')))));
           cv.notify_all();
         },
         [this](const std::string& reason) {
@@ -76,8 +75,9 @@ struct Pair {
   }
 };
 
-json::object msg(std::int64_t n, std::size_t pad = 0) {
-  return json::object{{"t", "event"}, {"n", n}, {"pad", std::string(pad, 'p')}};
+/// The frame of a payload "<n> <pad bytes>".
+std::string msg(std::int64_t n, std::size_t pad = 0) {
+  return frame_of(std::to_string(n) + " " + std::string(pad, 'p'));
 }
 
 /// A started sender and a started receiver on a socket pair.
@@ -87,7 +87,7 @@ struct Linked {
   Collector c;  // owns the receiver; closes it and waits for its end first
   explicit Linked(int sndbuf = 0) : p(sndbuf), sender(Channel::adopt(p.a)) {
     c.start(Channel::adopt(p.b));
-    sender->start([](json::object) {}, [](const std::string&) {});
+    sender->start([](std::string_view) {}, [](const std::string&) {});
   }
   ~Linked() { sender->close("test over"); }
 };
@@ -143,7 +143,7 @@ TEST(Channel, ADirectSendTheSocketCannotTakeIsFinishedByTheWriter) {
   // the peer reads.
   Pair p(4096);
   auto sender = Channel::adopt(p.a);
-  sender->start([](json::object) {}, [](const std::string&) {});
+  sender->start([](std::string_view) {}, [](const std::string&) {});
   ASSERT_TRUE(sender->send(msg(0, 256 * 1024), Send::kDirect));
   ASSERT_TRUE(sender->send(msg(1, 10), Send::kDirect));
   ASSERT_TRUE(sender->send(msg(2, 64 * 1024), Send::kQueued));
@@ -210,7 +210,7 @@ TEST(Channel, ADirectSendToAClosedPeerClosesTheChannel) {
   std::mutex mu;
   std::condition_variable cv;
   bool closed = false;
-  sender->start([](json::object) {},
+  sender->start([](std::string_view) {},
                 [&](const std::string&) {
                   std::lock_guard lk(mu);
                   closed = true;
