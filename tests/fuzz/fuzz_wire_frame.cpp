@@ -1,89 +1,111 @@
-// libFuzzer target: the engine wire protocol's receiving side (wire/frame:
-// FrameReader; wire/codec: every message decoder). The bytes are fed in
-// chunks (sizes from the input's first byte) the way a socket delivers
-// them. Properties checked besides "no crash, no sanitizer report": a
-// frame error stops the stream for good (the connection would be closed);
-// whatever decodes re-encodes into something that decodes again, with the
-// ranges the engine relies on.
-#include <boost/json.hpp>
-
+// libFuzzer target: the engine wire protocol's receiving side on both ends
+// (wire/frame: FrameReader; wire/envelope: the decoders of each direction,
+// with every payload codec under them). The bytes are fed in chunks (sizes
+// from the input's first byte) the way a socket delivers them, and each
+// payload is decoded as a message to the engine and as one to a gateway,
+// then dispatched with std::visit as the two sides do. Properties checked
+// besides "no crash, no sanitizer report": a frame error stops the stream
+// for good (the connection would be closed); a decode error says why; what
+// decodes has the ranges the receiver relies on, and re-encodes into a
+// frame that decodes again to the same message type and request.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <variant>
 
-#include "wire/codec.hpp"
+#include "common/overloaded.hpp"
+#include "wire/envelope.hpp"
 #include "wire/frame.hpp"
 
 namespace {
 
-namespace json = boost::json;
 using namespace vg;
+using namespace vg::wire;
 
-void check_request(const json::value& v) {
-  auto r = wire::decode_completion_request(v);
-  if (!r.ok()) return;
-  if (r->max_tokens < 0 || r->n < 1 || r->n > 256) __builtin_trap();
-  if (r->logprobs && (*r->logprobs < 0 || *r->logprobs > 20)) __builtin_trap();
-  if (!(r->sampling.temperature >= 0 && r->sampling.temperature <= 2)) __builtin_trap();
-  if (r->stop.size() > 16) __builtin_trap();
-  if (!wire::decode_completion_request(json::value(wire::encode(*r))).ok()) __builtin_trap();
+void check_request(const CompletionRequest& r) {
+  if (r.max_tokens < 0 || r.n < 1 || r.n > 256) __builtin_trap();
+  if (r.logprobs && (*r.logprobs < 0 || *r.logprobs > 20)) __builtin_trap();
+  if (!(r.sampling.temperature >= 0 && r.sampling.temperature <= 2)) __builtin_trap();
+  if (r.stop.size() > 16) __builtin_trap();
 }
 
-void check_message(const json::object& m) {
-  const std::string_view t = wire::message_type(m);
-  if (t.empty()) __builtin_trap();  // FrameReader returns typed messages only
-  for (const char* key : {"request", "resume", "event", "admission", "status", "submission", "error"}) {
-    const json::value* v = m.if_contains(key);
-    if (!v) continue;
-    const std::string_view k(key);
-    if (k == "request") check_request(*v);
-    if (k == "resume") (void)wire::decode_resume(*v);
-    if (k == "submission") (void)wire::decode_accepted(*v);
-    if (k == "status") (void)wire::decode_status(*v);
-    if (k == "error") {
-      Error e;
-      if (wire::decode_error(*v, &e).ok()) {
-        Error again;
-        if (!wire::decode_error(json::value(wire::encode(e)), &again).ok()) __builtin_trap();
-      }
-    }
-    if (k == "event") {
-      auto e = wire::decode_event(*v);
-      if (e.ok() && !wire::decode_event(json::value(wire::encode(*e))).ok()) __builtin_trap();
-    }
-    if (k == "admission") {
-      auto s = wire::decode_admission_state(*v);
-      if (s.ok() && s->waiting.size() > AdmissionState::kMaxWaitingShown) __builtin_trap();
-    }
+void check_metrics(const EngineMetrics& m) {
+  for (const HistogramSample& h : m.histograms) {
+    if (h.buckets.size() != h.bounds.size() + 1) __builtin_trap();
   }
-  if (const json::value* hs = m.if_contains("histograms"); hs && hs->is_array()) {
-    for (const json::value& h : hs->as_array()) {
-      auto d = wire::decode_histogram(h);
-      if (d.ok() && d->buckets.size() != d->bounds.size() + 1) __builtin_trap();
-    }
+}
+
+void check_admission(const std::optional<AdmissionState>& s) {
+  if (s && s->waiting.size() > AdmissionState::kMaxWaitingShown) __builtin_trap();
+}
+
+/// The request number a message names (0: none), as a receiver dispatches it.
+std::uint64_t dispatch(const ToEngine& m) {
+  return std::visit(Overloaded{
+                        [](const GatewayHello&) -> std::uint64_t { return 0; },
+                        [](const Submit& s) -> std::uint64_t {
+                          check_request(s.request);
+                          if (s.rid == 0) __builtin_trap();
+                          return s.rid;
+                        },
+                        [](const Infer& i) -> std::uint64_t {
+                          if (i.request.dtypes.size() != i.request.inputs.size() || i.rid == 0) __builtin_trap();
+                          return i.rid;
+                        },
+                        [](const Cancel& c) { return c.rid; },
+                        [](const Withdraw& w) { return w.rid; },
+                        [](const QueryState& q) { return q.qid; },
+                        [](const Release&) -> std::uint64_t { return 0; },
+                    },
+                    m);
+}
+
+std::uint64_t dispatch(const ToGateway& m) {
+  return std::visit(Overloaded{
+                        [](const EngineHello& h) -> std::uint64_t {
+                          check_admission(h.admission);
+                          return 0;
+                        },
+                        [](const Refused&) -> std::uint64_t { return 0; },
+                        [](const SubmitAccepted& a) { return a.rid; },
+                        [](const SubmitRejected& r) { return r.rid; },
+                        [](const Event& e) { return e.rid; },
+                        [](const InferDone& d) { return d.rid; },
+                        [](const Withdrawn& w) { return w.rid; },
+                        [](const StateReport& s) {
+                          check_admission(s.admission);
+                          check_metrics(s.metrics);
+                          return s.qid;
+                        },
+                        [](const StatusReport& s) -> std::uint64_t {
+                          check_admission(s.admission);
+                          check_metrics(s.metrics);
+                          return 0;
+                        },
+                    },
+                    m);
+}
+
+/// The payload of `frame` (one whole frame).
+std::string payload_of(const std::string& frame) {
+  FrameReader r(kMaxFrameBytes);
+  r.append(frame);
+  auto p = r.next();
+  if (!p || !p->ok() || r.next()) __builtin_trap();
+  return std::string(**p);
+}
+
+template <class V>
+void check(Decoded<V> (*decode)(std::string_view), std::string_view payload) {
+  Decoded<V> m = decode(payload);
+  if (!m.ok()) {
+    if (m.error().message.empty()) __builtin_trap();
+    return;
   }
-  if (const json::value* ms = m.if_contains("models"); ms && ms->is_array()) {
-    for (const json::value& x : ms->as_array()) (void)wire::decode_model_info(x);
-  }
-  if (const json::value* ts = m.if_contains("tensor_models"); ts && ts->is_array()) {
-    for (const json::value& x : ts->as_array()) {
-      auto info = wire::decode_tensor_model_info(x);
-      if (info.ok() && !wire::decode_tensor_model_info(json::value(wire::encode(*info))).ok()) __builtin_trap();
-    }
-  }
-  if (wire::message_type(m) == "infer") {
-    if (const json::value* v = m.if_contains("request")) {
-      auto r = wire::decode_tensor_request(*v);
-      if (r.ok()) {
-        if (r->dtypes.size() != r->inputs.size()) __builtin_trap();
-        if (!wire::decode_tensor_request(json::value(wire::encode(*r))).ok()) __builtin_trap();
-      }
-    }
-  }
-  if (const json::value* v = m.if_contains("result")) {
-    auto r = wire::decode_tensor_result(*v);
-    if (r.ok() && !wire::decode_tensor_result(json::value(wire::encode(*r))).ok()) __builtin_trap();
-  }
+  const std::uint64_t id = dispatch(*m);
+  Decoded<V> again = decode(payload_of(encode_frame(*m)));
+  if (!again.ok() || again->index() != m->index() || dispatch(*again) != id) __builtin_trap();
 }
 
 }  // namespace
@@ -92,7 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::size_t chunk = 1 + data[0] % 64;
   std::string_view bytes(reinterpret_cast<const char*>(data + 1), size - 1);
-  wire::FrameReader reader(1 << 16);
+  FrameReader reader(1 << 16);
   bool broken = false;
   while (!bytes.empty() && !broken) {
     const std::size_t n = std::min(chunk, bytes.size());
@@ -103,7 +125,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         broken = true;
         break;
       }
-      check_message(m->value());
+      // The view lives until the reader's next call: both decoders read it first.
+      const std::string_view payload = **m;
+      check<ToEngine>(&decode_to_engine, payload);
+      check<ToGateway>(&decode_to_gateway, payload);
     }
   }
   return 0;
