@@ -19,10 +19,11 @@
 // engine state), engine_link.hpp (hello and typed messages over the wire),
 // placement.hpp (pure placement over engine snapshots), request_tracker.hpp
 // (each request's phase, what its client was sent, resume), prompt_encoders.hpp,
-// metrics_mirror.hpp and gateway_counting.hpp. Its methods are in three
+// metrics_mirror.hpp and gateway_counting.hpp. Its methods are in four
 // files: remote_service.cpp (construction, views, shutdown), remote_engines.cpp
-// (the monitor thread: supervision, connections) and remote_requests.cpp (the
-// request path: place, engine messages, crashes, resubmission, moves).
+// (the monitor thread: supervision, connections), remote_requests.cpp (the
+// request path: place, crashes, resubmission, moves) and remote_messages.cpp
+// (the engines' messages).
 //
 // Threads: the Service methods from any thread; one monitor thread
 // (supervision, reconnects, heartbeats, resubmission) and the links' reader
@@ -139,7 +140,7 @@ class RemoteService final : public Service {
   /// try_connect with mu_ released around it (held on entry and return).
   bool connect_off_lock(Slot& slot) VG_REQUIRES(mu_);
 
-  // -- the request path (remote_requests.cpp)
+  // -- the request path (remote_requests.cpp; the engines' messages: remote_messages.cpp)
   /// Sends held requests to an engine that can take them; ends those
   /// cancelled or past their deadline (their failures go to `ends`).
   void resubmit_pending(TimePoint now, Outbox& ends) VG_REQUIRES(mu_);
