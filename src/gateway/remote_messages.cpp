@@ -35,29 +35,30 @@ void RemoteService::dispatch(Slot& s, wire::ToGateway message, Outbox& out) {
     auto it = s.inflight.find(rid);
     return it == s.inflight.end() ? nullptr : it->second;
   };
+  // Each handler runs under mu_, as dispatch() does (the analysis does not see into lambdas).
   std::visit(Overloaded{
-                 [&](const wire::StatusReport& m) { on_status(s, m); },
-                 [&](wire::StateReport& m) { on_state(s, std::move(m)); },
-                 [&](wire::SubmitAccepted& m) {
+                 [&](const wire::StatusReport& m) VG_REQUIRES(mu_) { on_status(s, m); },
+                 [&](wire::StateReport& m) VG_REQUIRES(mu_) { on_state(s, std::move(m)); },
+                 [&](wire::SubmitAccepted& m) VG_REQUIRES(mu_) {
                    route_answer(s, m.rid, SubmitAnswer{Kind::kAccepted, std::move(m.submission), {}}, out);
                  },
-                 [&](wire::SubmitRejected& m) {
+                 [&](wire::SubmitRejected& m) VG_REQUIRES(mu_) {
                    route_answer(s, m.rid, SubmitAnswer{Kind::kRejected, {}, std::move(m.error)}, out);
                  },
-                 [&](const wire::Withdrawn& m) {
+                 [&](const wire::Withdrawn& m) VG_REQUIRES(mu_) {
                    if (auto r = request(m.rid)) on_withdrawn(s, r, m.rid, m.ok);
                  },
-                 [&](wire::InferDone& m) {
+                 [&](wire::InferDone& m) VG_REQUIRES(mu_) {
                    if (auto r = request(m.rid)) on_infer_done(s, r, m.rid, std::move(m.result), out);
                  },
-                 [&](wire::Event& m) {
+                 [&](wire::Event& m) VG_REQUIRES(mu_) {
                    if (auto r = request(m.rid)) on_event(s, r, std::move(m.event), out);
                  },
                  // The answers to a hello, never sent after it.
-                 [&](const wire::EngineHello&) {
+                 [&](const wire::EngineHello&) VG_REQUIRES(mu_) {
                    on_unreadable(s, wire::DecodeError{"hello", 0, "a second hello"}, out);
                  },
-                 [&](const wire::Refused& m) {
+                 [&](const wire::Refused& m) VG_REQUIRES(mu_) {
                    on_unreadable(s, wire::DecodeError{"refused", 0, "refused after its hello: " + m.reason}, out);
                  },
              },

@@ -111,8 +111,11 @@ def test_metrics_exposition_and_counters_move(make_server):
     assert value(during, "vramgate_running_sequences") == 1
     full = server.post("/v1/completions", {"prompt": "C", "max_tokens": 5})
     assert full.status_code == 503, full.text
-    running.close()
+    # The queued one leaves first: were the running one to leave first, the
+    # queued one could start before its own client's close is seen.
     queued.close()
+    wait_until(lambda: server.admission()["queue_depth"] == 0, what="queued one left the queue")
+    running.close()
     wait_until(lambda: idle(server), what="idle after clients left")
 
     after = scrape(server)
