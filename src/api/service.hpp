@@ -56,6 +56,17 @@ class Service {
   /// request. Events then arrive on `sink`. Errors (nothing queued):
   /// kModelNotFound, kInvalidRequest, kExceedsDeviceMemory, kOverloaded.
   virtual Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) = 0;
+  /// submit() of a request that continues from `resume`. Errors as
+  /// submit(), and kInvalidRequest for resumed tokens outside the
+  /// vocabulary or more than max_tokens, or n > 1. Only engines resume: this
+  /// default refuses anything but a fresh start (kInvalidRequest).
+  virtual Result<Submission> submit_resumed(const CompletionRequest& request, const ResumeFrom& resume,
+                                            std::shared_ptr<EventSink> sink) {
+    if (!resume.tokens.empty() || resume.prompt_sent || resume.admitted_before) {
+      return Error(ErrorCode::kInvalidRequest, "this service does not resume requests");
+    }
+    return submit(request, std::move(sink));
+  }
   virtual std::vector<ModelInfo> models() const = 0;
   /// Liveness: false with a reason when an engine is stuck.
   virtual bool healthy(std::string* reason) const = 0;

@@ -62,14 +62,20 @@ struct CompletionRequest {
   /// Set by the HTTP layer: recognises the retry of a booked refusal, and
   /// books a place for this request's retry if it is refused as overloaded.
   RetryIdentity retry;
-  /// Set by a gateway that resubmits a request whose engine process died:
-  /// the tokens of choice 0 already sent to the client, in order (the engine
-  /// prefills prompt + these and goes on from there, as after a preemption),
-  /// and whether the prompt's logprobs were sent. Empty: a fresh start.
-  std::vector<std::int32_t> resume_tokens{};
-  bool resume_prompt_sent = false;
-  /// Set by such a gateway when an engine admitted the request before (its
-  /// start was counted): it counts as granted again, not admitted again.
+};
+
+/// Where a request continues that already ran elsewhere: a gateway
+/// resubmitting it after its engine process died, or a Redis engine taking
+/// over another engine's request (Service::submit_resumed). Not part of
+/// the API: it travels beside the request (wire::Submit::resume).
+struct ResumeFrom {
+  /// The tokens of choice 0 already sent to the client, in order: the
+  /// engine prefills prompt + these and goes on from there, as after a
+  /// preemption. Empty: from the start.
+  std::vector<std::int32_t> tokens{};
+  bool prompt_sent = false;  ///< the prompt's logprobs were sent (not again)
+  /// An engine admitted it before (its start was counted): it counts as
+  /// granted again, not admitted again.
   bool admitted_before = false;
 };
 

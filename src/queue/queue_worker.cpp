@@ -336,8 +336,9 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     return;
   }
   req->model = model;
-  req->resume_tokens = std::move(ids).value();
-  req->resume_prompt_sent = e.prompt_sent;
+  ResumeFrom resume;
+  resume.tokens = std::move(ids).value();
+  resume.prompt_sent = e.prompt_sent;
   held->poison = wire::contains_text(*req, options_.crash_on_prompt);
   {
     std::lock_guard lk(mu_);
@@ -349,10 +350,10 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
   }
   if (claimed) {
     spdlog::info("queue: claimed request {} ({}) of {} (delivery {}, epoch {}); resuming after {} tokens", held->rid,
-                 held->request_id, model, e.deliveries, e.epoch, req->resume_tokens.size());
+                 held->request_id, model, e.deliveries, e.epoch, resume.tokens.size());
   }
   auto sink = std::make_shared<QueueSink>(this, held);
-  Result<Submission> sub = service_.submit(*req, sink);
+  Result<Submission> sub = service_.submit_resumed(*req, resume, sink);
   if (!sub.ok()) {
     fail(std::move(sub).error());
     return;

@@ -273,6 +273,11 @@ std::string InferenceService::prompt_text(const CompletionRequest& request) cons
 }
 
 Result<Submission> InferenceService::submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) {
+  return submit_resumed(request, ResumeFrom{}, std::move(sink));
+}
+
+Result<Submission> InferenceService::submit_resumed(const CompletionRequest& request, const ResumeFrom& resume,
+                                                    std::shared_ptr<EventSink> sink) {
   auto found = find_model(request.model);
   if (!found.ok()) return std::move(found).error();
   ModelEntry* entry = *found;
@@ -335,14 +340,14 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
                                                    " is outside the vocabulary 0.." + std::to_string(mc.vocab_size - 1));
     }
   }
-  if (!request.resume_tokens.empty()) {
+  if (!resume.tokens.empty()) {
     if (request.n != 1) return Error(ErrorCode::kInvalidRequest, "a resumed request has one choice");
-    for (std::int32_t id : request.resume_tokens) {
+    for (std::int32_t id : resume.tokens) {
       if (id < 0 || id >= mc.vocab_size) {
         return Error(ErrorCode::kInvalidRequest, "resumed token id " + std::to_string(id) + " is outside the vocabulary");
       }
     }
-    if (static_cast<long>(request.resume_tokens.size()) > request.max_tokens) {
+    if (static_cast<long>(resume.tokens.size()) > request.max_tokens) {
       return Error(ErrorCode::kInvalidRequest, "a resumed request has more tokens than its max_tokens");
     }
   }
@@ -356,9 +361,9 @@ Result<Submission> InferenceService::submit(const CompletionRequest& request, st
   gen.logprobs = request.logprobs;
   gen.prompt_logprobs = request.echo && request.logprobs.has_value();
   gen.retry = request.retry;
-  gen.resume_generated = request.resume_tokens;
-  gen.admitted_before = request.admitted_before;
-  if (request.resume_prompt_sent) gen.prompt_logprobs = false;
+  gen.resume_generated = resume.tokens;
+  gen.admitted_before = resume.admitted_before;
+  if (resume.prompt_sent) gen.prompt_logprobs = false;
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + from_seconds(timeout);

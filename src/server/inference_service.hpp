@@ -42,6 +42,8 @@ class InferenceService final : public Service {
   ~InferenceService() override;
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override;
+  Result<Submission> submit_resumed(const CompletionRequest& request, const ResumeFrom& resume,
+                                    std::shared_ptr<EventSink> sink) override;
   /// The text of a prompt sent as token ids (a gateway encodes prompts),
   /// decoded with its model's tokenizer; a text prompt as it is; empty for
   /// an unknown model or a chat. For the --test-crash-on-prompt hook. Any thread.

@@ -352,18 +352,19 @@ bool EngineServer::poisoned(const CompletionRequest& r) const {
 
 void EngineServer::on_submit(const std::shared_ptr<Conn>& conn, Submit m) {
   const std::uint64_t rid = m.rid;
-  CompletionRequest& req = m.request;
+  const CompletionRequest& req = m.request;
+  ResumeFrom resume;
   if (m.resume) {
-    req.resume_tokens = std::move(m.resume->tokens);
-    req.resume_prompt_sent = m.resume->prompt_sent;
+    resume.tokens = std::move(m.resume->tokens);
+    resume.prompt_sent = m.resume->prompt_sent;
   }
-  req.admitted_before = m.admitted_before;
+  resume.admitted_before = m.admitted_before;
   const bool poison = poisoned(req);
   if (!register_request(*conn, rid, Conn::Entry{nullptr, false, poison, nullptr, false})) return;
   auto sink = std::make_shared<EventsToConn>(conn, rid, poison);
   // Events the engine pushes during submit are queued on the channel
   // before the answer; the gateway registered the rid before sending.
-  Result<Submission> sub = service_.submit(req, sink);
+  Result<Submission> sub = service_.submit_resumed(req, resume, sink);
   if (!sub.ok()) {
     reject(*conn, rid, std::move(sub).error());
     return;

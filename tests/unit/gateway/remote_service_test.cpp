@@ -29,6 +29,7 @@ class FakeService final : public Service {
   struct Sub {
     CompletionRequest request;
     std::shared_ptr<EventSink> sink;
+    ResumeFrom resume{};
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
     std::shared_ptr<std::atomic<bool>> withdrawn = std::make_shared<std::atomic<bool>>(false);
   };
@@ -77,13 +78,17 @@ class FakeService final : public Service {
   bool finish_in_submit = false;  // the whole request ends before submit returns (a 1-token request)
 
   Result<Submission> submit(const CompletionRequest& request, std::shared_ptr<EventSink> sink) override {
+    return submit_resumed(request, ResumeFrom{}, std::move(sink));
+  }
+  Result<Submission> submit_resumed(const CompletionRequest& request, const ResumeFrom& resume,
+                                    std::shared_ptr<EventSink> sink) override {
     if (refuse) return *refuse;
     if (refused.load() < refuse_first) {
       ++refused;
       notify();
       return first_refusal;
     }
-    Sub s{request, sink};
+    Sub s{request, sink, resume};
     Submission out;
     out.handle = std::make_shared<Handle>(request.request_id, s.cancelled, s.withdrawn, this);
     out.model = "fake";
@@ -437,7 +442,7 @@ TEST_F(RemoteServiceTest, ResumesAfterTheTokensSentWhenTheEngineGoes) {
   FakeService& second = new_fake();
   start_engine(second);
   auto s2 = second.wait_sub(1);
-  EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(s2.resume.tokens, (std::vector<std::int32_t>{5, 6}));
   EXPECT_EQ(s2.request.request_id, "r1");
   // Its deadline runs from the client's request: the new engine gets what is left.
   ASSERT_TRUE(s2.request.timeout_s.has_value());
@@ -474,7 +479,7 @@ TEST_F(RemoteServiceTest, AResumedRequestTheNewEngineHasNoRoomForIsOfferedAgainN
   start_engine(second);
   auto s2 = second.wait_sub(1);
   EXPECT_EQ(second.refused.load(), 2);
-  EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(s2.resume.tokens, (std::vector<std::int32_t>{5, 6}));
   EXPECT_EQ(s2.request.retry.token, "booked-1");  // it claims the place the engine booked for it
   EXPECT_EQ(rec->count(), 2u);  // the client saw nothing of the refusals
   s2.sink->push(TextEvent{"c", 1, 0, {}, {7}});
@@ -510,7 +515,7 @@ TEST_F(RemoteServiceTest, ARequestHeldAfterARefusalGoesToAnEngineWithRoomBeforeI
   ASSERT_FALSE(start_numbered_engine(0, a2).empty());  // a restarted on its socket
   auto s2 = a2.wait_sub(1);  // within 10 s: long before b's 60 s
   EXPECT_EQ(s2.request.request_id, "r1");
-  EXPECT_EQ(s2.request.resume_tokens, (std::vector<std::int32_t>{5, 6}));
+  EXPECT_EQ(s2.resume.tokens, (std::vector<std::int32_t>{5, 6}));
   EXPECT_TRUE(s2.request.retry.token.empty());  // b's booked place is b's
   EXPECT_EQ(b.submissions(), 0u);
   s2.sink->push(FinishedEvent{"length", {3, 2}, {}, 0});
@@ -667,7 +672,7 @@ TEST_F(RemoteServiceTest, ARequestWaitingInOneEnginesQueueMovesToAnEngineWhereRo
   ASSERT_TRUE(a.wait_withdrawn(on_a));
   auto on_b = b.wait_sub(1);
   EXPECT_EQ(on_b.request.request_id, "r1");
-  EXPECT_TRUE(on_b.request.resume_tokens.empty());
+  EXPECT_TRUE(on_b.resume.tokens.empty());
   EXPECT_FALSE(on_a.cancelled->load());  // taken back, not cancelled
   on_b.sink->push(StartedEvent{});
   on_b.sink->push(TextEvent{"ok", 1, 0, {}, {9}});
