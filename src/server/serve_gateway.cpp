@@ -23,8 +23,8 @@
 namespace vg {
 namespace {
 
-/// The engine processes' settings: `config` as an engine reads it.
-Result<ServeConfig> engine_settings(const ServeConfig& config) {
+/// The settings of each of `engines` engine processes: `config` as an engine reads it.
+Result<ServeConfig> engine_settings(const ServeConfig& config, std::size_t engines) {
   ServeConfig engine_config = config;
   // With --queue the engine pulls from the shared queue too. Its settings
   // file carries the URL and the password file's path, never a password
@@ -43,7 +43,6 @@ Result<ServeConfig> engine_settings(const ServeConfig& config) {
   }
   // The cores are shared out: engines that each took every core would
   // spin their compute threads against each other.
-  const std::size_t engines = config.one_engine ? 1 : config.device_specs().size();
   if (config.threads == 0 && engines > 1) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     engine_config.threads = std::max(1, cores / static_cast<int>(engines));
@@ -126,9 +125,10 @@ Result<std::unique_ptr<gateway::RemoteService>> make_gateway(const ServeConfig& 
   }
   const std::string dir = config.runtime_dir.empty() ? default_runtime_dir() : config.runtime_dir;
   if (Status st = private_folder(dir); !st.ok()) return st.error();
-  auto engine_config = engine_settings(config);
+  const std::vector<std::vector<DeviceSpec>> groups = engine_groups(config);
+  auto engine_config = engine_settings(config, groups.size());
   if (!engine_config.ok()) return std::move(engine_config).error();
-  for (const std::vector<DeviceSpec>& group : engine_groups(config)) {
+  for (const std::vector<DeviceSpec>& group : groups) {
     auto ep = engine_endpoint(*engine_config, group, dir);
     if (!ep.ok()) return std::move(ep).error();
     o.engines.push_back(std::move(ep).value());
