@@ -186,7 +186,7 @@ Result<std::vector<std::vector<float>>> DecoderModel::step(std::span<const StepI
     }
     const at::Tensor x = hidden(p);
     if (p.n_decode > 0 && !p.host_decode && p.decode.pool == nullptr) write_decode_kv(p);
-    const at::Tensor last = head(x.index_select(0, rows)).contiguous();  // [picked rows, vocab]
+    const at::Tensor last = head(x.index_select(0, rows)).to(at::kCPU).contiguous();  // [picked rows, vocab]
     std::vector<std::vector<float>> logits;
     logits.reserve(inputs.size());
     const float* row = last.data_ptr<float>();
@@ -220,7 +220,8 @@ Result<std::vector<float>> DecoderModel::forward_full(std::span<const std::int32
   try {
     const StepInput input{nullptr, tokens};
     DecoderCache* const no_cache = nullptr;
-    const at::Tensor logits = head(hidden(plan(std::span(&input, 1), std::span(&no_cache, 1)))).contiguous();
+    const at::Tensor logits =
+        head(hidden(plan(std::span(&input, 1), std::span(&no_cache, 1)))).to(at::kCPU).contiguous();
     const float* p = logits.data_ptr<float>();
     return std::vector<float>(p, p + logits.numel());
   } catch (...) {

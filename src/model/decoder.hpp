@@ -234,6 +234,27 @@ struct DecodeBatch {
   mutable std::vector<at::Tensor> new_kv;
 };
 
+/// A decode step with fixed shapes (DecoderModel::decode_step on the
+/// tensor path): its `rows` decode rows padded to `bucket` rows, the next
+/// power of two, and every row's keys padded to `keys`, a power of two of
+/// blocks (at most a full context), so that a step's tensors have one of a
+/// few shapes whatever the batch, and a step's ops do not depend on it.
+/// Attention reads the pool through the block table: every row writes its
+/// new K and V at its slot, then gathers keys [bucket, keys] by slot, masked
+/// past its length. A padding row repeats row 0's block table at position 0
+/// and writes back what row 0's first slot holds (no real row writes that
+/// slot in the step), so it changes nothing.
+struct StaticDecode {
+  KvPool* pool = nullptr;   ///< set: the step is a static-shape decode step
+  std::int64_t rows = 0;    ///< real rows (the first ones)
+  std::int64_t bucket = 0;  ///< rows after padding
+  std::int64_t keys = 0;    ///< keys each row reads, padded (table blocks x block_tokens)
+  at::Tensor slots;         ///< [bucket * keys] int64: the pool slot of each padded key
+  at::Tensor pad;           ///< [1, bucket, 1, 1, keys] bool: true past a row's position
+  at::Tensor write;         ///< [bucket] int64: the slot each row's new K and V go to
+  at::Tensor padding;       ///< [bucket, 1, 1] bool: true for padding rows
+};
+
 /// The ragged layout of one forward pass: every input's new tokens are rows
 /// of one [rows, n_embd] tensor, so norms, projections and MLP run once per
 /// layer for all of them. Decode segments (one token, with a cache) come
@@ -245,6 +266,7 @@ struct Plan {
   std::int64_t n_decode = 0;      ///< leading decode segments
   bool host_decode = false;       ///< the decode segments attend through decode_attention
   DecodeBatch decode;             ///< filled when n_decode > 0 and !host_decode
+  StaticDecode fixed;             ///< fixed.pool set: a static-shape decode step (every row a decode)
   at::Tensor ids, positions;      ///< [rows] int64 on the device
   at::Tensor last_rows;           ///< [inputs] int64: each input's last row, in input order
   std::vector<std::int64_t> first_rows;  ///< each input's first row, in input order (host)
@@ -261,6 +283,17 @@ class DecoderModel : public Model {
   const Tokenizer& tokenizer() const final { return *tokenizer_; }
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) final;
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) final;
+  /// On the tensor path, with every cache in the model's pool and holding
+  /// at least one token: a static-shape step (StaticDecode); otherwise the
+  /// layout step() uses. Either way, the logits stay on the device and are
+  /// sampled there (sample_on_device).
+  Result<std::vector<SampledToken>> decode_step(std::span<const StepInput> inputs,
+                                                std::span<const SampleSpec> specs) final;
+  /// On the tensor path (where static-shape steps run).
+  bool pads_decode_batch() const final { return !uses_host_decode(); }
+  /// The batch bucket of a static-shape decode step of `rows` rows: the
+  /// next power of two.
+  static std::int64_t batch_bucket(std::int64_t rows);
   Status copy_cache(const KvCache& from, KvCache& to) final;
   Result<std::unique_ptr<KvCache>> new_cache_for_prompt(int capacity_tokens,
                                                        std::span<const std::int32_t> prompt) final;
@@ -276,7 +309,7 @@ class DecoderModel : public Model {
   /// Hidden states [rows, n_embd] after the last block, appending every
   /// segment's K and V to its cache (through attention()).
   virtual at::Tensor hidden(const Plan& plan) const = 0;
-  /// Final norm and LM head: [T, n_embd] -> [T, vocab] float32 on the host.
+  /// Final norm and LM head: [T, n_embd] -> [T, vocab] float32 on the device.
   virtual at::Tensor head(const at::Tensor& x) const = 0;
 
   /// Causal attention of layer `layer` for all rows of `plan`: q [rows,
@@ -342,6 +375,15 @@ class DecoderModel : public Model {
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
   Plan plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
+  /// Whether decode inputs over `caches` run as a static-shape step: the
+  /// tensor path, every cache in the model's pool, none empty.
+  bool static_decode_fits(std::span<DecoderCache* const> caches) const;
+  /// Lays out decode `inputs` as a static-shape step (Plan::fixed).
+  Plan static_plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
+  /// Attention of a static-shape step's rows: q [bucket, n_head, head_dim],
+  /// k and v [bucket, n_kv_head, head_dim] -> [bucket, n_head * head_dim].
+  at::Tensor attend_static(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                           const Plan& plan) const;
   /// The tensor-path DecodeGroups of `p`'s first n_decode segments (the
   /// first `n_small` of them in a group of their own): appends each group's
   /// gather and pad, then (in one pool) the decode write slots, to `host`.

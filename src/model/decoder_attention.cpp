@@ -199,9 +199,11 @@ std::vector<std::int64_t> DecoderModel::plan_segment_slots(Plan& p, std::vector<
 
 at::Tensor DecoderModel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
                                    const Plan& plan) const {
-  // Decode segments attend together: in host memory in one decode_attention
+  // A static-shape decode step attends through its block table. Otherwise
+  // decode segments attend together: in host memory in one decode_attention
   // call (float32 or float64), elsewhere as one DecodeBatch; every other
   // segment attends with its own tensor ops.
+  if (plan.fixed.pool != nullptr) return attend_static(q, k, v, layer, plan);
   const auto first = static_cast<std::size_t>(plan.n_decode);
   std::vector<at::Tensor> y;  // attention output pieces in row order
   y.reserve(plan.segments.size() - first + 1);

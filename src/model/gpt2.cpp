@@ -96,7 +96,7 @@ at::Tensor Gpt2Model::block(const at::Tensor& x, int layer, const Plan& plan) co
 
 at::Tensor Gpt2Model::head(const at::Tensor& x) const {
   const at::Tensor h = layer_norm(x, ln_f_w_, ln_f_b_);
-  return linear(h, wte_, {}).to(at::kCPU, at::kFloat);
+  return linear(h, wte_, {}).to(at::kFloat);
 }
 
 }  // namespace

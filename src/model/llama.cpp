@@ -132,7 +132,7 @@ at::Tensor LlamaModel::block(const at::Tensor& x, int layer, const Plan& plan, c
 }
 
 at::Tensor LlamaModel::head(const at::Tensor& x) const {
-  return linear(rms_norm(x, norm_), lm_head_, {}).to(at::kCPU, at::kFloat);
+  return linear(rms_norm(x, norm_), lm_head_, {}).to(at::kFloat);
 }
 
 }  // namespace

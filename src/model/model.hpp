@@ -14,10 +14,12 @@
 
 #include "common/error.hpp"
 #include "model/kv_blocks.hpp"
+#include "model/logprobs.hpp"
 
 namespace vg {
 
 class Device;
+class Sampler;
 class Tokenizer;
 
 /// Architecture hyper-parameters, read from config.json (Hugging Face key
@@ -77,6 +79,25 @@ struct StepInput {
   /// Return the logits of every token of `tokens` (prompt logprobs), not
   /// only of the last one.
   bool all_logits = false;
+};
+
+/// How one row of a decode step picks its next token: the sequence's own
+/// Sampler (its parameters, random state and penalty counts; the model
+/// draws from it and records the pick) and the logprobs it asked for.
+struct SampleSpec {
+  Sampler* sampler = nullptr;
+  /// Alternatives to report with the chosen token's logprob; -1: no logprobs.
+  int top_logprobs = -1;
+};
+
+/// A decode row's pick: the token, whether every logit of the row was
+/// finite (a row that was not has a token that must not be used), and with
+/// SampleSpec::top_logprobs >= 0 its logprob and alternatives as
+/// token_logprobs() reports them (raw logits, natural log).
+struct SampledToken {
+  std::int32_t id = 0;
+  bool finite = true;
+  std::optional<LogprobResult> logprobs;
 };
 
 class Model {
@@ -174,9 +195,30 @@ class Model {
   /// when a cache would overflow, kInternal for other libtorch errors.
   virtual Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) = 0;
 
+  /// A decode step: every input one token with a cache (no all_logits), and
+  /// specs[i] how input i picks its next token. Returns one SampledToken per
+  /// input, in input order; only the picks come back to the host. Errors: as
+  /// step(), and kInvalidRequest for a prefill input or specs of another
+  /// length (the caches are left as before). The default runs step() and
+  /// each row's Sampler::sample on the host; decoder models (decoder.hpp)
+  /// pad the step to a batch bucket with fixed shapes and sample on the
+  /// device (model/device_sampler.hpp), with the same picks on the CPU
+  /// device.
+  virtual Result<std::vector<SampledToken>> decode_step(std::span<const StepInput> inputs,
+                                                        std::span<const SampleSpec> specs);
+  /// Whether decode_step() pads its batch to the next power of two (static
+  /// shapes), so that a batch costs the workspace and time of its padded
+  /// rows. The default does not.
+  virtual bool pads_decode_batch() const;
+
   /// Logits for every position of `tokens` in one full forward pass without a
   /// cache: [tokens.size() * vocab_size], row-major. For tests and checks.
   virtual Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) = 0;
 };
+
+/// Checks decode_step()'s arguments: as many specs as inputs, each input
+/// one token without all_logits, each spec with a sampler. Errors:
+/// kInvalidRequest naming the first input that is not.
+Status check_decode_inputs(std::span<const StepInput> inputs, std::span<const SampleSpec> specs);
 
 }  // namespace vg

@@ -59,14 +59,7 @@ Sampler::Sampler(const SamplingParams& params, std::span<const std::int32_t> pro
 std::int32_t Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) return 0;
   if (!params_.adjusts_logits()) return pick(logits);
-  if (generated_count_.size() != logits.size()) {
-    generated_count_.resize(logits.size(), 0);
-    seen_.resize(logits.size(), false);
-    for (std::int32_t id : prompt_) {
-      if (id >= 0 && static_cast<std::size_t>(id) < seen_.size()) seen_[static_cast<std::size_t>(id)] = true;
-    }
-    prompt_.clear();
-  }
+  size_for(logits.size());
   scratch_.assign(logits.begin(), logits.end());
   adjust_logits(params_, scratch_, generated_count_, seen_);
   const std::int32_t token = pick(scratch_);
@@ -74,30 +67,57 @@ std::int32_t Sampler::sample(std::span<const float> logits) {
   return token;
 }
 
+void Sampler::size_for(std::size_t vocab) {
+  if (generated_count_.size() == vocab) return;
+  generated_count_.resize(vocab, 0);
+  seen_.resize(vocab, false);
+  for (std::int32_t id : prompt_) mark_seen(id);
+  prompt_.clear();
+}
+
+void Sampler::mark_seen(std::int32_t token) {
+  if (token < 0 || static_cast<std::size_t>(token) >= seen_.size()) return;
+  if (seen_[static_cast<std::size_t>(token)]) return;
+  seen_[static_cast<std::size_t>(token)] = true;
+  seen_ids_.push_back(token);
+}
+
 void Sampler::replay(std::int32_t token, std::size_t vocab) {
   if (params_.adjusts_logits()) {
-    if (generated_count_.size() != vocab) {
-      generated_count_.resize(vocab, 0);
-      seen_.resize(vocab, false);
-      for (std::int32_t id : prompt_) {
-        if (id >= 0 && static_cast<std::size_t>(id) < seen_.size()) seen_[static_cast<std::size_t>(id)] = true;
-      }
-      prompt_.clear();
-    }
+    size_for(vocab);
     record(token);
   }
   if (params_.temperature > 0) (void)uniform01(rng_);
 }
 
+double Sampler::next_draw() const {
+  std::mt19937_64 copy = rng_;
+  return uniform01(copy);
+}
+
+std::vector<Sampler::SeenToken> Sampler::seen_tokens(std::size_t vocab) {
+  std::vector<SeenToken> out;
+  const bool penalised =
+      params_.repetition_penalty != 1.0 || params_.presence_penalty != 0 || params_.frequency_penalty != 0;
+  if (!penalised) return out;
+  size_for(vocab);
+  out.reserve(seen_ids_.size());
+  for (std::int32_t id : seen_ids_) out.push_back({id, generated_count_[static_cast<std::size_t>(id)]});
+  return out;
+}
+
 void Sampler::record(std::int32_t token) {
   if (token < 0 || static_cast<std::size_t>(token) >= generated_count_.size()) return;
   ++generated_count_[static_cast<std::size_t>(token)];
-  seen_[static_cast<std::size_t>(token)] = true;
+  mark_seen(token);
 }
 
 std::int32_t Sampler::pick(std::span<const float> logits) {
   const std::int32_t best = argmax(logits);
   if (!(params_.temperature > 0)) return best;
+  // One draw per sampled pick, taken first, whatever follows (replay() and
+  // the device sampler count on it).
+  const double draw = uniform01(rng_);
 
   // Candidates: most likely first, lowest id first on ties.
   std::vector<std::int32_t> ids;
@@ -143,7 +163,7 @@ std::int32_t Sampler::pick(std::span<const float> logits) {
     total = cumulative;
   }
 
-  const double u = uniform01(rng_) * total;
+  const double u = draw * total;
   double cumulative = 0;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     cumulative += weights[i];

@@ -31,14 +31,34 @@ class Sampler {
   /// a replay of the tokens a sequence produced continues as it would have.
   void replay(std::int32_t token, std::size_t vocab);
 
+  /// The draw the next sampled pick makes (a uniform double in [0, 1) from
+  /// 53 random bits), without taking it: a sampler outside this class (the
+  /// device sampler, model/device_sampler.hpp) picks with it, then calls
+  /// replay() with its pick, which takes it.
+  double next_draw() const;
+  /// One token id the penalties apply to: seen in the prompt or generated,
+  /// with how often it was generated.
+  struct SeenToken {
+    std::int32_t id = 0;
+    int generated = 0;
+  };
+  /// The ids the repetition, presence and frequency penalties apply to, for
+  /// logits of `vocab` entries, in the order they were first seen (empty
+  /// when no penalty is set). O(distinct ids seen).
+  std::vector<SeenToken> seen_tokens(std::size_t vocab);
+
  private:
   std::int32_t pick(std::span<const float> logits);
   void record(std::int32_t token);
+  /// Sizes the penalty state for `vocab` ids, marking the prompt's as seen.
+  void size_for(std::size_t vocab);
+  void mark_seen(std::int32_t token);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<int> generated_count_;  ///< per token id; sized on first use
   std::vector<bool> seen_;            ///< prompt or generated (repetition penalty)
+  std::vector<std::int32_t> seen_ids_;  ///< the ids set in seen_, first seen first
   std::vector<std::int32_t> prompt_;  ///< until seen_ is sized
   std::vector<float> scratch_;        ///< adjusted logits
 };

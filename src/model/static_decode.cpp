@@ -1,0 +1,133 @@
+// DecoderModel::decode_step (see decoder.hpp): a decode step whose tensors
+// have fixed shapes (batch and key buckets, StaticDecode) on the tensor
+// path, the layout of step() elsewhere, and the picks made on the device.
+// Called from the model's engine thread.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "model/decoder.hpp"
+#include "model/device_sampler.hpp"
+
+namespace vg::detail {
+namespace {
+
+/// The smallest power of two >= n (n >= 1).
+std::int64_t next_power_of_two(std::int64_t n) {
+  std::int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+std::int64_t DecoderModel::batch_bucket(std::int64_t rows) {
+  return next_power_of_two(std::max<std::int64_t>(1, rows));
+}
+
+bool DecoderModel::static_decode_fits(std::span<DecoderCache* const> caches) const {
+  if (uses_host_decode() || !pool_) return false;
+  return std::all_of(caches.begin(), caches.end(),
+                     [&](const DecoderCache* c) { return c->pool_ptr() == pool_ && c->length() >= 1; });
+}
+
+Plan DecoderModel::static_plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
+  Plan p;
+  StaticDecode& f = p.fixed;
+  f.pool = pool_.get();
+  f.rows = static_cast<std::int64_t>(inputs.size());
+  f.bucket = batch_bucket(f.rows);
+  const std::int64_t bt = pool_->block_tokens();
+  const std::int64_t most_blocks = blocks_for_tokens(config_.n_positions, bt);
+  std::int64_t blocks = 1;
+  for (const DecoderCache* c : caches) blocks = std::max(blocks, blocks_for_tokens(c->length() + 1, bt));
+  blocks = std::min(next_power_of_two(blocks), most_blocks);
+  f.keys = blocks * bt;
+  // One host buffer [ids | positions | write slots | padding | block table], copied at once.
+  const std::int64_t b = f.bucket;
+  std::vector<std::int64_t> host(static_cast<std::size_t>(4 * b + b * blocks), 0);
+  std::int64_t* ids = host.data();
+  std::int64_t* positions = ids + b;
+  std::int64_t* write = positions + b;
+  std::int64_t* padding = write + b;
+  std::int64_t* table = padding + b;
+  for (std::int64_t i = 0; i < b; ++i) {
+    const bool real = i < f.rows;
+    const DecoderCache& c = *caches[static_cast<std::size_t>(real ? i : 0)];
+    ids[i] = real ? inputs[static_cast<std::size_t>(i)].tokens[0] : 0;
+    positions[i] = real ? c.length() : 0;
+    write[i] = c.slot(real ? c.length() : 0);
+    padding[i] = real ? 0 : 1;
+    const std::vector<std::int32_t>& own = c.blocks();
+    for (std::int64_t j = 0; j < blocks; ++j) {
+      table[i * blocks + j] = j < static_cast<std::int64_t>(own.size()) ? own[static_cast<std::size_t>(j)] : own[0];
+    }
+  }
+  const at::TensorOptions device_long = at::TensorOptions().dtype(at::kLong).device(torch_device());
+  const at::Tensor on_device = at::tensor(host, at::TensorOptions().dtype(at::kLong)).to(torch_device());
+  p.rows = b;
+  p.n_decode = b;
+  p.ids = on_device.narrow(0, 0, b);
+  p.positions = on_device.narrow(0, b, b);
+  f.write = on_device.narrow(0, 2 * b, b);
+  f.padding = on_device.narrow(0, 3 * b, b).ne(0).view({b, 1, 1});
+  const at::Tensor block_table = on_device.narrow(0, 4 * b, b * blocks).view({b, blocks, 1});
+  f.slots = block_table.mul(bt).add(at::arange(bt, device_long)).view({b * f.keys});
+  f.pad = at::arange(f.keys, device_long).view({1, f.keys}).gt(p.positions.view({b, 1})).view({1, b, 1, 1, f.keys});
+  return p;
+}
+
+at::Tensor DecoderModel::attend_static(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                                       const Plan& plan) const {
+  const StaticDecode& f = plan.fixed;
+  const std::int64_t n = f.bucket;
+  const std::int64_t keys = f.keys;
+  const std::int64_t kv_heads = config_.n_kv_head;
+  const std::int64_t per_kv = config_.n_head / kv_heads;
+  const std::int64_t head_dim = config_.head_dim;
+  const at::Tensor& pool_k = f.pool->k(layer);
+  const at::Tensor& pool_v = f.pool->v(layer);
+  // New keys and values to their slots (padding rows write back what is there).
+  pool_k.index_copy_(0, f.write, at::where(f.padding, pool_k.index_select(0, f.write), k));
+  pool_v.index_copy_(0, f.write, at::where(f.padding, pool_v.index_select(0, f.write), v));
+  // [bucket * keys] slots -> [kv_heads, bucket, 1, keys, head_dim], as attend_decode_group lays them out.
+  const auto padded = [&](const at::Tensor& pool) {
+    return pool.index_select(0, f.slots)
+        .view({n, keys, kv_heads, head_dim})
+        .permute({2, 0, 1, 3})
+        .contiguous()
+        .view({kv_heads, n, 1, keys, head_dim});
+  };
+  const at::Tensor qg = q.reshape({n, kv_heads, per_kv, 1, head_dim}).permute({1, 0, 2, 3, 4});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  at::Tensor scores = at::matmul(qg, padded(pool_k).transpose(3, 4)).mul_(scale);  // [kv_heads, n, per_kv, 1, keys]
+  scores.masked_fill_(f.pad, -std::numeric_limits<double>::infinity());
+  const at::Tensor y = at::matmul(at::softmax(scores, -1), padded(pool_v));  // [kv_heads, n, per_kv, 1, head_dim]
+  return y.permute({1, 0, 2, 3, 4}).reshape({n, config_.n_head * head_dim});
+}
+
+Result<std::vector<SampledToken>> DecoderModel::decode_step(std::span<const StepInput> inputs,
+                                                            std::span<const SampleSpec> specs) {
+  if (Status s = check_decode_inputs(inputs, specs); !s.ok()) return s.error();
+  std::vector<DecoderCache*> caches;
+  if (Status s = validate(inputs, caches); !s.ok()) return s.error();
+  if (inputs.empty()) return std::vector<SampledToken>();
+  DeviceScope scope(device_);
+  c10::InferenceMode inference;
+  try {
+    const Plan p = static_decode_fits(caches) ? static_plan(inputs, caches) : plan(inputs, caches);
+    const at::Tensor x = hidden(p);
+    if (p.fixed.pool == nullptr && p.n_decode > 0 && !p.host_decode && p.decode.pool == nullptr) write_decode_kv(p);
+    const auto n = static_cast<std::int64_t>(inputs.size());
+    const at::Tensor rows = p.fixed.pool != nullptr ? x.narrow(0, 0, n) : x.index_select(0, p.last_rows);
+    std::vector<SampledToken> out = sample_on_device(head(rows), specs);
+    for (std::size_t i = 0; i < inputs.size(); ++i) caches[i]->advance(inputs[i].tokens);
+    return out;
+  } catch (...) {
+    return current_exception_error("decode step of " + std::to_string(inputs.size()) + " inputs on " + device_->name());
+  }
+}
+
+}  // namespace vg::detail
