@@ -96,6 +96,74 @@ def floor_lines(data):
     return lines
 
 
+# The decode-step targets, per checkpoint and dtype: a batch-1 step within
+# `floor_ratio_max` x weights / bandwidth, `tokens_per_s_min` at the most
+# clients, `hf_ratio_min` x Hugging Face's batched tokens/s there. Every
+# model: no more launches per step at the most clients than at one; and a
+# bfloat16 GPT-2 step at batch 1 no slower than the float32 one.
+TARGETS = {
+    ("llama-1.1b", "bfloat16"): {"floor_ratio_max": 1.5, "tokens_per_s_min": 25000},
+    ("gpt2-12x768", "float32"): {"hf_ratio_min": 3.0},
+}
+
+
+def verdict(value, ok):
+    return "n/a" if value is None else ("met" if ok else "NOT met")
+
+
+def round_at(entry, clients):
+    return next((r for r in (entry.get("vramgate") or {}).get("rounds", []) if r["clients"] == clients), None)
+
+
+def launches(entry, clients):
+    prof = ((entry.get("vramgate") or {}).get("profiles") or {}).get(str(clients)) or {}
+    s = prof.get("summary") or {}
+    return s.get("launches_per_step") if s.get("status") == "ok" and s.get("has_gpu_events") else None
+
+
+def target_rows(entry, top):
+    """(what, measured, verdict) of each target that applies to `entry`."""
+    want = TARGETS.get((entry["checkpoint"], entry["dtype"]), {})
+    rows = []
+    one, most = round_at(entry, 1), round_at(entry, top)
+    fl = entry.get("floor")
+    if "floor_ratio_max" in want:
+        ratio = one["ms_per_step"] / fl["floor_ms_per_step"] if one and fl else None
+        rows.append((f"batch-1 step <= {want['floor_ratio_max']}x floor", num(ratio, "x"),
+                     verdict(ratio, ratio is not None and ratio <= want["floor_ratio_max"])))
+    if "tokens_per_s_min" in want:
+        tps = most["tokens_per_s"] if most else None
+        rows.append((f">= {want['tokens_per_s_min']:,} tokens/s at {top} clients", num(tps),
+                     verdict(tps, tps is not None and tps >= want["tokens_per_s_min"])))
+    if "hf_ratio_min" in want:
+        hf = hf_round(entry, top)
+        ratio = most["tokens_per_s"] / hf["tokens_per_s"] if most and hf and hf["tokens_per_s"] else None
+        rows.append((f">= {want['hf_ratio_min']}x HF batched at {top} clients", num(ratio, "x"),
+                     verdict(ratio, ratio is not None and ratio >= want["hf_ratio_min"])))
+    at_one, at_top = launches(entry, 1), launches(entry, top)
+    both = None if at_one is None or at_top is None else (at_one, at_top)
+    rows.append((f"launches per step at {top} clients <= at 1",
+                 f"{num(at_top)} vs {num(at_one)}" if both else "n/a", verdict(both, both and at_top <= at_one)))
+    return rows
+
+
+def target_lines(data):
+    top = max((r["clients"] for e in data["models"].values() for r in (e.get("vramgate") or {}).get("rounds", [])),
+              default=1)
+    lines = ["| model, dtype | target | measured | |", "| --- | --- | --- | --- |"]
+    for entry in data["models"].values():
+        for what, measured, v in target_rows(entry, top):
+            lines.append(f"| {model_label(entry)} | {what} | {measured} | {v} |")
+    by_key = {(e["checkpoint"], e["dtype"]): e for e in data["models"].values()}
+    f32, bf16 = by_key.get(("gpt2-12x768", "float32")), by_key.get(("gpt2-12x768", "bfloat16"))
+    if f32 and bf16:
+        a, b = round_at(f32, 1), round_at(bf16, 1)
+        ms = (b["ms_per_step"], a["ms_per_step"]) if a and b else None
+        lines.append(f"| `gpt2-12x768` | bfloat16 batch-1 step <= float32's | "
+                     f"{f'{num(ms[0])} vs {num(ms[1])} ms' if ms else 'n/a'} | {verdict(ms, ms and ms[0] <= ms[1])} |")
+    return lines
+
+
 def top_table(rows, title):
     """Rows of a top list; a self-time column where the rows have one."""
     if not rows:
@@ -165,7 +233,8 @@ def markdown(data, json_path):
              "", "## Tokens/s", ""] + table_rows(data)
     lines += ["", "ms/step: vramgate's mean time between a sequence's tokens over the round (/metrics); "
               "HF's generate() wall time / new tokens.", "", "## Greedy agreement", ""] + agreement_lines(data)
-    lines += ["", "## Bandwidth floor", ""] + floor_lines(data) + ["", "## Step profiles", ""] + profile_lines(data)
+    lines += ["", "## Bandwidth floor", ""] + floor_lines(data)
+    lines += ["", "## Decode-step targets", ""] + target_lines(data) + ["", "## Step profiles", ""] + profile_lines(data)
     lines += ["", "## Skipped", ""] + ([f"- {s['what']}: {s['reason']}" for s in data["skipped"]] or ["Nothing."])
     lines += ["", "## Raw data", "", f"Every figure and each round's raw data: `{os.path.basename(json_path)}`.", ""]
     return "\n".join(lines)

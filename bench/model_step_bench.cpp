@@ -2,7 +2,10 @@
 // 64 (tokens/s), each sequence at a different cache length, batched in one
 // Model::step (BM_DecodeStep) and, for comparison, one step() call per
 // sequence (BM_DecodeOneByOne); BM_MixedStep adds one 64-token prefill chunk
-// to a batch of decodes. BM_DecodeStep also reports the ATen ops a step
+// to a batch of decodes; BM_SampledDecodeStep runs Model::decode_step with
+// greedy picks instead (the engine's decode steps: static shapes on the
+// tensor path with a pool, picks made on the device, only the ids copied
+// back). BM_DecodeStep and BM_SampledDecodeStep also report the ATen ops a step
 // dispatches, counted by a RecordFunction observer: `aten_ops` (every op,
 // nested ones included), `aten_top_ops` (those the model calls itself) and
 // `kernel_ops` (ops that call no other op and are neither views nor
@@ -67,6 +70,7 @@
 #include "engine/engine.hpp"
 #include "model/model.hpp"
 #include "model/runtime.hpp"
+#include "model/sampler.hpp"
 #include "parallel_regions.hpp"
 
 namespace vg {
@@ -194,9 +198,17 @@ struct Batch {
   }
 };
 
-void BM_DecodeStep(benchmark::State& state) {
+/// BM_DecodeStep's loop: Model::step (logits to the host), or with
+/// `sampled` Model::decode_step with greedy picks (the engine's decode
+/// steps: a static-shape step on the tensor path, picks made on the device).
+void decode_steps(benchmark::State& state, bool sampled) {
   const int batch = static_cast<int>(state.range(0));
   auto b = std::make_unique<Batch>(batch, 0);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<Sampler> samplers(static_cast<std::size_t>(batch), Sampler(greedy));
+  std::vector<SampleSpec> specs;
+  for (Sampler& s : samplers) specs.push_back({&s, -1});
   std::int64_t ops = 0, top = 0, kernels = 0, regions = 0;
   if (g_count_names) {
     const std::lock_guard lock(g_names_mutex);
@@ -214,14 +226,20 @@ void BM_DecodeStep(benchmark::State& state) {
     const OpCount before;
     const std::int64_t regions_before = bench::parallel_regions();
     g_in_step.store(true, std::memory_order_relaxed);
-    auto r = g_model->step(inputs);
+    if (sampled) {
+      auto r = g_model->decode_step(inputs, specs);
+      if (!r.ok()) std::abort();
+      benchmark::DoNotOptimize(r->data());
+    } else {
+      auto r = g_model->step(inputs);
+      if (!r.ok()) std::abort();
+      benchmark::DoNotOptimize(r->data());
+    }
     g_in_step.store(false, std::memory_order_relaxed);
     regions += bench::parallel_regions() - regions_before;
     ops += g_ops.load() - before.ops;
     top += g_top_ops.load() - before.top;
     kernels += g_kernel_ops.load() - before.kernels;
-    if (!r.ok()) std::abort();
-    benchmark::DoNotOptimize(r->data());
   }
   const auto steps = static_cast<double>(std::max<std::int64_t>(state.iterations(), 1));
   if (g_count_names) print_op_names(batch, state.iterations());
@@ -245,6 +263,9 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * batch,
                                                       benchmark::Counter::kIsRate);
 }
+
+void BM_DecodeStep(benchmark::State& state) { decode_steps(state, false); }
+void BM_SampledDecodeStep(benchmark::State& state) { decode_steps(state, true); }
 
 void BM_DecodeOneByOne(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
@@ -436,6 +457,15 @@ BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_StreamCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
+BENCHMARK(BM_SampledDecodeStep)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Arg(32)
+    ->Arg(64)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", fastest);
 BENCHMARK(BM_EngineLoop)->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeOneByOne)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);
 BENCHMARK(BM_MixedStep)->Arg(4)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", fastest);

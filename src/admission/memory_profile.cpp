@@ -35,7 +35,13 @@ std::int64_t to_millionths(double x) {
 MemoryProfile at_batch(const MemoryProfile& profile, int batch) {
   const MemoryProfile::BatchScaling& b = profile.batch;
   if (b.prefill_workspace_bytes == 0 && b.decode_workspace_bytes == 0) return profile;
-  const std::int64_t more = std::max(0, batch - 1);
+  std::int64_t rows = std::max(1, batch);
+  if (b.pads_to_power_of_two) {
+    std::int64_t padded = 1;
+    while (padded < rows) padded *= 2;
+    rows = padded;
+  }
+  const std::int64_t more = rows - 1;
   const std::int64_t raw = std::max(b.prefill_workspace_bytes,
                                     sat_add(b.decode_workspace_bytes, sat_mul(b.workspace_per_sequence_bytes, more)));
   MemoryProfile out = profile;

@@ -32,14 +32,20 @@ struct MemoryProfile {
     std::int64_t workspace_per_sequence_bytes = 0;  ///< each further sequence of a decode step
     double decode_step_seconds = 0;                 ///< a decode step of 1 sequence at full context
     double step_seconds_per_sequence = 0;           ///< each further sequence
+    /// Decode steps pad their batch to the next power of two (the static
+    /// shapes of Model::decode_step on the tensor path): a batch costs the
+    /// workspace and time of its padded rows.
+    bool pads_to_power_of_two = false;
   };
   BatchScaling batch;
 };
 
 /// `profile` with workspace_bytes and step_seconds of a batch of `batch`
-/// sequences (>= 1), extrapolated linearly from profile.batch:
-///   workspace = max(prefill, decode + per_sequence × (batch − 1)) × safety_factor
-///   step      = decode_step + per_sequence_step × (batch − 1)
+/// sequences (>= 1), extrapolated linearly from profile.batch over the rows
+/// a step computes (rows = batch, or its next power of two where
+/// pads_to_power_of_two):
+///   workspace = max(prefill, decode + per_sequence × (rows − 1)) × safety_factor
+///   step      = decode_step + per_sequence_step × (rows − 1)
 /// Unchanged when profile.batch was not measured.
 MemoryProfile at_batch(const MemoryProfile& profile, int batch);
 

@@ -9,6 +9,10 @@
 
 namespace vg {
 
+/// The most alternatives a request may ask to see per token (OpenAI's
+/// top_logprobs and completions' logprobs).
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct SamplingParams {
   /// 0 = greedy (argmax). Logits are divided by it otherwise. Range [0, 2].
   double temperature = 1.0;

@@ -401,6 +401,11 @@ struct Engine::Impl {
   /// otherwise it fails.
   void not_opened(TimePoint now, Sequence& s, Error error);
   void run_step();
+  /// A step of decode inputs only (owners[i] owns inputs[i]): Model::decode_step,
+  /// which picks each token (on the device for decoder models).
+  void run_decode_step(std::span<const StepInput> inputs, std::span<Sequence* const> owners, std::int64_t step);
+  /// Counts a step that ran (stats.steps).
+  void count_step();
   /// A step failed with `error` (the engine thread's own, or one the prefill
   /// worker handed back, `step` naming it in the log); `owners` are its
   /// sequences, their caches as before it. Out of memory is recovered by
@@ -418,6 +423,9 @@ struct Engine::Impl {
   // engine_tokens.cpp
   /// `s` generated `token` from `logits` (its last row; for the logprobs).
   void on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits);
+  /// A token picked with its finiteness and logprobs known (a decode step's
+  /// pick, or the one above from host logits).
+  void on_token(Sequence& s, SampledToken pick, TimePoint now);
   void finish(Sequence& s, const char* reason);
   void fail(Sequence& s, Error error);
   /// `r` (a request, or one choice of an n > 1 request) ended at `now`,

@@ -331,13 +331,14 @@ void Engine::Impl::run_step() {
   const std::int64_t step = begin_step();
   if (options.metrics) options.metrics->batch_size.observe(static_cast<double>(owners.size()));
   const int decoding = static_cast<int>(k);
+  if (k == inputs.size()) {
+    run_decode_step(inputs, owners, step);
+    return;
+  }
   const bool profiled = step_profile.before_step(decoding, static_cast<int>(inputs.size()) - decoding);
   auto logits = model.step(inputs);
   if (profiled) step_profile.after_step();
-  {
-    std::lock_guard lk(shared->mu);
-    ++shared->stats.steps;
-  }
+  count_step();
   if (!logits.ok()) {
     on_failed_step(Clock::now(), logits.error(), owners, "step " + std::to_string(step));
     return;
@@ -353,6 +354,29 @@ void Engine::Impl::run_step() {
     }
     on_token(s, s.p.sampler.sample(out), now, out);
   }
+}
+
+void Engine::Impl::run_decode_step(std::span<const StepInput> inputs, std::span<Sequence* const> owners,
+                                   std::int64_t step) {
+  std::vector<SampleSpec> specs;
+  specs.reserve(owners.size());
+  for (Sequence* s : owners) specs.push_back(SampleSpec{&s->p.sampler, s->req->gen.logprobs.value_or(-1)});
+  const bool profiled = step_profile.before_step(static_cast<int>(inputs.size()), 0);
+  auto picks = model.decode_step(inputs, specs);
+  if (profiled) step_profile.after_step();
+  count_step();
+  if (!picks.ok()) {
+    on_failed_step(Clock::now(), picks.error(), owners, "step " + std::to_string(step));
+    return;
+  }
+  on_step_ok();
+  const TimePoint now = Clock::now();
+  for (std::size_t i = 0; i < owners.size(); ++i) on_token(*owners[i], std::move(picks.value()[i]), now);
+}
+
+void Engine::Impl::count_step() {
+  std::lock_guard lk(shared->mu);
+  ++shared->stats.steps;
 }
 
 bool Engine::Impl::on_chunk(Sequence& s, const StepInput& input, const std::vector<float>& logits, TimePoint now) {

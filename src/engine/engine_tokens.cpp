@@ -17,8 +17,14 @@ namespace vg {
 
 
 void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std::span<const float> logits) {
+  SampledToken pick{token, std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }), {}};
+  if (s.req->gen.logprobs) pick.logprobs = token_logprobs(logits, token, *s.req->gen.logprobs);
+  on_token(s, std::move(pick), now);
+}
+
+void Engine::Impl::on_token(Sequence& s, SampledToken pick, TimePoint now) {
   const bool injected = options.test_poison_logits_at_step > 0 && steps_run.load() == options.test_poison_logits_at_step;
-  if (injected || !std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); })) {
+  if (injected || !pick.finite) {
     const std::string reason = "the logits of request " + s.req->gen.id + " at step " +
                                std::to_string(steps_run.load()) + " are not finite (NaN or Inf)" +
                                (injected ? " (test hook)" : "");
@@ -27,12 +33,13 @@ void Engine::Impl::on_token(Sequence& s, std::int32_t token, TimePoint now, std:
     fail(s, Error(ErrorCode::kInternal, reason + "; the device state is not trusted"));
     return;
   }
+  const std::int32_t token = pick.id;
   s.p.generated.push_back(token);
   ++s.p.unsent_tokens;
   const Tokenizer& tok = model.tokenizer();
   const bool ends = tok.is_eos(token) && !s.req->gen.ignore_eos;
-  if (s.req->gen.logprobs && !ends) {
-    const LogprobResult lp = token_logprobs(logits, token, *s.req->gen.logprobs);
+  if (pick.logprobs && !ends) {
+    const LogprobResult& lp = *pick.logprobs;
     TokenLogprobs entry{tok.token_bytes(token), lp.logprob, {}};
     for (const TokenLogprob& alt : lp.top) entry.top.emplace_back(tok.token_bytes(alt.id), alt.logprob);
     s.p.unsent_logprobs.push_back(std::move(entry));

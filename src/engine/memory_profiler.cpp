@@ -9,6 +9,7 @@
 #include "common/decimal.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
+#include "model/sampler.hpp"
 
 namespace vg {
 namespace {
@@ -35,6 +36,27 @@ Result<std::int64_t> step_peak(Model& model, Device& device, std::span<const Ste
   device.reset_peak();
   const std::int64_t base = device.memory().allocated;
   auto out = model.step(inputs);
+  if (!out.ok()) return std::move(out).error();
+  return device.memory().peak_allocated - base;
+}
+
+// Peak bytes above the pre-step level while running decode `inputs` as the
+// engine runs them (Model::decode_step), each row sampled the costliest way
+// a request can ask: temperature with top-p (a sort of the vocabulary), a
+// repetition penalty over its prompt, and the most logprobs.
+Result<std::int64_t> decode_peak(Model& model, Device& device, std::span<const StepInput> inputs,
+                                 std::span<const std::int32_t> prompt) {
+  SamplingParams costliest;
+  costliest.temperature = 1.0;
+  costliest.top_p = 0.95;
+  costliest.repetition_penalty = 1.1;
+  costliest.seed = 0;
+  std::vector<Sampler> samplers(inputs.size(), Sampler(costliest, prompt));
+  std::vector<SampleSpec> specs;
+  for (Sampler& s : samplers) specs.push_back(SampleSpec{&s, kMaxTopLogprobs});
+  device.reset_peak();
+  const std::int64_t base = device.memory().allocated;
+  auto out = model.decode_step(inputs, specs);
   if (!out.ok()) return std::move(out).error();
   return device.memory().peak_allocated - base;
 }
@@ -74,8 +96,11 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
     workspace = std::max(workspace, *peak);
   }
   // Workspace run 2: decode steps over full-context caches with 1 and 2
-  // sequences; the per-sequence growth is extrapolated to max_batch
-  // (at_batch), so the profile itself needs only two full caches on the device.
+  // sequences; the per-sequence growth is extrapolated to max_batch (at_batch,
+  // over the padded rows where decode steps pad), so the profile itself needs
+  // only two full caches on the device. Without a block pool yet they take
+  // the layout of step(), whose gathered keys (every cached key, concatenated,
+  // then padded) bound a static-shape step's of as many rows.
   {
     const int prefix = std::max(1, mc.n_positions - 2);
     const auto prompt = filler(prefix, mc.vocab_size);
@@ -99,7 +124,7 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
                                    std::span<const std::int32_t>(&next[static_cast<std::size_t>(i)], 1)});
       }
       const auto started = std::chrono::steady_clock::now();
-      auto peak = step_peak(model, device, inputs);
+      auto peak = decode_peak(model, device, inputs, prompt);
       step_s[n - 1] = to_seconds(std::chrono::steady_clock::now() - started);
       if (!peak.ok()) return std::move(peak).error();
       peaks[n - 1] = *peak;
@@ -109,6 +134,7 @@ Result<MemoryProfile> measure_memory_profile(Model& model, Device& device, const
     // The step time grows with the batch as the peak does: extrapolated the same way.
     p.batch.decode_step_seconds = step_s[0];
     p.batch.step_seconds_per_sequence = std::max(0.0, step_s[1] - step_s[0]);
+    p.batch.pads_to_power_of_two = model.pads_decode_batch();
   }
   p.batch.prefill_workspace_bytes = workspace;
   p = at_batch(p, std::max(1, std::min(options.max_batch, options.max_batch_tokens)));

@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include "api/sampling.hpp"
 #include "http/json_codec.hpp"
 #include "http/json_fields.hpp"
 
@@ -81,9 +82,12 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
   if (present("top_logprobs")) {
     const json::value& t = o->at("top_logprobs");
     const std::optional<std::int64_t> k = t.is_int64() ? std::optional(t.get_int64())
-                                          : t.is_uint64() && t.get_uint64() <= 20 ? std::optional(static_cast<std::int64_t>(t.get_uint64()))
-                                                                               : std::nullopt;
-    if (!k || *k < 0 || *k > 20) return invalid("top_logprobs must be an integer between 0 and 20");
+                                          : t.is_uint64() && t.get_uint64() <= kMaxTopLogprobs
+                                              ? std::optional(static_cast<std::int64_t>(t.get_uint64()))
+                                              : std::nullopt;
+    if (!k || *k < 0 || *k > kMaxTopLogprobs) {
+      return invalid("top_logprobs must be an integer between 0 and " + std::to_string(kMaxTopLogprobs));
+    }
     if (!logprobs) return invalid("top_logprobs requires logprobs: true");
     top = static_cast<int>(*k);
   }

@@ -126,7 +126,7 @@ using json_fields::shown;
 constexpr double kMaxTimeoutS = 86400;  // one day: keeps deadlines far from overflow
 constexpr std::size_t kMaxStops = 4;
 constexpr std::int64_t kMaxChoices = 256;  // the service's --max-n is the real limit
-constexpr std::int64_t kMaxLogprobs = 20;
+constexpr std::int64_t kMaxLogprobs = kMaxTopLogprobs;
 
 /// An integral JSON number (an integral double such as 5.0 counts) within [lo, hi].
 std::optional<std::int64_t> as_integer(const json::value& v, std::int64_t lo, std::int64_t hi) {

@@ -45,7 +45,7 @@ def test_virtual_run_measures_every_model_at_every_client_count(tmp_path):
         assert "virtual device" in entry["hf"]["skipped"]
         assert entry["vramgate"]["served"]["dtype"] == entry["dtype"]
     assert "virtual device" in data["bandwidth"]["skipped"]
-    assert TABLE_HEADER in md
+    assert TABLE_HEADER in md and "## Decode-step targets" in md
     assert "| `llama-2x64` bfloat16 | 4 |" in md and "| `gpt2-2x64` float32 | 1 |" in md
     help_text = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
     if all(f in help_text for f in gpu.PROFILE_FLAGS):
@@ -188,3 +188,34 @@ def test_only_the_steps_own_launches_and_kernels_count(tmp_path):
     assert s["kernels"] == 2 and s["kernels_per_step"] == 1.0
     assert [k["name"] for k in s["top_kernels"]] == ["gemv"]
     assert abs(s["kernel_ms_per_step"] - 0.05) < 1e-12
+
+
+def test_decode_step_targets_are_judged_from_the_rounds_and_profiles():
+    import gpu_report
+
+    def entry(name, dtype, ms_one, tps_top, hf_top, launches_one, launches_top):
+        prof = {str(c): {"summary": {"status": "ok", "has_gpu_events": True, "launches_per_step": n}}
+                for c, n in ((1, launches_one), (64, launches_top))}
+        return {"checkpoint": name, "dtype": dtype,
+                "floor": {"floor_ms_per_step": 0.5},
+                "vramgate": {"rounds": [{"clients": 1, "ms_per_step": ms_one, "tokens_per_s": 1000 / ms_one},
+                                        {"clients": 64, "ms_per_step": 2.0, "tokens_per_s": tps_top}],
+                             "profiles": prof},
+                "hf": {"rounds": [{"batch": 64, "tokens_per_s": hf_top}]}}
+
+    data = {"models": {
+        "llama-1.1b/bfloat16": entry("llama-1.1b", "bfloat16", 0.7, 26000, 1225, 300, 300),
+        "gpt2-12x768/float32": entry("gpt2-12x768", "float32", 2.7, 20000, 8751, 180, 240),
+        "gpt2-12x768/bfloat16": entry("gpt2-12x768", "bfloat16", 3.7, 30000, 9000, 180, 180),
+    }}
+    lines = gpu_report.target_lines(data)
+    text = "\n".join(lines)
+    assert "| `llama-1.1b` bfloat16 | batch-1 step <= 1.5x floor | 1.4x | met |" in text
+    assert "| `llama-1.1b` bfloat16 | >= 25,000 tokens/s at 64 clients | 26,000 | met |" in text
+    assert "| `gpt2-12x768` float32 | >= 3.0x HF batched at 64 clients | 2.29x | NOT met |" in text
+    assert "| `gpt2-12x768` float32 | launches per step at 64 clients <= at 1 | 240 vs 180 | NOT met |" in text
+    assert "| `gpt2-12x768` bfloat16 | launches per step at 64 clients <= at 1 | 180 vs 180 | met |" in text
+    assert "| `gpt2-12x768` | bfloat16 batch-1 step <= float32's | 3.7 vs 2.7 ms | NOT met |" in text
+    # No profile with GPU events (a virtual device): not judged.
+    del data["models"]["llama-1.1b/bfloat16"]["vramgate"]["profiles"]["64"]
+    assert "| launches per step at 64 clients <= at 1 | n/a | n/a |" in "\n".join(gpu_report.target_lines(data))

@@ -29,6 +29,17 @@ TEST(AtBatch, DecodeGrowsLinearlyWithTheBatchAndThePrefillChunkIsTheFloor) {
   EXPECT_DOUBLE_EQ(at_batch(p, 11).step_seconds, 0.020);
 }
 
+TEST(AtBatch, ABatchThatPadsCostsItsPaddedRows) {
+  MemoryProfile p = scaled(0, 1000, 100);
+  p.batch.pads_to_power_of_two = true;
+  EXPECT_EQ(at_batch(p, 5).workspace_bytes, 1700);  // 8 rows: 1000 + 7 × 100
+  EXPECT_EQ(at_batch(p, 8).workspace_bytes, 1700);
+  EXPECT_EQ(at_batch(p, 9).workspace_bytes, 2500);  // 16 rows
+  EXPECT_DOUBLE_EQ(at_batch(p, 5).step_seconds, 0.017);
+  p.batch.pads_to_power_of_two = false;
+  EXPECT_EQ(at_batch(p, 5).workspace_bytes, 1400);
+}
+
 TEST(AtBatch, AppliesTheSafetyFactorAndLeavesAnUnmeasuredProfileAlone) {
   MemoryProfile p = scaled(0, 1000, 100);
   p.safety_factor = 1.5;
