@@ -131,6 +131,9 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16" && dtype != "float64") {
     return bad("dtype", "must be float32, bfloat16, float16 or float64");
   }
+  if (host_kernels != "on" && host_kernels != "off") {
+    return bad("host_kernels", "must be on or off, got '" + host_kernels + "'");
+  }
   if (!chat_template.empty() && !parse_chat_format(chat_template)) {
     return bad("chat_template", "must be chatml, llama-2, llama-3 or zephyr (or empty: the model's own)");
   }

@@ -49,6 +49,10 @@ struct ServeConfig {
   std::vector<std::string> device = {"auto"};
   int threads = 0;                          ///< compute threads for tensor ops; 0 = all cores
   std::string dtype = "float32";            ///< compute and KV cache dtype: float32, bfloat16, float16 (CUDA), float64
+  /// on: decoder models in host memory decode through the host kernels
+  /// (Model::Options::host_decode_kernel); off: through the tensor path
+  /// that CUDA devices run (static-shape decode steps), for tests and comparisons.
+  std::string host_kernels = "on";
   /// Chat format of /v1/chat/completions: chatml, llama-2, llama-3, zephyr;
   /// empty: recognised from the model's tokenizer_config.json chat_template.
   std::string chat_template;

@@ -28,6 +28,11 @@ const ConfigField kFields[] = {
      "Compute and KV cache dtype: float32, bfloat16, float16 (CUDA only) or float64 (a test mode); weights "
      "stored as F32, F16 or BF16 are converted on load",
      &C::dtype},
+    {"host_kernels", "model",
+     "on: on a CPU device (virt:), GPT-2 and LLaMA decode through the host kernels (decode attention and "
+     "batch-invariant products written for the CPU); off: through the tensor path that CUDA devices run "
+     "(static-shape decode steps through the KV block table), for tests and comparisons",
+     &C::host_kernels},
     {"chat_template", "model",
      "Chat format of /v1/chat/completions: chatml, llama-2, llama-3 or zephyr; empty: recognised from the "
      "model's tokenizer_config.json chat_template (a request's chat_template field wins over both)",

@@ -16,9 +16,9 @@ namespace {
 
 // The settings that change what `plan` measures or computes.
 constexpr const char* kPlanKeys[] = {
-    "model_dir",          "device",         "threads",       "dtype",     "admission",
-    "memory_utilization", "memory_reserve", "memory_safety", "max_batch", "max_batch_tokens",
-    "prefill_worker",     "log_level"};
+    "model_dir",          "device",         "threads",       "dtype",     "host_kernels",     "admission",
+    "memory_utilization", "memory_reserve", "memory_safety", "max_batch", "max_batch_tokens", "prefill_worker",
+    "log_level"};
 
 // Settings of the gateway side only (HTTP, traffic policies, the
 // supervisor): `vramgate engine` offers every other one as a flag (a config

@@ -158,7 +158,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       out.tensor_models.push_back(std::move(tensor).value());
       continue;
     }
-    auto model = Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype});
+    auto model =
+        Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype, config.host_kernels == "on"});
     if (!model.ok()) return load_failure(std::move(model).error(), *out.device);
     const std::int64_t resident = out.device->memory().own - before;
     auto profile = measure_memory_profile(

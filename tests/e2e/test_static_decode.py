@@ -1,0 +1,60 @@
+"""Decode steps through the tensor path on the CPU (--host-kernels off): the
+static-shape steps CUDA runs, padded to batch buckets and read through the
+KV block table, with the picks made by the device sampler. Greedy and
+seeded answers are the host kernels' answers, logprobs within 1e-4, and
+requests decoded together in a padded batch answer as they do alone."""
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import BIN, MODEL_DIR
+
+PROMPTS = [
+    "Once upon a time",
+    "The cat sat on the mat and looked out of the window at the rain",
+    "A",
+    "She opened the door slowly, and the old house creaked as the wind",
+    "In the morning the children went to school",
+]
+
+
+def complete(server, prompt, **extra):
+    body = {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 2, "ignore_eos": True, **extra}
+    r = server.post("/v1/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+def assert_same(a, b, what):
+    assert a["text"] == b["text"], what
+    if a.get("logprobs"):
+        assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"], what
+        for x, y in zip(a["logprobs"]["token_logprobs"], b["logprobs"]["token_logprobs"]):
+            assert abs(x - y) < 1e-4, what
+
+
+def test_static_decode_steps_answer_as_the_host_kernels_do(make_server):
+    host = make_server("--device", "virt:0=32MiB")
+    tensor = make_server("--device", "virt:0=32MiB", "--host-kernels", "off")
+    for prompt in PROMPTS:
+        assert_same(complete(tensor, prompt), complete(host, prompt), f"greedy: {prompt!r}")
+        seeded = {"temperature": 0.8, "top_p": 0.9, "seed": 11, "logprobs": None}
+        assert_same(complete(tensor, prompt, **seeded), complete(host, prompt, **seeded), f"seeded: {prompt!r}")
+
+
+def test_requests_decoded_in_one_padded_batch_answer_as_alone(make_server):
+    tensor = make_server("--device", "virt:0=32MiB", "--host-kernels", "off")
+    alone = [complete(tensor, p) for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(lambda p: complete(tensor, p), PROMPTS))
+    for prompt, a, b in zip(PROMPTS, alone, together):
+        assert_same(b, a, prompt)
+
+
+@pytest.mark.same_in_both_modes
+def test_a_bad_host_kernels_setting_is_refused_naming_it():
+    out = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--host-kernels", "maybe"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "--host-kernels: must be on or off" in out.stderr, out.stderr
