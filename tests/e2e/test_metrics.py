@@ -157,12 +157,14 @@ def test_metrics_exposition_and_counters_move(make_server):
 
 
 def test_never_fits_is_counted(make_server):
-    # 64 KiB of budget left: the KV cache of 250 tokens cannot fit.
-    probe = make_server()
+    # 64 KiB of budget left: the KV cache of 250 tokens cannot fit. A set
+    # batch, so that the smaller budget does not choose a smaller batch and
+    # with it a smaller step workspace.
+    probe = make_server("--max-batch", "8")
     d = probe.admission()["devices"][0]
     reserve = d["budget_bytes"] - (64 << 10)
     probe.stop()
-    server = make_server("--memory-reserve", str(reserve))
+    server = make_server("--max-batch", "8", "--memory-reserve", str(reserve))
     r = server.post("/v1/completions", {"prompt": "x" * 50, "max_tokens": 200})
     assert r.status_code == 413, r.text
     samples = scrape(server)

@@ -72,7 +72,8 @@ def test_concurrent_greedy_output_matches_one_at_a_time(make_server):
 
 
 def test_the_worker_sets_aside_a_second_step_workspace(make_server):
-    plain = make_server("--device", "virt:0=64MiB")
+    # The same batch as the worker's (8: no block pool with a worker), so the same step workspace.
+    plain = make_server("--device", "virt:0=64MiB", "--max-batch", "8")
     with_worker = make_server("--device", "virt:0=64MiB", "--prefill-worker")
     p, w = plain.admission()["devices"][0], with_worker.admission()["devices"][0]
     assert p["workspace_bytes"] > 0
