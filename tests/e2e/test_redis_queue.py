@@ -421,7 +421,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     assert sse_text(retry) == reference
     assert sse_text(retry_a) == reference
     assert head + events_text(events)[0] == reference
-    assert "follows request" in b.logs()
+    wait_until(lambda: "follows request" in b.logs(), timeout=10, what="b's follow log line")
     wait_until(lambda: '"idempotency":"attached"' in b.logs(), timeout=10, what="b's request log line")
     # One computation for the three clients (and the replay below).
     wait_until(lambda: completed() == before + 1, timeout=10, what="the completion registered")
@@ -433,7 +433,7 @@ def test_an_idempotency_key_sent_to_another_gateway_attaches_replays_and_conflic
     again = c.post("/v1/completions", body, stream=True, headers=key, timeout=60)
     assert again.status_code == 200, again.text
     assert sse_text(again) == reference
-    assert "replays request" in c.logs()
+    wait_until(lambda: "replays request" in c.logs(), timeout=10, what="c's replay log line")
     wait_until(lambda: '"idempotency":"replayed"' in c.logs(), timeout=10, what="c's request log line")
     # The same key with another body: refused.
     other = c.post("/v1/completions", greedy("Another body", 8), headers=key)
