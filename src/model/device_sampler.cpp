@@ -64,17 +64,20 @@ at::Tensor adjusted(const at::Tensor& logits, std::span<const SampleSpec> specs)
 }
 
 /// The sampled rows' picks ([rows.size()] int64), from `clean` (adjusted
-/// logits, NaN as -infinity) and their greedy picks `best` ([all rows]).
-at::Tensor sampled_picks(const at::Tensor& clean, const at::Tensor& best, std::span<const SampleSpec> specs,
-                         const std::vector<std::int64_t>& rows) {
+/// logits, NaN as -infinity), `nan` (where the logits were NaN) and their
+/// greedy picks `best` ([all rows]).
+at::Tensor sampled_picks(const at::Tensor& clean, const at::Tensor& nan, const at::Tensor& best,
+                         std::span<const SampleSpec> specs, const std::vector<std::int64_t>& rows) {
   const std::int64_t vocab = clean.size(1);
   // Per sampled row: temperature, top_p (1: off), top_k (0: off), the draw.
   std::vector<double> params;
   params.reserve(rows.size() * 4);
+  bool any_ranked = false;  // a row with top-k or top-p: the candidates are sorted
   for (std::int64_t r : rows) {
     Sampler& s = *specs[static_cast<std::size_t>(r)].sampler;
     const SamplingParams& p = s.params();
     params.insert(params.end(), {p.temperature, p.top_p, static_cast<double>(std::max(0, p.top_k)), s.next_draw()});
+    any_ranked = any_ranked || p.top_k > 0 || p.top_p < 1.0;
   }
   const auto m = static_cast<std::int64_t>(rows.size());
   const at::Tensor index = to_device(rows, at::kLong, clean);
@@ -87,14 +90,16 @@ at::Tensor sampled_picks(const at::Tensor& clean, const at::Tensor& best, std::s
   const at::Tensor x = clean.index_select(0, index).to(at::kDouble);  // [m, vocab]
   const at::Tensor greedy = best.index_select(0, index);
   const at::Tensor max = x.gather(1, greedy.unsqueeze(1));  // [m, 1]
-  const at::Tensor candidates = at::logical_not(at::isnan(clean.index_select(0, index))).sum(1);
+  const at::Tensor candidates = at::logical_not(nan.index_select(0, index)).sum(1);
   const at::Tensor use_k = (top_k > 0).logical_and(top_k < candidates);
   const at::Tensor use_p = top_p < 1.0;
   // Candidates in order of likelihood (lowest id first on ties) where top-k
   // or top-p is set, else in id order.
   const at::Tensor ids = at::arange(vocab, long_on(clean)).expand({m, vocab});
-  const at::Tensor sorted = std::get<1>(at::sort(x, /*stable=*/true, /*dim=*/1, /*descending=*/true));
-  const at::Tensor order = at::where(use_k.logical_or(use_p).unsqueeze(1), sorted, ids);
+  const at::Tensor order =
+      any_ranked ? at::where(use_k.logical_or(use_p).unsqueeze(1),
+                             std::get<1>(at::sort(x, /*stable=*/true, /*dim=*/1, /*descending=*/true)), ids)
+                 : ids;
   const at::Tensor k_keep = at::where(use_k, top_k, candidates).unsqueeze(1);  // candidates kept by top-k
   const at::Tensor weights =
       at::where(ids < k_keep, ((x.gather(1, order) - max) / temperature).exp(), at::zeros({}, x.options()));
@@ -153,10 +158,12 @@ std::vector<SampledToken> sample_on_device(const at::Tensor& logits, std::span<c
       top = std::max<std::int64_t>(top, std::min<std::int64_t>(specs[i].top_logprobs, logits.size(1)));
     }
   }
-  const at::Tensor clean = adjusted(logits, specs).masked_fill(at::isnan(logits), kNegInf);
+  const at::Tensor nan = at::isnan(logits);
+  const at::Tensor clean = adjusted(logits, specs).masked_fill(nan, kNegInf);
   at::Tensor tokens = clean.argmax(1);
-  if (!sampled.empty())
-    tokens.index_copy_(0, to_device(sampled, at::kLong, tokens), sampled_picks(clean, tokens, specs, sampled));
+  if (!sampled.empty()) {
+    tokens.index_copy_(0, to_device(sampled, at::kLong, tokens), sampled_picks(clean, nan, tokens, specs, sampled));
+  }
   // One copy back: [tokens | finite | chosen logprobs | top values | top ids].
   std::vector<at::Tensor> parts{tokens.to(at::kDouble), at::isfinite(logits).all(1).to(at::kDouble)};
   if (!with_logprobs.empty()) {
