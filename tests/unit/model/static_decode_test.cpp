@@ -141,14 +141,18 @@ struct TwoModels {
     fast = load(dir.path(), device.get(), host_kernel);
     reference = load(dir.path(), device.get(), host_kernel);
   }
+  /// A random GPT-2 of kPositions positions, loaded twice.
+  void load_gpt2(bool host_kernel) {
+    testing::RandomGpt2 spec;
+    spec.n_positions = kPositions;
+    testing::write_random_gpt2(dir.path(), spec);
+    load_both(host_kernel);
+  }
 };
 
 TEST(StaticDecode, Gpt2DecodeStepMatchesStepAcrossBatchAndKeyBuckets) {
   TwoModels m;
-  testing::RandomGpt2 spec;
-  spec.n_positions = kPositions;
-  testing::write_random_gpt2(m.dir.path(), spec);
-  m.load_both(/*host_kernel=*/false);
+  m.load_gpt2(/*host_kernel=*/false);
   ASSERT_NE(m.fast, nullptr);
   ASSERT_NE(m.reference, nullptr);
   // 5 sequences pad to 8 rows; 13 + 40 tokens cross key buckets of 1 to 16 blocks.
@@ -170,10 +174,7 @@ TEST(StaticDecode, GroupedQueryLlamaDecodeStepMatchesStep) {
 
 TEST(StaticDecode, HostKernelDecodeStepMatchesStep) {
   TwoModels m;
-  testing::RandomGpt2 spec;
-  spec.n_positions = kPositions;
-  testing::write_random_gpt2(m.dir.path(), spec);
-  m.load_both(/*host_kernel=*/true);
+  m.load_gpt2(/*host_kernel=*/true);
   ASSERT_NE(m.fast, nullptr);
   expect_same_decode(*m.fast, *m.reference, mixed(5), 20);
 }
@@ -188,10 +189,7 @@ TEST(StaticDecode, BatchBucketsArePowersOfTwo) {
 
 TEST(StaticDecode, RefusesPrefillInputsAndLeavesCachesAlone) {
   TwoModels m;
-  testing::RandomGpt2 spec;
-  spec.n_positions = kPositions;
-  testing::write_random_gpt2(m.dir.path(), spec);
-  m.load_both(/*host_kernel=*/false);
+  m.load_gpt2(/*host_kernel=*/false);
   ASSERT_NE(m.fast, nullptr);
   auto cache = std::move(m.fast->new_cache(kPositions)).value();
   const std::vector<std::int32_t> two{1, 2};
@@ -252,10 +250,7 @@ std::int64_t ops_per_decode_step(Model& model, int batch, int length) {
 
 TEST(StaticDecode, OpsPerStepDoNotGrowWithTheBatch) {
   TwoModels m;
-  testing::RandomGpt2 spec;
-  spec.n_positions = kPositions;
-  testing::write_random_gpt2(m.dir.path(), spec);
-  m.load_both(/*host_kernel=*/false);
+  m.load_gpt2(/*host_kernel=*/false);
   ASSERT_NE(m.fast, nullptr);
   const std::int64_t two = ops_per_decode_step(*m.fast, 2, 10);
   const std::int64_t sixteen = ops_per_decode_step(*m.fast, 16, 10);
