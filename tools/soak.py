@@ -116,6 +116,22 @@ def idle(server):
     return a["queued"] == 0 and a["running"] == 0 and all(d["reserved_bytes"] == 0 for d in a["devices"])
 
 
+def settled(server):
+    """Idle, and every budget cut by an out-of-memory error raised back.
+
+    The KV block pool shrinks with the budget and grows back one quiet
+    period at a time; a snapshot taken in between would count the blocks
+    not yet given back as used bytes."""
+    if not idle(server):
+        return False
+
+    def raised(d):
+        # A pool's effective budget is a whole number of blocks.
+        block = d["kv_blocks"]["block_bytes"] if "kv_blocks" in d else 1
+        return d["budget_bytes"] - d["effective_budget_bytes"] < max(1, block)
+    return all(raised(d) for d in server.last_admission["devices"])
+
+
 def raw_exchange(server, data, read=True):
     """Sends raw bytes; returns the status of the answer (0: closed without one)."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
@@ -266,14 +282,14 @@ def main():
     failures = []
     try:
         warm, _ = traffic(server, args.warmup_seconds, args.clients, args.seed + 7919)
-        wait_until(lambda: idle(server), 120, "idle after warm-up")
+        wait_until(lambda: settled(server), 120, "idle, with the budget raised back, after warm-up")
         # Every connection of the warm-up has ended once the read and idle
         # timeouts have passed since its last byte: the fd baseline is then stable.
         time.sleep(READ_TIMEOUT_S + IDLE_TIMEOUT_S + 1)
         base_fds = server.fd_list()
         base = snapshot(server)
         counts, errors = traffic(server, args.seconds, args.clients, args.seed)
-        wait_until(lambda: idle(server), 120, "idle after the traffic")
+        wait_until(lambda: settled(server), 120, "idle, with the budget raised back, after the traffic")
         try:
             wait_until(lambda: server.fds() <= base["fds"], 30, "file descriptors back to the baseline")
         except TimeoutError:
