@@ -57,7 +57,8 @@ else()
 endif()
 message(STATUS "CUDA device (cuda:N): ${VG_TORCH_HAS_CUDA}")
 
-# `ninja cuda_syntax_check`: compiles src/device/cuda_device.cpp with
+# `ninja cuda_syntax_check`: compiles src/device/cuda_device.cpp and
+# cuda_graph.cpp with
 # -fsyntax-only against this libtorch's c10/cuda headers and the CUDA
 # toolkit's headers, so a build without a CUDA libtorch still checks it.
 # Not part of `all`. A CPU-only libtorch may lack the generated
@@ -77,10 +78,15 @@ if(NOT VG_TORCH_HAS_CUDA)
         list(APPEND _vg_isystem -isystem "${dir}")
       endif()
     endforeach()
-    add_custom_target(cuda_syntax_check
-      COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Werror
-              -I${PROJECT_SOURCE_DIR}/src ${_vg_isystem} ${PROJECT_SOURCE_DIR}/src/device/cuda_device.cpp
-      COMMENT "Syntax check of src/device/cuda_device.cpp against the CUDA headers"
+    set(_vg_cuda_check)
+    foreach(file cuda_device.cpp cuda_graph.cpp)
+      list(APPEND _vg_cuda_check
+           COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Werror
+                   -I${PROJECT_SOURCE_DIR}/src ${_vg_isystem} ${PROJECT_SOURCE_DIR}/src/device/${file})
+    endforeach()
+    add_custom_target(cuda_syntax_check ${_vg_cuda_check}
+      COMMENT "Syntax check of src/device/cuda_device.cpp and cuda_graph.cpp against the CUDA headers"
       VERBATIM)
+    set(VG_CUDA_SYNTAX_CHECK ON)
   endif()
 endif()

@@ -26,6 +26,13 @@ only: the GPU machine's Python may have nothing but torch.
               --shared-clients clients, --max-batch --shared-max-batch), and
               check: the start-up budget is at most what was free, every
               request 200, no out-of-memory error.
+  graphs      serve with decode graphs (--cuda-graphs on; on a virtual device
+              the emulated graphs of --host-kernels off
+              --test-emulate-cuda-graphs) and without, send the same greedy
+              completions from --graphs-clients clients to each, and check:
+              the answers are equal, the graphs were recorded (the start-up
+              log line), and their bytes were charged (resident bytes higher,
+              budget lower).
 
 Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
 1 when a check fails. Numbers come from the server's own /v1/models and
@@ -347,14 +354,80 @@ def check_shared_device(args):
     return not problems
 
 
+def texts_of(server, bodies, clients):
+    """Sends `bodies` from `clients` threads; returns each answer's text (None: not a 200)."""
+    texts = [None] * len(bodies)
+    lock = threading.Lock()
+    nxt = [0]
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(bodies):
+                return
+            status, body = server.request("POST", "/v1/completions", bodies[i], timeout=300)
+            texts[i] = body["choices"][0]["text"] if status == 200 else None
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return texts
+
+
+def check_graphs(args):
+    common = ["--device", args.device, "--model-dir", args.model_dir, "--threads", str(args.threads),
+              "--max-batch", str(args.graphs_clients)]
+    if args.device.startswith("cuda"):
+        on, off, kind = ["--cuda-graphs", "on"], ["--cuda-graphs", "off"], "CUDA"
+    else:
+        on, off, kind = ["--host-kernels", "off", "--test-emulate-cuda-graphs"], ["--host-kernels", "off"], "emulated"
+    # Prompts of several lengths: the steps cross batch and key buckets.
+    bodies = [completion(1 + (i * 37) % args.prompt_tokens, args.max_tokens) for i in range(args.graphs_requests)]
+    t0 = time.monotonic()
+    runs = {}
+    for name, extra in (("on", on), ("off", off)):
+        server = Server(args.binary, [*common, *extra])
+        try:
+            texts = texts_of(server, bodies, args.graphs_clients)
+            runs[name] = (texts, server.admission()["devices"][0], server.tail(len(server.log)))
+        finally:
+            server.stop()
+    (on_texts, on_dev, on_log), (off_texts, off_dev, _) = runs["on"], runs["off"]
+    recorded = re.search(r"decode graphs on \S+ \(" + kind +
+                         r"\): (\d+) graphs for batches up to \d+, ([^(]+) \(charged ([^)]+)\)", on_log)
+    problems = []
+    if None in on_texts or None in off_texts:
+        problems.append(f"failed requests: {on_texts.count(None)} with graphs, {off_texts.count(None)} without")
+    differ = sum(1 for a, b in zip(on_texts, off_texts) if a != b)
+    if differ:
+        problems.append(f"{differ} of {len(bodies)} greedy answers differ with graphs on and off")
+    if not recorded:
+        problems.append("no 'decode graphs on ...' line in the log")
+    if on_dev["resident_bytes"] <= off_dev["resident_bytes"] or on_dev["budget_bytes"] >= off_dev["budget_bytes"]:
+        problems.append("the graphs' bytes were not charged")
+    verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
+    graphs = f"{recorded.group(1)} graphs of {recorded.group(2).strip()}" if recorded else "no graphs"
+    print(f"gpu-check graphs: {verdict}: {len(bodies) - differ}/{len(bodies)} greedy answers equal with {kind} "
+          f"graphs on and off ({args.graphs_clients} clients); {graphs}; resident {gb(on_dev['resident_bytes'])} "
+          f"against {gb(off_dev['resident_bytes'])}, budget {gb(on_dev['budget_bytes'])} against "
+          f"{gb(off_dev['budget_bytes'])}; {time.monotonic() - t0:.1f} s", flush=True)
+    if problems:
+        print(on_log[-4000:], file=sys.stderr)
+    return not problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", required=True, help="the vramgate executable")
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--checks", default="load,inject-oom,shared-device",
-                    help="comma-separated: load, inject-oom, shared-device")
+    ap.add_argument("--checks", default="load,inject-oom,shared-device,graphs",
+                    help="comma-separated: load, inject-oom, shared-device, graphs")
     ap.add_argument("--prompt-tokens", type=int, default=192)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=32, help="load: completions sent")
@@ -371,8 +444,11 @@ def main():
     ap.add_argument("--shared-max-batch", type=int, default=64)
     ap.add_argument("--shared-prompt-tokens", type=int, default=24)
     ap.add_argument("--shared-max-tokens", type=int, default=1000)
+    ap.add_argument("--graphs-requests", type=int, default=24)
+    ap.add_argument("--graphs-clients", type=int, default=8)
     args = ap.parse_args()
-    checks = {"load": check_load, "inject-oom": check_inject_oom, "shared-device": check_shared_device}
+    checks = {"load": check_load, "inject-oom": check_inject_oom, "shared-device": check_shared_device,
+              "graphs": check_graphs}
     unknown = [c for c in args.checks.split(",") if c not in checks]
     if unknown:
         ap.error(f"unknown check(s) {', '.join(unknown)}: choose from {', '.join(checks)}")

@@ -134,6 +134,9 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (host_kernels != "on" && host_kernels != "off") {
     return bad("host_kernels", "must be on or off, got '" + host_kernels + "'");
   }
+  if (cuda_graphs != "on" && cuda_graphs != "off") {
+    return bad("cuda_graphs", "must be on or off, got '" + cuda_graphs + "'");
+  }
   if (!chat_template.empty() && !parse_chat_format(chat_template)) {
     return bad("chat_template", "must be chatml, llama-2, llama-3 or zephyr (or empty: the model's own)");
   }

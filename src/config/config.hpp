@@ -53,6 +53,10 @@ struct ServeConfig {
   /// (Model::Options::host_decode_kernel); off: through the tensor path
   /// that CUDA devices run (static-shape decode steps), for tests and comparisons.
   std::string host_kernels = "on";
+  /// on: on a CUDA device with a KV block pool, decode steps are recorded as
+  /// CUDA graphs at start-up (one per batch and key bucket) and replayed;
+  /// off: every step runs eagerly. No effect elsewhere.
+  std::string cuda_graphs = "on";
   /// Chat format of /v1/chat/completions: chatml, llama-2, llama-3, zephyr;
   /// empty: recognised from the model's tokenizer_config.json chat_template.
   std::string chat_template;
@@ -171,6 +175,10 @@ struct ServeConfig {
   std::string test_crash_on_prompt;
   /// Test hook: an engine process aborts before it loads its model (every start).
   bool test_engine_crash_at_start = false;
+  /// Test hook: decode graphs recorded as on a CUDA device, emulated (each
+  /// replay runs the recorded step again), where a CPU device runs the
+  /// tensor path (--host-kernels off).
+  bool test_emulate_cuda_graphs = false;
   /// Test hook: this engine step (1-based) counts as producing NaN logits; 0 = never.
   std::int64_t test_poison_logits_step = 0;
   /// Test hook: at this engine step (1-based) the device's next allocation fails with the

@@ -33,6 +33,11 @@ const ConfigField kFields[] = {
      "batch-invariant products written for the CPU); off: through the tensor path that CUDA devices run "
      "(static-shape decode steps through the KV block table), for tests and comparisons",
      &C::host_kernels},
+    {"cuda_graphs", "model",
+     "on: on a CUDA device with a KV block pool, decode steps are recorded at start-up as CUDA graphs (one per "
+     "batch bucket and key bucket, their memory charged to the budget) and replayed; off: every step runs "
+     "eagerly. No effect on other devices",
+     &C::cuda_graphs},
     {"chat_template", "model",
      "Chat format of /v1/chat/completions: chatml, llama-2, llama-3 or zephyr; empty: recognised from the "
      "model's tokenizer_config.json chat_template (a request's chat_template field wins over both)",
@@ -246,6 +251,10 @@ const ConfigField kFields[] = {
      &C::test_crash_on_prompt},
     {"test_engine_crash_at_start", "test", "Test hook: an engine process aborts before it loads its model",
      &C::test_engine_crash_at_start},
+    {"test_emulate_cuda_graphs", "test",
+     "Test hook: record decode graphs as on a CUDA device, emulated (a replay runs the recorded step again), "
+     "where a CPU device runs the tensor path (--host-kernels off)",
+     &C::test_emulate_cuda_graphs},
     {"test_poison_logits_step", "test",
      "Test hook: this engine step (from 1) counts as producing NaN logits (an engine process then exits to be "
      "restarted)",

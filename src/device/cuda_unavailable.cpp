@@ -1,7 +1,8 @@
 // The CUDA entry points of a build whose libtorch has no CUDA (CMake compiles
 // this file instead of cuda_device.cpp): `--device cuda:N` is a start-up
-// error and `auto` picks the virtual device. Any thread.
+// error, `auto` picks the virtual device and there are no CUDA graphs. Any thread.
 #include "device/device.hpp"
+#include "device/step_graph.hpp"
 
 namespace vg {
 
@@ -13,5 +14,7 @@ Result<std::unique_ptr<Device>> create_cuda_device(int index) {
                    ": this vramgate was built against a libtorch without CUDA; use virt:N=SIZE, or rebuild "
                    "against a CUDA libtorch (docs/gpu.md)"};
 }
+
+std::unique_ptr<StepGraphRecorder> make_cuda_graph_recorder(int /*device_index*/) { return nullptr; }
 
 }  // namespace vg

@@ -2,12 +2,13 @@
 // CudaDevice makes, in the one spelling that compiles against libtorch 1.13
 // (free functions taking int) and 2.x (inline wrappers over the allocator
 // object taking c10::DeviceIndex; DeviceStats moved to
-// c10::CachingDeviceAllocator and is re-exported). Only
-// src/device/cuda_device.cpp may include this header; it needs the CUDA
-// runtime headers, so it is compiled only when libtorch has CUDA. Any thread
-// (the allocator locks internally).
+// c10::CachingDeviceAllocator and is re-exported), and the start of a CUDA
+// graph's capture. Only src/device/cuda_device.cpp and cuda_graph.cpp may
+// include this header; it needs the CUDA runtime headers, so it is compiled
+// only when libtorch has CUDA. Any thread (the allocator locks internally).
 #pragma once
 
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/Device.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/version.h>
@@ -60,5 +61,19 @@ inline void set_memory_fraction(double fraction, int device) {
 /// allocator. Throws c10::OutOfMemoryError when it cannot.
 inline void* raw_alloc(std::size_t bytes) { return detail::cca::raw_alloc(bytes); }
 inline void raw_delete(void* ptr) { detail::cca::raw_delete(ptr); }
+
+/// A memory pool that graphs recorded with it share.
+using GraphPool = decltype(at::cuda::graph_pool_handle());
+
+/// Starts recording `graph` on the current stream into `pool`. libtorch 2.x
+/// records in thread-local mode: another thread's CUDA calls (a memory
+/// query) neither fail nor spoil the recording; 1.13 knows global mode only.
+inline void begin_graph_capture(at::cuda::CUDAGraph& graph, const GraphPool& pool) {
+#if TORCH_VERSION_MAJOR >= 2
+  graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+#else
+  graph.capture_begin(pool);
+#endif
+}
 
 }  // namespace vg::compat::cuda

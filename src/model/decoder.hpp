@@ -21,6 +21,7 @@
 
 #include "device/device.hpp"
 #include "model/checkpoint.hpp"
+#include "model/decode_graphs.hpp"
 #include "model/kv_blocks.hpp"
 #include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -302,8 +303,14 @@ class DecoderModel : public Model {
   std::int64_t kv_blocks_evicted() const final;
   std::int64_t kv_block_bytes() const final;
   Status grow_cache(KvCache& cache, int capacity_tokens) final;
+  /// Records the pool's moves too: resize_kv_pool() records the graphs
+  /// again after it (or, failing that, logs why and runs decode steps
+  /// eagerly).
   Status resize_kv_pool(std::int64_t blocks) final;
   Result<std::vector<float>> forward_full(std::span<const std::int32_t> tokens) final;
+  Result<DecodeGraphStats> record_decode_graphs(const DecodeGraphOptions& options) final;
+  void drop_decode_graphs() final;
+  DecodeGraphStats decode_graph_stats() const final;
 
  protected:
   /// Hidden states [rows, n_embd] after the last block, appending every
@@ -372,14 +379,35 @@ class DecoderModel : public Model {
   /// `to` in every layer (a libtorch error escapes: callers catch).
   void copy_positions(const DecoderCache& from, DecoderCache& to, std::int64_t first) const;
   std::shared_ptr<KvPool> pool_;  ///< the shared block pool, once use_kv_pool made one
+  std::unique_ptr<DecodeGraphs> graphs_;  ///< recorded decode graphs (none: eager steps)
+  DecodeGraphStats graph_stats_;          ///< replays, eager steps and records since load
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
   Plan plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
   /// Whether decode inputs over `caches` run as a static-shape step: the
   /// tensor path, every cache in the model's pool, none empty.
   bool static_decode_fits(std::span<DecoderCache* const> caches) const;
-  /// Lays out decode `inputs` as a static-shape step (Plan::fixed).
-  Plan static_plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
+  /// The shape of a static-shape step over `caches`: the batch bucket, and
+  /// the next power of two of the blocks the longest row reads (at most a
+  /// full context).
+  StaticShape static_shape(std::span<DecoderCache* const> caches) const;
+  /// The step's input buffer (StaticShape::input_size() values) in host memory.
+  std::vector<std::int64_t> static_inputs(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches,
+                                          const StaticShape& shape) const;
+  /// A static-shape step (Plan::fixed) over `buffer`, the input buffer on the
+  /// device: device ops only (it runs inside a recorded graph).
+  Plan static_views(const at::Tensor& buffer, const StaticShape& shape) const;
+  /// Records the graphs of every (bucket, blocks) up to g.options.max_batch
+  /// and a full context, largest first (a libtorch error escapes).
+  void record_graphs(DecodeGraphs& g) const;
+  /// After the pool moved: records the graphs with `options` again, or logs
+  /// why not (decode steps then run eagerly).
+  void record_again(const DecodeGraphOptions& options);
+  /// The logits [rows, vocab] (on the device) of a static-shape step:
+  /// replayed where a graph of its shape is held, eagerly otherwise.
+  at::Tensor static_logits(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches);
+  /// The logits [inputs, vocab] (on the device) of decode `inputs` laid out as step() lays them out.
+  at::Tensor ragged_logits(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const;
   /// Attention of a static-shape step's rows: q [bucket, n_head, head_dim],
   /// k and v [bucket, n_kv_head, head_dim] -> [bucket, n_head * head_dim].
   at::Tensor attend_static(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -217,6 +218,7 @@ Status DecoderModel::use_kv_pool(const KvPoolOptions& options) {
                                                                 options.block_tokens) +
                                                  "]"};
   }
+  drop_decode_graphs();  // they read the pool being replaced
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
@@ -289,14 +291,24 @@ Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
   if (blocks < 1 || blocks > std::numeric_limits<std::int32_t>::max() / pool_->block_tokens()) {
     return Error{ErrorCode::kInvalidRequest, "resize_kv_pool: " + std::to_string(blocks) + " blocks is out of range"};
   }
-  DeviceScope scope(device_);
-  c10::InferenceMode inference;
-  try {
-    return pool_->resize(blocks, [this](std::int64_t slots) { return kv_storage(slots); });
-  } catch (...) {
-    return current_exception_error("resizing the KV block pool to " + std::to_string(blocks) + " blocks on " +
-                                   device_->name());
+  // The graphs read the pool's storage, which moves: freed first (their
+  // bytes help the new storage fit), recorded again after.
+  const std::optional<DecodeGraphOptions> graphs =
+      graphs_ ? std::optional<DecodeGraphOptions>(graphs_->options) : std::nullopt;
+  drop_decode_graphs();
+  Status resized = Status::Ok();
+  {
+    DeviceScope scope(device_);
+    c10::InferenceMode inference;
+    try {
+      resized = pool_->resize(blocks, [this](std::int64_t slots) { return kv_storage(slots); });
+    } catch (...) {
+      resized = current_exception_error("resizing the KV block pool to " + std::to_string(blocks) + " blocks on " +
+                                        device_->name());
+    }
   }
+  if (graphs) record_again(*graphs);
+  return resized;
 }
 
 Status DecoderModel::grow_cache(KvCache& cache, int capacity_tokens) {

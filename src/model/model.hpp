@@ -22,6 +22,27 @@ class Device;
 class Sampler;
 class Tokenizer;
 
+/// How decode graphs are recorded: kCuda, as CUDA graphs sharing one
+/// memory pool (device/step_graph.hpp); kEmulated, not at all (a replay
+/// runs the recorded step again on the same buffers), to test the logic
+/// around the graphs on the CPU.
+enum class DecodeGraphKind { kCuda, kEmulated };
+
+/// How Model::record_decode_graphs() records.
+struct DecodeGraphOptions {
+  DecodeGraphKind kind = DecodeGraphKind::kCuda;
+  int max_batch = 1;  ///< the largest decode batch; buckets up to its next power of two
+};
+
+/// What a model's decode graphs hold.
+struct DecodeGraphStats {
+  int graphs = 0;            ///< recorded graphs
+  std::int64_t bytes = 0;    ///< device bytes they took when recorded
+  std::int64_t replays = 0;  ///< decode steps that replayed a graph (since the model loaded)
+  std::int64_t eager = 0;    ///< decode steps that ran eagerly while graphs were held
+  std::int64_t records = 0;  ///< times the graphs were recorded (again after a pool resize)
+};
+
 /// Architecture hyper-parameters, read from config.json (Hugging Face key
 /// names of the family; see model_config.hpp for which keys each reads).
 struct ModelConfig {
@@ -150,7 +171,8 @@ class Model {
   /// Allocates a pool of KV blocks on the device (options.blocks x the bytes
   /// of one block, kv_pool_counts()) that the caches made afterwards take
   /// their blocks from; caches made before keep theirs. A later call replaces
-  /// the pool for later caches. Errors: kInvalidRequest for options outside
+  /// the pool for later caches and drops the decode graphs (they read the
+  /// old pool). Errors: kInvalidRequest for options outside
   /// their ranges or a model without a KV cache, kOutOfMemory when the device
   /// cannot hold the pool. The default refuses (kInvalidRequest).
   virtual Status use_kv_pool(const KvPoolOptions& options);
@@ -210,6 +232,23 @@ class Model {
   /// shapes), so that a batch costs the workspace and time of its padded
   /// rows. The default does not.
   virtual bool pads_decode_batch() const;
+
+  /// Records decode steps as graphs (DecodeGraphKind), one per batch
+  /// bucket up to options.max_batch and per key bucket up to a full
+  /// context, largest first, over the KV block pool as it is now (graphs
+  /// read its addresses: resize_kv_pool() records them again). decode_step()
+  /// then copies a step's inputs into its graph's buffers and replays it
+  /// where one matches; other steps run eagerly. Replaces graphs recorded
+  /// before. Returns what the graphs hold; DecodeGraphStats::bytes is the
+  /// device memory they took (the graphs' pool and buffers), which the
+  /// caller charges to the budget. Errors: kInvalidRequest without a pool
+  /// or off the tensor path; the device's error (kOutOfMemory, ...) while
+  /// recording, with no graph kept. The default refuses (kInvalidRequest).
+  virtual Result<DecodeGraphStats> record_decode_graphs(const DecodeGraphOptions& options);
+  /// Frees every recorded graph (decode steps run eagerly). The default has none.
+  virtual void drop_decode_graphs();
+  /// The graphs held and the steps that replayed one. The default has none.
+  virtual DecodeGraphStats decode_graph_stats() const;
 
   /// Logits for every position of `tokens` in one full forward pass without a
   /// cache: [tokens.size() * vocab_size], row-major. For tests and checks.

@@ -34,6 +34,14 @@ Status Model::grow_cache(KvCache&, int) {
 
 bool Model::pads_decode_batch() const { return false; }
 
+Result<DecodeGraphStats> Model::record_decode_graphs(const DecodeGraphOptions& /*options*/) {
+  return Error{ErrorCode::kInvalidRequest, "this model records no decode graphs"};
+}
+
+void Model::drop_decode_graphs() {}
+
+DecodeGraphStats Model::decode_graph_stats() const { return {}; }
+
 Status check_decode_inputs(std::span<const StepInput> inputs, std::span<const SampleSpec> specs) {
   if (specs.size() != inputs.size()) {
     return Error{ErrorCode::kInvalidRequest, "decode_step: " + std::to_string(specs.size()) + " sample specs for " +

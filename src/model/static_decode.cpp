@@ -33,28 +33,27 @@ bool DecoderModel::static_decode_fits(std::span<DecoderCache* const> caches) con
                      [&](const DecoderCache* c) { return c->pool_ptr() == pool_ && c->length() >= 1; });
 }
 
-Plan DecoderModel::static_plan(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
-  Plan p;
-  StaticDecode& f = p.fixed;
-  f.pool = pool_.get();
-  f.rows = static_cast<std::int64_t>(inputs.size());
-  f.bucket = batch_bucket(f.rows);
+StaticShape DecoderModel::static_shape(std::span<DecoderCache* const> caches) const {
   const std::int64_t bt = pool_->block_tokens();
-  const std::int64_t most_blocks = blocks_for_tokens(config_.n_positions, bt);
   std::int64_t blocks = 1;
   for (const DecoderCache* c : caches) blocks = std::max(blocks, blocks_for_tokens(c->length() + 1, bt));
-  blocks = std::min(next_power_of_two(blocks), most_blocks);
-  f.keys = blocks * bt;
-  // One host buffer [ids | positions | write slots | padding | block table], copied at once.
-  const std::int64_t b = f.bucket;
-  std::vector<std::int64_t> host(static_cast<std::size_t>(4 * b + b * blocks), 0);
+  const auto rows = static_cast<std::int64_t>(caches.size());
+  return {rows, batch_bucket(rows), std::min(next_power_of_two(blocks), blocks_for_tokens(config_.n_positions, bt))};
+}
+
+std::vector<std::int64_t> DecoderModel::static_inputs(std::span<const StepInput> inputs,
+                                                      std::span<DecoderCache* const> caches,
+                                                      const StaticShape& shape) const {
+  const std::int64_t b = shape.bucket;
+  const std::int64_t blocks = shape.blocks;
+  std::vector<std::int64_t> host(static_cast<std::size_t>(shape.input_size()), 0);
   std::int64_t* ids = host.data();
   std::int64_t* positions = ids + b;
   std::int64_t* write = positions + b;
   std::int64_t* padding = write + b;
   std::int64_t* table = padding + b;
   for (std::int64_t i = 0; i < b; ++i) {
-    const bool real = i < f.rows;
+    const bool real = i < shape.rows;
     const DecoderCache& c = *caches[static_cast<std::size_t>(real ? i : 0)];
     ids[i] = real ? inputs[static_cast<std::size_t>(i)].tokens[0] : 0;
     positions[i] = real ? c.length() : 0;
@@ -65,18 +64,44 @@ Plan DecoderModel::static_plan(std::span<const StepInput> inputs, std::span<Deco
       table[i * blocks + j] = j < static_cast<std::int64_t>(own.size()) ? own[static_cast<std::size_t>(j)] : own[0];
     }
   }
+  return host;
+}
+
+Plan DecoderModel::static_views(const at::Tensor& buffer, const StaticShape& shape) const {
+  Plan p;
+  StaticDecode& f = p.fixed;
+  const std::int64_t b = shape.bucket;
+  const std::int64_t bt = pool_->block_tokens();
+  f.pool = pool_.get();
+  f.rows = shape.rows;
+  f.bucket = b;
+  f.keys = shape.blocks * bt;
   const at::TensorOptions device_long = at::TensorOptions().dtype(at::kLong).device(torch_device());
-  const at::Tensor on_device = at::tensor(host, at::TensorOptions().dtype(at::kLong)).to(torch_device());
   p.rows = b;
   p.n_decode = b;
-  p.ids = on_device.narrow(0, 0, b);
-  p.positions = on_device.narrow(0, b, b);
-  f.write = on_device.narrow(0, 2 * b, b);
-  f.padding = on_device.narrow(0, 3 * b, b).ne(0).view({b, 1, 1});
-  const at::Tensor block_table = on_device.narrow(0, 4 * b, b * blocks).view({b, blocks, 1});
+  p.ids = buffer.narrow(0, 0, b);
+  p.positions = buffer.narrow(0, b, b);
+  f.write = buffer.narrow(0, 2 * b, b);
+  f.padding = buffer.narrow(0, 3 * b, b).ne(0).view({b, 1, 1});
+  const at::Tensor block_table = buffer.narrow(0, 4 * b, b * shape.blocks).view({b, shape.blocks, 1});
   f.slots = block_table.mul(bt).add(at::arange(bt, device_long)).view({b * f.keys});
   f.pad = at::arange(f.keys, device_long).view({1, f.keys}).gt(p.positions.view({b, 1})).view({1, b, 1, 1, f.keys});
   return p;
+}
+
+at::Tensor DecoderModel::static_logits(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) {
+  const StaticShape shape = static_shape(caches);
+  std::vector<std::int64_t> host = static_inputs(inputs, caches, shape);
+  const at::Tensor on_host = at::from_blob(host.data(), {shape.input_size()}, at::TensorOptions().dtype(at::kLong));
+  if (DecodeGraph* g = graphs_ ? graphs_->find(shape) : nullptr) {
+    g->inputs.copy_(on_host);
+    g->graph->replay();
+    ++graph_stats_.replays;
+    return graphs_->logits.narrow(0, 0, shape.rows);
+  }
+  if (graphs_) ++graph_stats_.eager;
+  const at::Tensor x = hidden(static_views(on_host.to(torch_device()), shape));
+  return head(x.narrow(0, 0, shape.rows));
 }
 
 at::Tensor DecoderModel::attend_static(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
@@ -108,6 +133,13 @@ at::Tensor DecoderModel::attend_static(const at::Tensor& q, const at::Tensor& k,
   return y.permute({1, 0, 2, 3, 4}).reshape({n, config_.n_head * head_dim});
 }
 
+at::Tensor DecoderModel::ragged_logits(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
+  const Plan p = plan(inputs, caches);
+  const at::Tensor x = hidden(p);
+  if (p.n_decode > 0 && !p.host_decode && p.decode.pool == nullptr) write_decode_kv(p);
+  return head(x.index_select(0, p.last_rows));
+}
+
 Result<std::vector<SampledToken>> DecoderModel::decode_step(std::span<const StepInput> inputs,
                                                             std::span<const SampleSpec> specs) {
   if (Status s = check_decode_inputs(inputs, specs); !s.ok()) return s.error();
@@ -117,12 +149,8 @@ Result<std::vector<SampledToken>> DecoderModel::decode_step(std::span<const Step
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
-    const Plan p = static_decode_fits(caches) ? static_plan(inputs, caches) : plan(inputs, caches);
-    const at::Tensor x = hidden(p);
-    if (p.fixed.pool == nullptr && p.n_decode > 0 && !p.host_decode && p.decode.pool == nullptr) write_decode_kv(p);
-    const auto n = static_cast<std::int64_t>(inputs.size());
-    const at::Tensor rows = p.fixed.pool != nullptr ? x.narrow(0, 0, n) : x.index_select(0, p.last_rows);
-    std::vector<SampledToken> out = sample_on_device(head(rows), specs);
+    std::vector<SampledToken> out = sample_on_device(
+        static_decode_fits(caches) ? static_logits(inputs, caches) : ragged_logits(inputs, caches), specs);
     for (std::size_t i = 0; i < inputs.size(); ++i) caches[i]->advance(inputs[i].tokens);
     return out;
   } catch (...) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "admission/admission_policy.hpp"
 #include "admission/batch_size.hpp"
@@ -94,6 +95,50 @@ void choose_pool_batch(const ServeConfig& config, DeviceSetup& setup) {
       setup.device->name(), chosen, format_bytes(setup.workspace_bytes), format_bytes(setup.budget_bytes));
 }
 
+// Decode graphs where the model gets a KV block pool on a CUDA device with
+// --cuda-graphs on (or, as a test hook, emulated on the CPU's tensor path).
+std::optional<DecodeGraphOptions> decode_graphs_wanted(const ServeConfig& config, const DeviceSetup& setup) {
+  if (config.test_emulate_cuda_graphs) return DecodeGraphOptions{DecodeGraphKind::kEmulated, setup.max_batch};
+  const bool cuda = setup.device->torch_device().starts_with("cuda");
+  if (cuda && config.cuda_graphs == "on") return DecodeGraphOptions{DecodeGraphKind::kCuda, setup.max_batch};
+  return std::nullopt;
+}
+
+Error graphs_failed(const DeviceSetup& setup, const Error& error) {
+  return Error(ErrorCode::kConfig, "recording the decode graphs on " + setup.device->name() +
+                                       " failed: " + error.message + held_by_others(*setup.device) +
+                                       "; start with --cuda-graphs off to run decode steps eagerly");
+}
+
+// The graphs' bytes, measured over the one-block pool (the graphs' shapes
+// do not depend on the pool's size) and charged as resident bytes before
+// the budget sizes the pool; the graphs are then dropped.
+Result<std::int64_t> measure_decode_graphs(Model& model, const DecodeGraphOptions& options, DeviceSetup& setup) {
+  Result<DecodeGraphStats> trial = model.record_decode_graphs(options);
+  if (!trial.ok()) return graphs_failed(setup, trial.error());
+  model.drop_decode_graphs();
+  setup.resident_bytes += trial->bytes;
+  setup.budget_inputs.resident_bytes = setup.resident_bytes;
+  setup.budget_bytes = device_budget(setup.budget_inputs);
+  return trial->bytes;
+}
+
+// Records the graphs over the pool now allocated; they keep the bytes the
+// measure charged (a larger count is logged: the budget does not move).
+Status record_decode_graphs(Model& model, const DecodeGraphOptions& options, std::int64_t charged,
+                            const DeviceSetup& setup) {
+  Result<DecodeGraphStats> recorded = model.record_decode_graphs(options);
+  if (!recorded.ok()) return graphs_failed(setup, recorded.error());
+  spdlog::info("decode graphs on {} ({}): {} graphs for batches up to {}, {} (charged {})", setup.device->name(),
+               options.kind == DecodeGraphKind::kCuda ? "CUDA" : "emulated", recorded->graphs, options.max_batch,
+               format_bytes(recorded->bytes), format_bytes(charged));
+  if (recorded->bytes > charged) {
+    spdlog::warn("decode graphs on {} hold {}, more than the {} charged to the budget", setup.device->name(),
+                 format_bytes(recorded->bytes), format_bytes(charged));
+  }
+  return Status::Ok();
+}
+
 Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
   if (!kv_pool_wanted(config, setup)) return Status::Ok();
   Model& model = *setup.models.front();
@@ -101,6 +146,13 @@ Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
   // One block first, to learn a block's bytes.
   if (Status st = model.use_kv_pool(KvPoolOptions{config.kv_block_tokens, 1, prefix}); !st.ok()) return st;
   KvBlockGeometry g{config.kv_block_tokens, model.kv_block_bytes()};
+  const std::optional<DecodeGraphOptions> graphs = decode_graphs_wanted(config, setup);
+  std::int64_t graph_bytes = 0;
+  if (graphs) {
+    Result<std::int64_t> measured = measure_decode_graphs(model, *graphs, setup);
+    if (!measured.ok()) return measured.error();
+    graph_bytes = *measured;
+  }
   const std::int64_t blocks = g.block_bytes > 0 ? setup.budget_bytes / g.block_bytes : 0;
   if (blocks < 1) {
     return Error(ErrorCode::kConfig, "the budget of " + setup.device->name() + " (" + format_bytes(setup.budget_bytes) +
@@ -116,6 +168,7 @@ Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
                setup.device->name(), blocks, g.block_tokens, format_bytes(g.block_bytes),
                format_bytes(blocks * g.block_bytes), config.kv_reservation, config.prefix_cache);
   setup.kv_pool = g;
+  if (graphs) return record_decode_graphs(model, *graphs, graph_bytes, setup);
   return Status::Ok();
 }
 

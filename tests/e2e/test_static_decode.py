@@ -2,7 +2,9 @@
 static-shape steps CUDA runs, padded to batch buckets and read through the
 KV block table, with the picks made by the device sampler. Greedy and
 seeded answers are the host kernels' answers, logprobs within 1e-4, and
-requests decoded together in a padded batch answer as they do alone."""
+requests decoded together in a padded batch answer as they do alone.
+Decode graphs, emulated on the CPU (--test-emulate-cuda-graphs), answer as
+eager steps do, and their bytes are charged to the budget as resident."""
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,6 +52,31 @@ def test_requests_decoded_in_one_padded_batch_answer_as_alone(make_server):
         together = list(pool.map(lambda p: complete(tensor, p), PROMPTS))
     for prompt, a, b in zip(PROMPTS, alone, together):
         assert_same(b, a, prompt)
+
+
+def test_emulated_decode_graphs_answer_as_eager_steps_and_are_charged(make_server):
+    args = ("--device", "virt:0=32MiB", "--host-kernels", "off", "--max-batch", "8")
+    eager = make_server(*args)
+    graphs = make_server(*args, "--test-emulate-cuda-graphs")
+    for prompt in PROMPTS:
+        assert_same(complete(graphs, prompt), complete(eager, prompt), f"greedy: {prompt!r}")
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(lambda p: complete(graphs, p), PROMPTS))
+    for prompt, b in zip(PROMPTS, together):
+        assert_same(b, complete(eager, prompt), f"together: {prompt!r}")
+    assert "decode graphs on virt:0 (emulated): 20 graphs for batches up to 8" in graphs.logs()
+    with_graphs = graphs.admission()["devices"][0]
+    without = eager.admission()["devices"][0]
+    assert with_graphs["resident_bytes"] > without["resident_bytes"]
+    assert with_graphs["budget_bytes"] < without["budget_bytes"]
+
+
+@pytest.mark.same_in_both_modes
+def test_a_bad_cuda_graphs_setting_is_refused_naming_it():
+    out = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--cuda-graphs", "sometimes"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "--cuda-graphs: must be on or off" in out.stderr, out.stderr
 
 
 @pytest.mark.same_in_both_modes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA device compiled as a GPU build compiles it: against a torch package
+# The CUDA device and CUDA graphs compiled as a GPU build compiles them: against a torch package
 # folder (scripts/gpu-check torch-folder: Debian's libtorch in a pip wheel's
 # layout, with an include/fmt that is an #error, as torch 2.x's fmt 12 is for
 # spdlog) and the CUDA toolkit's headers. Fails where a file compiled with
@@ -20,4 +20,4 @@ if ! grep -q "cuda_syntax_check" "$work/build/build.ninja"; then
   exit 1
 fi
 ninja -C "$work/build" cuda_syntax_check
-echo "src/device/cuda_device.cpp compiles against a torch folder with an fmt of its own"
+echo "src/device/cuda_device.cpp and cuda_graph.cpp compile against a torch folder with an fmt of its own"

@@ -4,7 +4,10 @@
 // Sampler::sample give, with logprobs within 1e-5, for GPT-2 and a
 // grouped-query LLaMA, over prefix-shared blocks and across key buckets;
 // the host kernel path's decode_step does too. A static-shape step
-// dispatches as many ops at batch 2 as at batch 16.
+// dispatches as many ops at batch 2 as at batch 16. Decode graphs (emulated
+// here: each replay runs the recorded step again on its buffers) give the
+// same tokens, are recorded without touching a cache, recorded again when
+// the pool moves, and leave larger batches to eager steps.
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
@@ -258,6 +261,104 @@ TEST(StaticDecode, OpsPerStepDoNotGrowWithTheBatch) {
   EXPECT_GT(two, 0);
   EXPECT_EQ(sixteen, two);
   EXPECT_EQ(thirteen, two);
+}
+
+DecodeGraphOptions emulated(int max_batch) { return {DecodeGraphKind::kEmulated, max_batch}; }
+
+TEST(DecodeGraphs, EmulatedGraphsGiveTheTokensOfStep) {
+  TwoModels m;
+  m.load_gpt2(/*host_kernel=*/false);
+  ASSERT_NE(m.fast, nullptr);
+  auto recorded = m.fast->record_decode_graphs(emulated(8));
+  ASSERT_TRUE(recorded.ok()) << recorded.error().message;
+  // Batch buckets 8, 4, 2, 1 x key buckets 16, 8, 4, 2, 1 blocks (a full context is 16).
+  EXPECT_EQ(recorded->graphs, 20);
+  EXPECT_GT(recorded->bytes, 0) << "the logits buffer and the input buffers";
+  expect_same_decode(*m.fast, *m.reference, mixed(5), 40);
+  const DecodeGraphStats stats = m.fast->decode_graph_stats();
+  EXPECT_EQ(stats.replays, 40);
+  EXPECT_EQ(stats.eager, 0);
+}
+
+TEST(DecodeGraphs, RecordingLeavesTheCachesAlone) {
+  TwoModels m;
+  m.load_gpt2(/*host_kernel=*/false);
+  ASSERT_NE(m.fast, nullptr);
+  const auto ps = prompts(m.fast->config().vocab_size);
+  auto b = prefill(*m.reference, ps, greedy(ps.size()));
+  // A pool of exactly the blocks the prompts take: every block, block 0
+  // (where a recorded run would write) included, holds a cache's keys when
+  // the graphs are recorded.
+  ASSERT_TRUE(m.fast->use_kv_pool({kBlockTokens, m.reference->kv_pool_counts()->used, true}).ok());
+  auto a = prefill(*m.fast, ps, greedy(ps.size()));
+  ASSERT_EQ(m.fast->kv_pool_counts()->available(), 0);
+  ASSERT_TRUE(m.fast->record_decode_graphs(emulated(8)).ok());
+  for (int step = 0; step < 3; ++step) {
+    std::vector<StepInput> fast_in, ref_in;
+    std::vector<SampleSpec> specs;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      fast_in.push_back({a[i].cache.get(), std::span(&a[i].next, 1)});
+      ref_in.push_back({b[i].cache.get(), std::span(&b[i].next, 1)});
+      specs.push_back({a[i].sampler.get(), 0});
+    }
+    auto picks = m.fast->decode_step(fast_in, specs);
+    ASSERT_TRUE(picks.ok()) << picks.error().message;
+    auto logits = m.reference->step(ref_in);
+    ASSERT_TRUE(logits.ok());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i].next = picks->at(i).id;
+      b[i].next = b[i].sampler->sample(logits->at(i));
+      ASSERT_EQ(a[i].next, b[i].next) << "sequence " << i << ", step " << step;
+      EXPECT_NEAR(picks->at(i).logprobs->logprob, token_logprobs(logits->at(i), b[i].next, 0).logprob, 1e-5)
+          << "sequence " << i << ", step " << step;
+    }
+  }
+  EXPECT_EQ(m.fast->decode_graph_stats().replays, 3);
+}
+
+TEST(DecodeGraphs, ThePoolMovingRecordsThemAgain) {
+  TwoModels m;
+  m.load_gpt2(/*host_kernel=*/false);
+  ASSERT_NE(m.fast, nullptr);
+  ASSERT_TRUE(m.fast->record_decode_graphs(emulated(4)).ok());
+  ASSERT_TRUE(m.fast->resize_kv_pool(200).ok());
+  DecodeGraphStats stats = m.fast->decode_graph_stats();
+  EXPECT_EQ(stats.records, 2);
+  EXPECT_EQ(stats.graphs, 15);  // 4, 2, 1 x 16, 8, 4, 2, 1
+  // A new pool replaces them: they read the old one.
+  ASSERT_TRUE(m.fast->use_kv_pool({kBlockTokens, 100, true}).ok());
+  stats = m.fast->decode_graph_stats();
+  EXPECT_EQ(stats.graphs, 0);
+  EXPECT_EQ(stats.bytes, 0);
+  m.fast->drop_decode_graphs();  // none left: nothing happens
+  EXPECT_EQ(m.fast->decode_graph_stats().records, 2);
+}
+
+TEST(DecodeGraphs, BatchesPastTheLargestBucketRunEagerly) {
+  TwoModels m;
+  m.load_gpt2(/*host_kernel=*/false);
+  ASSERT_NE(m.fast, nullptr);
+  ASSERT_TRUE(m.fast->record_decode_graphs(emulated(2)).ok());
+  expect_same_decode(*m.fast, *m.reference, greedy(5), 6);  // 5 rows: bucket 8, no graph
+  const DecodeGraphStats stats = m.fast->decode_graph_stats();
+  EXPECT_EQ(stats.replays, 0);
+  EXPECT_EQ(stats.eager, 6);
+}
+
+TEST(DecodeGraphs, RecordingIsRefusedOffTheTensorPathAndForCudaOnACpu) {
+  TwoModels m;
+  m.load_gpt2(/*host_kernel=*/true);
+  ASSERT_NE(m.fast, nullptr);
+  auto host = m.fast->record_decode_graphs(emulated(4));
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.error().code, ErrorCode::kInvalidRequest);
+  auto tensor = load(m.dir.path(), m.device.get(), /*host_kernel=*/false);
+  ASSERT_NE(tensor, nullptr);
+  auto cuda = tensor->record_decode_graphs({DecodeGraphKind::kCuda, 4});
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_NE(cuda.error().message.find("CUDA"), std::string::npos) << cuda.error().message;
+  EXPECT_FALSE(tensor->record_decode_graphs(emulated(0)).ok());
+  EXPECT_EQ(tensor->decode_graph_stats().graphs, 0);
 }
 
 }  // namespace

@@ -1,0 +1,69 @@
+// Steps recorded as CUDA graphs (at::cuda::CUDAGraph)
+// that share one memory pool. Compiled only where libtorch has CUDA
+// (cuda_unavailable.cpp stands in elsewhere). Engine thread.
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "device/step_graph.hpp"
+#include "device/torch_compat_cuda.hpp"
+
+namespace vg {
+namespace {
+
+class CudaGraph final : public StepGraph {
+ public:
+  void replay() override { graph.replay(); }
+  at::cuda::CUDAGraph graph;
+};
+
+class CudaGraphRecorder final : public StepGraphRecorder {
+ public:
+  explicit CudaGraphRecorder(int device_index)
+      : device_(static_cast<c10::DeviceIndex>(device_index)), pool_(at::cuda::graph_pool_handle()) {}
+
+  std::unique_ptr<StepGraph> record(const std::function<void()>& forward) override {
+    const c10::cuda::CUDAGuard on_device(device_);
+    auto out = std::make_unique<CudaGraph>();
+    // Recording needs a stream other than the default one; the device is
+    // idle before and after, so no event orders the two streams.
+    c10::cuda::device_synchronize();
+    {
+      const c10::cuda::CUDAStreamGuard on_side(c10::cuda::getStreamFromPool(false, device_));
+      forward();  // warm-up: cuBLAS handles and workspaces of this stream
+      c10::cuda::getCurrentCUDAStream(device_).synchronize();
+      compat::cuda::begin_graph_capture(out->graph, pool_);
+      try {
+        forward();
+      } catch (...) {
+        end_failed_capture(*out);
+        throw;
+      }
+      out->graph.capture_end();
+    }
+    c10::cuda::device_synchronize();
+    return out;
+  }
+
+ private:
+  // Ends a capture that `forward` broke off, so that the stream records no
+  // more; the graph is dropped, and the caller sees forward's error.
+  static void end_failed_capture(CudaGraph& g) {
+    try {
+      g.graph.capture_end();
+    } catch (...) {  // the capture was already invalid: its own error says less than forward's
+    }
+  }
+
+  c10::DeviceIndex device_;
+  compat::cuda::GraphPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepGraphRecorder> make_cuda_graph_recorder(int device_index) {
+  return std::make_unique<CudaGraphRecorder>(device_index);
+}
+
+}  // namespace vg
