@@ -1,5 +1,5 @@
 // Pieces of JSON the response and request codecs of src/http share
-// (json_codec.cpp defines them; chat_codec.cpp uses them too). Internal to
+// (json_codec.cpp defines them; chat_codec.cpp and state_json.cpp use them too). Internal to
 // src/http: the only headers outside it that see Boost.JSON.
 #pragma once
 
@@ -30,6 +30,14 @@ boost::json::object usage_json(const Usage& u);
 std::string serialize(const boost::json::value& v);
 std::string serialize(const boost::json::object& o);  ///< the same, without copying into a value
 std::string serialize(const boost::json::array& a);   ///< the same, without copying into a value
+
+/// A JSON array of the strings (each through safe()).
+boost::json::array string_array(const std::vector<std::string>& items);
+/// Integral values as JSON integers; others as doubles (written as plain
+/// decimals); a non-finite value as null.
+boost::json::value number(double x);
+/// Milliseconds rounded to microseconds, so bodies stay short.
+boost::json::value millis(double ms);
 
 /// A kInvalidRequest error (400) with `message`.
 Error invalid(std::string message);
