@@ -48,7 +48,6 @@ const boost::json::value* field(const boost::json::object& o, std::string_view k
   return (v == nullptr || v->is_null()) ? nullptr : v;
 }
 
-
 namespace {
 
 void write_json(const boost::json::value& v, std::string& out);
@@ -112,7 +111,6 @@ std::string serialize(const boost::json::array& a) {
   return out;
 }
 
-
 boost::json::array string_array(const std::vector<std::string>& items) {
   boost::json::array out;
   for (const std::string& x : items) out.push_back(safe(x));
@@ -132,13 +130,13 @@ boost::json::value millis(double ms) { return number(std::round(ms * 1000.0) / 1
 namespace {
 
 namespace json = boost::json;
-using json_fields::invalid;
-using json_fields::safe;
-using json_fields::usage_json;
 using json_fields::field;
-using json_fields::shown;
+using json_fields::invalid;
 using json_fields::millis;
 using json_fields::number;
+using json_fields::safe;
+using json_fields::shown;
+using json_fields::usage_json;
 
 constexpr double kMaxTimeoutS = 86400;  // one day: keeps deadlines far from overflow
 constexpr std::size_t kMaxStops = 4;
@@ -259,7 +257,8 @@ Status decode_sampling(const json::object& o, SamplingParams& s) {
   if (Status st = penalty("frequency_penalty", s.frequency_penalty); !st) return st;
   if (const json::value* v = field(o, "repetition_penalty")) {
     auto x = as_number(*v);
-    if (!x || *x <= 0 || *x > 100) return invalid("repetition_penalty must be a number in (0, 100] (got " + shown(*v) + ")");
+    if (!x || *x <= 0 || *x > 100)
+      return invalid("repetition_penalty must be a number in (0, 100] (got " + shown(*v) + ")");
     s.repetition_penalty = *x;
   }
   if (const json::value* v = field(o, "logit_bias")) {
@@ -286,8 +285,8 @@ Status decode_sampling(const json::object& o, SamplingParams& s) {
   if (const json::value* v = field(o, "seed")) {
     if (v->is_uint64()) {
       s.seed = v->get_uint64();
-    } else if (auto seed = as_integer(*v, std::numeric_limits<std::int64_t>::min(),
-                                      std::numeric_limits<std::int64_t>::max())) {
+    } else if (auto seed =
+                   as_integer(*v, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max())) {
       s.seed = static_cast<std::uint64_t>(*seed);  // negative seeds wrap: still deterministic
     } else {
       return invalid("seed must be an integer (got " + shown(*v) + ")");
@@ -381,7 +380,6 @@ Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
   if (Status st = decode_stop(o, out); !st) return st.error();
   return out;
 }
-
 
 }  // namespace
 
