@@ -21,18 +21,22 @@ class CudaGraph final : public StepGraph {
 class CudaGraphRecorder final : public StepGraphRecorder {
  public:
   explicit CudaGraphRecorder(int device_index)
-      : device_(static_cast<c10::DeviceIndex>(device_index)), pool_(at::cuda::graph_pool_handle()) {}
+      : device_(static_cast<c10::DeviceIndex>(device_index)),
+        side_(c10::cuda::getStreamFromPool(false, device_)),
+        pool_(at::cuda::graph_pool_handle()) {}
 
   std::unique_ptr<StepGraph> record(const std::function<void()>& forward) override {
     const c10::cuda::CUDAGuard on_device(device_);
     auto out = std::make_unique<CudaGraph>();
     // Recording needs a stream other than the default one; the device is
-    // idle before and after, so no event orders the two streams.
+    // idle before and after, so no event orders the two streams. Always the
+    // same side stream: its cuBLAS workspace is made once, by the first
+    // warm-up, and every later recording reuses it.
     c10::cuda::device_synchronize();
     {
-      const c10::cuda::CUDAStreamGuard on_side(c10::cuda::getStreamFromPool(false, device_));
+      const c10::cuda::CUDAStreamGuard on_side(side_);
       forward();  // warm-up: cuBLAS handles and workspaces of this stream
-      c10::cuda::getCurrentCUDAStream(device_).synchronize();
+      side_.synchronize();
       compat::cuda::begin_graph_capture(out->graph, pool_);
       try {
         forward();
@@ -57,7 +61,8 @@ class CudaGraphRecorder final : public StepGraphRecorder {
   }
 
   c10::DeviceIndex device_;
-  compat::cuda::GraphPool pool_;
+  c10::cuda::CUDAStream side_;
+  compat::cuda::GraphPool pool_;  ///< every graph's; a pool whose graphs are all freed is made anew on reuse
 };
 
 }  // namespace

@@ -61,12 +61,18 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
   if (options.kind == DecodeGraphKind::kCuda && !cuda) {
     return Error{ErrorCode::kInvalidRequest, "CUDA graphs need a CUDA device, not " + device_->name()};
   }
+  // One recorder per model, kept: on CUDA its side stream's cuBLAS
+  // workspace is made once, and counted by the first recording only.
+  if (!recorder_ || recorder_kind_ != options.kind) {
+    recorder_ = options.kind == DecodeGraphKind::kCuda ? make_cuda_graph_recorder(torch_device().index())
+                                                       : make_emulated_graph_recorder();
+    recorder_kind_ = options.kind;
+  }
+  if (!recorder_) return Error{ErrorCode::kInvalidRequest, "this build's libtorch has no CUDA graphs"};
+  drop_decode_graphs();
   auto g = std::make_unique<DecodeGraphs>();
   g->options = options;
-  g->recorder = options.kind == DecodeGraphKind::kCuda ? make_cuda_graph_recorder(torch_device().index())
-                                                       : make_emulated_graph_recorder();
-  if (!g->recorder) return Error{ErrorCode::kInvalidRequest, "this build's libtorch has no CUDA graphs"};
-  drop_decode_graphs();
+  g->recorder = recorder_.get();
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   // Cached blocks released on both sides: what stays is what the graphs hold.

@@ -37,7 +37,7 @@ struct DecodeGraph {
 
 struct DecodeGraphs {
   DecodeGraphOptions options;
-  std::unique_ptr<StepGraphRecorder> recorder;
+  StepGraphRecorder* recorder = nullptr;  ///< the model's, of options.kind
   at::Tensor logits;  ///< [largest bucket, vocab] float32 on the device
   std::map<std::pair<std::int64_t, std::int64_t>, DecodeGraph> graphs;  ///< by (bucket, blocks)
 

@@ -379,6 +379,8 @@ class DecoderModel : public Model {
   /// `to` in every layer (a libtorch error escapes: callers catch).
   void copy_positions(const DecoderCache& from, DecoderCache& to, std::int64_t first) const;
   std::shared_ptr<KvPool> pool_;  ///< the shared block pool, once use_kv_pool made one
+  std::unique_ptr<StepGraphRecorder> recorder_;  ///< made by the first record_decode_graphs
+  DecodeGraphKind recorder_kind_ = DecodeGraphKind::kCuda;
   std::unique_ptr<DecodeGraphs> graphs_;  ///< recorded decode graphs (none: eager steps)
   DecodeGraphStats graph_stats_;          ///< replays, eager steps and records since load
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
