@@ -285,9 +285,11 @@ class DecoderModel : public Model {
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) final;
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) final;
   /// On the tensor path, with every cache in the model's pool and holding
-  /// at least one token: a static-shape step (StaticDecode); otherwise the
-  /// layout step() uses. Either way, the logits stay on the device and are
-  /// sampled there (sample_on_device).
+  /// at least one token: a static-shape step (StaticDecode), replayed from
+  /// a decode graph where one of its shape is held; otherwise the layout
+  /// step() uses. Either way, the logits stay on the device and are sampled
+  /// there (sample_on_device). On the host-kernel path: step() and the host
+  /// Sampler (Model::decode_step).
   Result<std::vector<SampledToken>> decode_step(std::span<const StepInput> inputs,
                                                 std::span<const SampleSpec> specs) final;
   /// On the tensor path (where static-shape steps run).

@@ -142,6 +142,9 @@ at::Tensor DecoderModel::ragged_logits(std::span<const StepInput> inputs, std::s
 
 Result<std::vector<SampledToken>> DecoderModel::decode_step(std::span<const StepInput> inputs,
                                                             std::span<const SampleSpec> specs) {
+  // In host memory the host kernels' step and the host sampler are faster
+  // than the sampler's tensor ops, whose every op may wake the compute threads.
+  if (uses_host_decode()) return Model::decode_step(inputs, specs);
   if (Status s = check_decode_inputs(inputs, specs); !s.ok()) return s.error();
   std::vector<DecoderCache*> caches;
   if (Status s = validate(inputs, caches); !s.ok()) return s.error();
