@@ -368,8 +368,8 @@ class DecoderModel : public Model {
   std::int64_t parameter_count_ = 0;
 
  private:
-  /// A pool's storage for `slots` positions on the device (a libtorch error
-  /// escapes: callers catch).
+  /// A pool's storage for `slots` positions on the device, zeroed (a
+  /// libtorch error escapes: callers catch).
   at::Tensor kv_storage(std::int64_t slots) const;
   /// The cache as one of this model's, or nullptr.
   DecoderCache* own_cache(KvCache& cache) const;

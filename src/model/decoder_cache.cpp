@@ -186,7 +186,10 @@ std::int64_t DecoderCache::contiguous_first_slot(std::int64_t positions) const {
 
 
 at::Tensor DecoderModel::kv_storage(std::int64_t slots) const {
-  return at::empty({config_.n_layer, 2, slots, config_.n_kv_head, config_.head_dim},
+  // Zeros, not whatever the allocator hands back: a step gathers whole
+  // blocks, unwritten slots included, and attention gives those a weight
+  // of 0, which leaves 0 x value NaN where the garbage held an Inf or a NaN.
+  return at::zeros({config_.n_layer, 2, slots, config_.n_kv_head, config_.head_dim},
                    at::TensorOptions().dtype(dtype_).device(torch_device()));
 }
 
