@@ -107,7 +107,10 @@ at::Tensor sampled_picks(const at::Tensor& clean, const at::Tensor& nan, const a
   const at::Tensor total = running.select(1, vocab - 1);
   // top-p: the shortest prefix whose running sum reaches top_p x total.
   const at::Tensor before = at::cat({at::zeros({m, 1}, x.options()), running.narrow(1, 0, vocab - 1)}, 1);
-  const at::Tensor keep = at::where(use_p, (before < (top_p * total).unsqueeze(1)).sum(1), k_keep.squeeze(1));
+  // At least one: a row whose weights are all NaN or 0 keeps none, and is
+  // replaced by its greedy pick below.
+  const at::Tensor keep =
+      at::where(use_p, (before < (top_p * total).unsqueeze(1)).sum(1), k_keep.squeeze(1)).clamp_min(1);
   const at::Tensor kept_total = at::where(use_p, running.gather(1, (keep - 1).unsqueeze(1)).squeeze(1), total);
   // The first kept candidate whose running sum passes u x total (the last
   // one when rounding puts u on the total).

@@ -145,6 +145,31 @@ TEST(DeviceSampler, FlagsRowsWithNonFiniteLogitsAndBreaksTiesToTheLowestId) {
   EXPECT_EQ(picks[2].id, 10);
 }
 
+TEST(DeviceSampler, SampledRowsOfNonFiniteLogitsAreFlaggedNotAnErrorOfTheBatch) {
+  // All NaN, all -inf and an Inf: no candidate keeps any weight, top-p or
+  // top-k keeps none; each row is flagged and the others still get picks.
+  at::Tensor logits = at::zeros({4, kVocab});
+  logits[0].fill_(std::numeric_limits<float>::quiet_NaN());
+  logits[1].fill_(-std::numeric_limits<float>::infinity());
+  logits[2][7] = std::numeric_limits<float>::infinity();
+  logits[3][9] = 50.0F;
+  SamplingParams sampled;
+  sampled.temperature = 0.8;
+  sampled.top_p = 0.9;
+  sampled.top_k = 5;
+  sampled.seed = 3;
+  std::vector<Sampler> samplers(4, Sampler(sampled));
+  std::vector<SampleSpec> specs;
+  for (Sampler& s : samplers) specs.push_back({&s, 1});
+  const std::vector<SampledToken> picks = detail::sample_on_device(logits, specs);
+  ASSERT_EQ(picks.size(), 4U);
+  EXPECT_FALSE(picks[0].finite);
+  EXPECT_FALSE(picks[1].finite);
+  EXPECT_FALSE(picks[2].finite);
+  EXPECT_TRUE(picks[3].finite);
+  EXPECT_EQ(picks[3].id, 9);
+}
+
 TEST(DeviceSampler, PenaltiesCountWhatTheDeviceSamplerPicked) {
   // Greedy with a strong frequency penalty: each pick is penalised next
   // time, so the device sampler must record its own picks to move on.
