@@ -113,7 +113,9 @@ void Engine::Impl::grow_for_step(TimePoint now) {
     while (!s.done && !s.prefilling() && s.cache->length() >= s.cache->capacity()) {
       const std::int64_t before = kv_used_blocks();
       if (s.lease.resize(s.lease.bytes() + g.block_bytes)) {
-        const Status st = model.grow_cache(*s.cache, s.cache->capacity() + g.block_tokens);
+        // One block more, asked only up to the context (a last block may end past it).
+        const int grown = std::min(s.cache->capacity() + g.block_tokens, model.config().n_positions);
+        const Status st = model.grow_cache(*s.cache, grown);
         if (st.ok()) {
           charge_blocks(s, before);
           break;

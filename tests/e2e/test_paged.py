@@ -82,6 +82,18 @@ def test_a_request_that_can_never_fit_the_pool_is_refused_at_once(make_server):
     assert r.json()["error"]["type"] == "exceeds_device_memory"
 
 
+@pytest.mark.parametrize("block_tokens", ["7", "24"])
+def test_a_request_to_the_last_position_grows_its_cache_to_the_context_not_past_it(make_server, block_tokens):
+    # Blocks that do not divide the 256-token context: the last block a
+    # sequence grows into ends past the context, and asks only up to it.
+    server = make_server("--device", "virt:0=64MiB", "--kv-block-tokens", block_tokens)
+    for _ in range(10):  # short answers: an on-demand sequence starts small and grows block by block
+        assert server.post("/v1/completions", {"prompt": "ab", "max_tokens": 2}).status_code == 200
+    r = server.post("/v1/completions", {"prompt": "x" * 250, "max_tokens": 6, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 6
+
+
 @pytest.mark.same_in_both_modes
 @pytest.mark.parametrize("flag,value", [("--kv-reservation", "sometimes"), ("--kv-block-tokens", "0"),
                                         ("--prefix-cache", "maybe"), ("--kv-pool", "yes")])
