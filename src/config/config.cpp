@@ -137,6 +137,9 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (cuda_graphs != "on" && cuda_graphs != "off") {
     return bad("cuda_graphs", "must be on or off, got '" + cuda_graphs + "'");
   }
+  if (test_emulate_cuda_graphs && host_kernels == "on") {
+    return bad("test_emulate_cuda_graphs", "needs --host-kernels off (decode graphs record the tensor path's steps)");
+  }
   if (!chat_template.empty() && !parse_chat_format(chat_template)) {
     return bad("chat_template", "must be chatml, llama-2, llama-3 or zephyr (or empty: the model's own)");
   }

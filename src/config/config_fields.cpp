@@ -36,7 +36,7 @@ const ConfigField kFields[] = {
     {"cuda_graphs", "model",
      "on: on a CUDA device with a KV block pool, decode steps are recorded at start-up as CUDA graphs (one per "
      "batch bucket and key bucket, their memory charged to the budget) and replayed; off: every step runs "
-     "eagerly. No effect on other devices",
+     "eagerly. No effect on other devices or without a pool (the start-up log says which)",
      &C::cuda_graphs},
     {"chat_template", "model",
      "Chat format of /v1/chat/completions: chatml, llama-2, llama-3 or zephyr; empty: recognised from the "
@@ -253,7 +253,7 @@ const ConfigField kFields[] = {
      &C::test_engine_crash_at_start},
     {"test_emulate_cuda_graphs", "test",
      "Test hook: record decode graphs as on a CUDA device, emulated (a replay runs the recorded step again), "
-     "where a CPU device runs the tensor path (--host-kernels off)",
+     "where a CPU device runs the tensor path (needs --host-kernels off; --cuda-graphs off wins)",
      &C::test_emulate_cuda_graphs},
     {"test_poison_logits_step", "test",
      "Test hook: this engine step (from 1) counts as producing NaN logits (an engine process then exits to be "

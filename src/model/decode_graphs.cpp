@@ -69,7 +69,8 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
     recorder_kind_ = options.kind;
   }
   if (!recorder_) return Error{ErrorCode::kInvalidRequest, "this build's libtorch has no CUDA graphs"};
-  drop_decode_graphs();
+  free_graphs();
+  graphs_wanted_ = options;
   auto g = std::make_unique<DecodeGraphs>();
   g->options = options;
   g->recorder = recorder_.get();
@@ -94,6 +95,11 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
 }
 
 void DecoderModel::drop_decode_graphs() {
+  graphs_wanted_.reset();
+  free_graphs();
+}
+
+void DecoderModel::free_graphs() {
   if (!graphs_) return;
   DeviceScope scope(device_);
   graphs_.reset();
@@ -104,12 +110,17 @@ void DecoderModel::drop_decode_graphs() {
 
 DecodeGraphStats DecoderModel::decode_graph_stats() const { return graph_stats_; }
 
-void DecoderModel::record_again(const DecodeGraphOptions& options) {
-  Result<DecodeGraphStats> again = record_decode_graphs(options);
+void DecoderModel::record_again() {
+  if (!graphs_wanted_) return;
+  Result<DecodeGraphStats> again = record_decode_graphs(*graphs_wanted_);
   if (!again.ok()) {
     log_line(LogLevel::kWarn, "decode graphs on " + device_->name() + " not recorded again after the KV block pool " +
-                                  "moved (" + again.error().message + "): decode steps run eagerly");
+                                  "moved (" + again.error().message +
+                                  "): decode steps run eagerly until the pool moves again");
+    return;
   }
+  log_line(LogLevel::kInfo, "decode graphs on " + device_->name() + " recorded again after the KV block pool moved: " +
+                                std::to_string(again->graphs) + " graphs, " + std::to_string(again->bytes) + " B");
 }
 
 }  // namespace vg::detail

@@ -384,6 +384,7 @@ class DecoderModel : public Model {
   std::unique_ptr<StepGraphRecorder> recorder_;  ///< made by the first record_decode_graphs
   DecodeGraphKind recorder_kind_ = DecodeGraphKind::kCuda;
   std::unique_ptr<DecodeGraphs> graphs_;  ///< recorded decode graphs (none: eager steps)
+  std::optional<DecodeGraphOptions> graphs_wanted_;  ///< the last record_decode_graphs, until drop_decode_graphs
   DecodeGraphStats graph_stats_;          ///< replays, eager steps and records since load
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.
@@ -404,9 +405,11 @@ class DecoderModel : public Model {
   /// Records the graphs of every (bucket, blocks) up to g.options.max_batch
   /// and a full context, largest first (a libtorch error escapes).
   void record_graphs(DecodeGraphs& g) const;
-  /// After the pool moved: records the graphs with `options` again, or logs
-  /// why not (decode steps then run eagerly).
-  void record_again(const DecodeGraphOptions& options);
+  /// After the pool moved: records the graphs last asked for again (if
+  /// any, even where the last try failed), logging either way.
+  void record_again();
+  /// Frees the graphs held, keeping graphs_wanted_.
+  void free_graphs();
   /// The logits [rows, vocab] (on the device) of a static-shape step:
   /// replayed where a graph of its shape is held, eagerly otherwise.
   at::Tensor static_logits(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches);

@@ -221,7 +221,7 @@ Status DecoderModel::use_kv_pool(const KvPoolOptions& options) {
                                                                 options.block_tokens) +
                                                  "]"};
   }
-  drop_decode_graphs();  // they read the pool being replaced
+  free_graphs();  // they read the pool being replaced
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
@@ -296,9 +296,7 @@ Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
   }
   // The graphs read the pool's storage, which moves: freed first (their
   // bytes help the new storage fit), recorded again after.
-  const std::optional<DecodeGraphOptions> graphs =
-      graphs_ ? std::optional<DecodeGraphOptions>(graphs_->options) : std::nullopt;
-  drop_decode_graphs();
+  free_graphs();
   Status resized = Status::Ok();
   {
     DeviceScope scope(device_);
@@ -310,7 +308,7 @@ Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
                                         device_->name());
     }
   }
-  if (graphs) record_again(*graphs);
+  record_again();
   return resized;
 }
 

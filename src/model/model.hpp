@@ -245,7 +245,8 @@ class Model {
   /// or off the tensor path; the device's error (kOutOfMemory, ...) while
   /// recording, with no graph kept. The default refuses (kInvalidRequest).
   virtual Result<DecodeGraphStats> record_decode_graphs(const DecodeGraphOptions& options);
-  /// Frees every recorded graph (decode steps run eagerly). The default has none.
+  /// Frees every recorded graph (decode steps run eagerly), and a later
+  /// resize_kv_pool() records none. The default has none.
   virtual void drop_decode_graphs();
   /// The graphs held and the steps that replayed one. The default has none.
   virtual DecodeGraphStats decode_graph_stats() const;

@@ -98,10 +98,21 @@ void choose_pool_batch(const ServeConfig& config, DeviceSetup& setup) {
 // Decode graphs where the model gets a KV block pool on a CUDA device with
 // --cuda-graphs on (or, as a test hook, emulated on the CPU's tensor path).
 std::optional<DecodeGraphOptions> decode_graphs_wanted(const ServeConfig& config, const DeviceSetup& setup) {
+  if (config.cuda_graphs == "off") return std::nullopt;
   if (config.test_emulate_cuda_graphs) return DecodeGraphOptions{DecodeGraphKind::kEmulated, setup.max_batch};
   const bool cuda = setup.device->torch_device().starts_with("cuda");
-  if (cuda && config.cuda_graphs == "on") return DecodeGraphOptions{DecodeGraphKind::kCuda, setup.max_batch};
+  if (cuda) return DecodeGraphOptions{DecodeGraphKind::kCuda, setup.max_batch};
   return std::nullopt;
+}
+
+// Says so where decode graphs were wanted but the device has no KV block
+// pool for them to read.
+void log_graphs_without_pool(const ServeConfig& config, const DeviceSetup& setup) {
+  if (setup.kv_pool || !decode_graphs_wanted(config, setup)) return;
+  spdlog::info(
+      "decode graphs on {}: none (they read a KV block pool, which a device has only with --kv-pool on, "
+      "--admission memory, one language model and no --prefill-worker); decode steps run eagerly",
+      setup.device->name());
 }
 
 Error graphs_failed(const DeviceSetup& setup, const Error& error) {
@@ -273,6 +284,7 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
   out.max_batch = config.max_batch_or_default();
   if (config.max_batch == 0 && kv_pool_wanted(config, out)) choose_pool_batch(config, out);
   if (Status st = make_kv_pool(config, out); !st.ok()) return st.error();
+  log_graphs_without_pool(config, out);
   return out;
 }
 
@@ -280,6 +292,8 @@ Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   const std::vector<ModelSource> first{find_model_sources(config).front()};
   ServeConfig one = config;
   one.admission = "none";  // the plan reports what fits; it does not refuse to start
+  one.cuda_graphs = "off";  // no pool, so no graphs: their bytes are serve's to measure
+  one.test_emulate_cuda_graphs = false;
   auto setup = load_device(one, config.device_specs().front(), first);
   if (!setup.ok()) return std::move(setup).error();
   // The batch `serve` would choose (the plan allocates no pool).

@@ -4,7 +4,8 @@ KV block table, with the picks made by the device sampler. Greedy and
 seeded answers are the host kernels' answers, logprobs within 1e-4, and
 requests decoded together in a padded batch answer as they do alone.
 Decode graphs, emulated on the CPU (--test-emulate-cuda-graphs), answer as
-eager steps do, and their bytes are charged to the budget as resident."""
+eager steps do, their bytes are charged to the budget as resident, and an
+out-of-memory error that moves the KV pool has them recorded again."""
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -69,6 +70,21 @@ def test_emulated_decode_graphs_answer_as_eager_steps_and_are_charged(make_serve
     without = eager.admission()["devices"][0]
     assert with_graphs["resident_bytes"] > without["resident_bytes"]
     assert with_graphs["budget_bytes"] < without["budget_bytes"]
+
+
+def test_out_of_memory_under_emulated_graphs_records_them_again_and_answers_stay_right(make_server):
+    # S20: the OOM governor halves the budget and the KV pool moves; the
+    # graphs read its old storage, so they are recorded again after.
+    args = ("--device", "virt:0=32MiB", "--host-kernels", "off", "--max-batch", "8")
+    eager = make_server(*args)
+    graphs = make_server(*args, "--test-emulate-cuda-graphs", "--test-inject-oom-step", "20",
+                         "--test-inject-oom-count", "2", "--oom-quiet-period", "1")
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        answers = list(pool.map(lambda p: complete(graphs, p), PROMPTS))
+    for prompt, a in zip(PROMPTS, answers):
+        assert_same(a, complete(eager, prompt), f"after out-of-memory: {prompt!r}")
+    assert graphs.admission()["out_of_memory"] == 2
+    assert "recorded again after the KV block pool moved" in graphs.logs()
 
 
 @pytest.mark.same_in_both_modes

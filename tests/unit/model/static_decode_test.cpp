@@ -325,13 +325,20 @@ TEST(DecodeGraphs, ThePoolMovingRecordsThemAgain) {
   DecodeGraphStats stats = m.fast->decode_graph_stats();
   EXPECT_EQ(stats.records, 2);
   EXPECT_EQ(stats.graphs, 15);  // 4, 2, 1 x 16, 8, 4, 2, 1
-  // A new pool replaces them: they read the old one.
+  // A new pool frees them (they read the old one); the next move of the
+  // pool records them again, as asked last.
   ASSERT_TRUE(m.fast->use_kv_pool({kBlockTokens, 100, true}).ok());
   stats = m.fast->decode_graph_stats();
   EXPECT_EQ(stats.graphs, 0);
   EXPECT_EQ(stats.bytes, 0);
-  m.fast->drop_decode_graphs();  // none left: nothing happens
-  EXPECT_EQ(m.fast->decode_graph_stats().records, 2);
+  ASSERT_TRUE(m.fast->resize_kv_pool(80).ok());
+  EXPECT_EQ(m.fast->decode_graph_stats().records, 3);
+  EXPECT_EQ(m.fast->decode_graph_stats().graphs, 15);
+  // Dropped, they stay dropped.
+  m.fast->drop_decode_graphs();
+  ASSERT_TRUE(m.fast->resize_kv_pool(60).ok());
+  EXPECT_EQ(m.fast->decode_graph_stats().records, 3);
+  EXPECT_EQ(m.fast->decode_graph_stats().graphs, 0);
 }
 
 TEST(DecodeGraphs, BatchesPastTheLargestBucketRunEagerly) {
