@@ -85,9 +85,9 @@ def completion(prompt_tokens, max_tokens):
             "ignore_eos": True, "temperature": 0}
 
 
-def drive(server, bodies, clients):
-    """Sends `bodies` from `clients` threads; returns the statuses in order."""
-    statuses = [None] * len(bodies)
+def drive(server, bodies, clients, keep=lambda status, body: status):
+    """Sends `bodies` from `clients` threads; returns keep(status, body) of each answer, in order."""
+    out = [None] * len(bodies)
     lock = threading.Lock()
     nxt = [0]
 
@@ -98,14 +98,14 @@ def drive(server, bodies, clients):
                 nxt[0] += 1
             if i >= len(bodies):
                 return
-            statuses[i] = server.request("POST", "/v1/completions", bodies[i], timeout=300)[0]
+            out[i] = keep(*server.request("POST", "/v1/completions", bodies[i], timeout=300))
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return statuses
+    return out
 
 
 class Sampler:
@@ -354,28 +354,9 @@ def check_shared_device(args):
     return not problems
 
 
-def texts_of(server, bodies, clients):
-    """Sends `bodies` from `clients` threads; returns each answer's text (None: not a 200)."""
-    texts = [None] * len(bodies)
-    lock = threading.Lock()
-    nxt = [0]
-
-    def worker():
-        while True:
-            with lock:
-                i = nxt[0]
-                nxt[0] += 1
-            if i >= len(bodies):
-                return
-            status, body = server.request("POST", "/v1/completions", bodies[i], timeout=300)
-            texts[i] = body["choices"][0]["text"] if status == 200 else None
-
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return texts
+def text_of(status, body):
+    """An answer's text; None for anything but a 200."""
+    return body["choices"][0]["text"] if status == 200 else None
 
 
 def check_graphs(args):
@@ -392,7 +373,7 @@ def check_graphs(args):
     for name, extra in (("on", on), ("off", off)):
         server = Server(args.binary, [*common, *extra])
         try:
-            texts = texts_of(server, bodies, args.graphs_clients)
+            texts = drive(server, bodies, args.graphs_clients, keep=text_of)
             runs[name] = (texts, server.admission()["devices"][0], server.tail(len(server.log)))
         finally:
             server.stop()

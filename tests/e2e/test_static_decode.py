@@ -88,16 +88,13 @@ def test_out_of_memory_under_emulated_graphs_records_them_again_and_answers_stay
 
 
 @pytest.mark.same_in_both_modes
-def test_a_bad_cuda_graphs_setting_is_refused_naming_it():
-    out = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--cuda-graphs", "sometimes"],
+@pytest.mark.parametrize("args,message", [
+    (["--cuda-graphs", "sometimes"], "--cuda-graphs: must be on or off"),
+    (["--host-kernels", "maybe"], "--host-kernels: must be on or off"),
+    (["--test-emulate-cuda-graphs"], "--test-emulate-cuda-graphs: needs --host-kernels off"),
+])
+def test_a_bad_setting_is_refused_naming_it(args, message):
+    out = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", *args],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert "--cuda-graphs: must be on or off" in out.stderr, out.stderr
-
-
-@pytest.mark.same_in_both_modes
-def test_a_bad_host_kernels_setting_is_refused_naming_it():
-    out = subprocess.run([BIN, "serve", "--model-dir", MODEL_DIR, "--port", "0", "--host-kernels", "maybe"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
-    assert "--host-kernels: must be on or off" in out.stderr, out.stderr
+    assert message in out.stderr, out.stderr
