@@ -54,7 +54,8 @@ std::string device_list_problem(const std::vector<std::string>& devices) {
 
 Result<DeviceSpec> parse_device_spec(const std::string& spec) {
   const auto all_digits = [](const std::string& s) {
-    return !s.empty() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+    return !s.empty() && s.size() <= 4 &&
+           std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
   };
   if (spec == "auto") return DeviceSpec{DeviceKind::kAuto, 0, 0, spec};
   if (spec.rfind("cuda:", 0) == 0) {
@@ -121,6 +122,67 @@ traffic::TrustedProxies ServeConfig::trusted_proxies() const {
   return std::move(t).value();
 }
 
+namespace {
+
+// The model settings of check(): dtype, the decode paths, the chat format.
+std::optional<ConfigProblem> check_model_settings(const ServeConfig& c) {
+  if (c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16" && c.dtype != "float64") {
+    return bad("dtype", "must be float32, bfloat16, float16 or float64");
+  }
+  if (c.host_kernels != "on" && c.host_kernels != "off") {
+    return bad("host_kernels", "must be on or off, got '" + c.host_kernels + "'");
+  }
+  if (c.cuda_graphs != "on" && c.cuda_graphs != "off") {
+    return bad("cuda_graphs", "must be on or off, got '" + c.cuda_graphs + "'");
+  }
+  if (c.test_emulate_cuda_graphs && c.host_kernels == "on") {
+    return bad("test_emulate_cuda_graphs", "needs --host-kernels off (decode graphs record the tensor path's steps)");
+  }
+  if (!c.chat_template.empty() && !parse_chat_format(c.chat_template)) {
+    return bad("chat_template", "must be chatml, llama-2, llama-3 or zephyr (or empty: the model's own)");
+  }
+  return std::nullopt;
+}
+
+// The process settings of check(): engines, gateways, the shared queue.
+std::optional<ConfigProblem> check_processes(const ServeConfig& c) {
+  for (const std::string& e : c.engine) {
+    if (e.rfind("unix:", 0) != 0 || e.size() <= 5) return bad("engine", "'" + e + "' is not unix:PATH");
+    if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");
+  }
+  if (c.in_process && !c.engine.empty()) return bad("engine", "cannot be combined with --in-process");
+  if (c.one_engine && c.in_process) return bad("one_engine", "cannot be combined with --in-process");
+  if (c.one_engine && !c.engine.empty()) {
+    return bad("one_engine", "cannot be combined with --engine (it chooses how serve starts engines)");
+  }
+  if (c.one_engine && c.gateway_only) return bad("one_engine", "cannot be combined with --gateway-only");
+  if (c.gateway_only && c.queue.empty())
+    return bad("gateway_only", "needs --queue (the shared queue it places work in)");
+  if (c.gateway_only && c.in_process) return bad("gateway_only", "cannot be combined with --in-process");
+  if (c.gateway_only && !c.engine.empty()) return bad("gateway_only", "cannot be combined with --engine");
+  if (!(c.engine_heartbeat_timeout_s >= 1 && c.engine_heartbeat_timeout_s <= 3600)) {
+    return bad("engine_heartbeat_timeout", "must be in [1, 3600] (engines heartbeat every 0.25 s)");
+  }
+  if (c.max_crash_retries < 1 || c.max_crash_retries > 100) return bad("max_crash_retries", "must be in [1, 100]");
+  if (!(c.orphan_timeout_s > 0 && c.orphan_timeout_s <= 7 * 86400))
+    return bad("orphan_timeout", "must be in (0, 604800]");
+  if (!c.queue.empty()) {
+#if VG_HAVE_QUEUE
+    if (auto url = queue::parse_redis_url(c.queue); !url.ok()) return bad("queue", url.error().message);
+#else
+    return bad("queue", "this build has no Redis support (hiredis was not found when it was built)");
+#endif
+  }
+  if (!c.queue_password_file.empty() && c.queue.empty()) return bad("queue_password_file", "needs --queue");
+  if (!(c.queue_command_timeout_s > 0 && c.queue_command_timeout_s <= 60)) {
+    return bad("queue_command_timeout", "must be in (0, 60]");
+  }
+  if (!(c.claim_idle_s >= 0.5 && c.claim_idle_s <= 600)) return bad("claim_idle", "must be in [0.5, 600]");
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ConfigProblem> ServeConfig::check() const {
   if (model_dir.empty()) return bad("model_dir", "must not be empty");
   if (std::string p = device_list_problem(device); !p.empty()) return bad("device", std::move(p));
@@ -128,21 +190,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   for (const std::string& origin : cors_allow_origin) {
     if (Status st = check_origin(origin); !st) return bad("cors_allow_origin", st.error().message);
   }
-  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16" && dtype != "float64") {
-    return bad("dtype", "must be float32, bfloat16, float16 or float64");
-  }
-  if (host_kernels != "on" && host_kernels != "off") {
-    return bad("host_kernels", "must be on or off, got '" + host_kernels + "'");
-  }
-  if (cuda_graphs != "on" && cuda_graphs != "off") {
-    return bad("cuda_graphs", "must be on or off, got '" + cuda_graphs + "'");
-  }
-  if (test_emulate_cuda_graphs && host_kernels == "on") {
-    return bad("test_emulate_cuda_graphs", "needs --host-kernels off (decode graphs record the tensor path's steps)");
-  }
-  if (!chat_template.empty() && !parse_chat_format(chat_template)) {
-    return bad("chat_template", "must be chatml, llama-2, llama-3 or zephyr (or empty: the model's own)");
-  }
+  if (auto p = check_model_settings(*this)) return p;
   if (port < 0 || port > 65535) return bad("port", "must be in 0..65535");
   if (io_threads < 1 || io_threads > 64) return bad("io_threads", "must be in 1..64");
   if (max_body_bytes < 1024) return bad("max_body_bytes", "must be >= 1024");
@@ -213,36 +261,7 @@ std::optional<ConfigProblem> ServeConfig::check() const {
   if (auto hook = parse_foreign_bytes_hook(test_foreign_bytes); !hook.ok()) {
     return bad("test_foreign_bytes", hook.error().message);
   }
-  for (const std::string& e : engine) {
-    if (e.rfind("unix:", 0) != 0 || e.size() <= 5) return bad("engine", "'" + e + "' is not unix:PATH");
-    if (e.size() - 5 > 100) return bad("engine", "socket path '" + e.substr(5) + "' is longer than 100 bytes");
-  }
-  if (in_process && !engine.empty()) return bad("engine", "cannot be combined with --in-process");
-  if (one_engine && in_process) return bad("one_engine", "cannot be combined with --in-process");
-  if (one_engine && !engine.empty()) {
-    return bad("one_engine", "cannot be combined with --engine (it chooses how serve starts engines)");
-  }
-  if (one_engine && gateway_only) return bad("one_engine", "cannot be combined with --gateway-only");
-  if (gateway_only && queue.empty()) return bad("gateway_only", "needs --queue (the shared queue it places work in)");
-  if (gateway_only && in_process) return bad("gateway_only", "cannot be combined with --in-process");
-  if (gateway_only && !engine.empty()) return bad("gateway_only", "cannot be combined with --engine");
-  if (!(engine_heartbeat_timeout_s >= 1 && engine_heartbeat_timeout_s <= 3600)) {
-    return bad("engine_heartbeat_timeout", "must be in [1, 3600] (engines heartbeat every 0.25 s)");
-  }
-  if (max_crash_retries < 1 || max_crash_retries > 100) return bad("max_crash_retries", "must be in [1, 100]");
-  if (!(orphan_timeout_s > 0 && orphan_timeout_s <= 7 * 86400)) return bad("orphan_timeout", "must be in (0, 604800]");
-  if (!queue.empty()) {
-#if VG_HAVE_QUEUE
-    if (auto url = queue::parse_redis_url(queue); !url.ok()) return bad("queue", url.error().message);
-#else
-    return bad("queue", "this build has no Redis support (hiredis was not found when it was built)");
-#endif
-  }
-  if (!queue_password_file.empty() && queue.empty()) return bad("queue_password_file", "needs --queue");
-  if (!(queue_command_timeout_s > 0 && queue_command_timeout_s <= 60)) {
-    return bad("queue_command_timeout", "must be in (0, 60]");
-  }
-  if (!(claim_idle_s >= 0.5 && claim_idle_s <= 600)) return bad("claim_idle", "must be in [0.5, 600]");
+  if (auto p = check_processes(*this)) return p;
   return std::nullopt;
 }
 

@@ -183,6 +183,16 @@ Status make_kv_pool(const ServeConfig& config, DeviceSetup& setup) {
   return Status::Ok();
 }
 
+// The batch (--max-batch 0: chosen now), then the KV block pool and its
+// decode graphs where the device gets them.
+Status size_batch_and_pool(const ServeConfig& config, DeviceSetup& setup) {
+  setup.max_batch = config.max_batch_or_default();
+  if (config.max_batch == 0 && kv_pool_wanted(config, setup)) choose_pool_batch(config, setup);
+  if (Status st = make_kv_pool(config, setup); !st.ok()) return st;
+  log_graphs_without_pool(config, setup);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
@@ -205,9 +215,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       auto fit = measure_tensor_profile(**tensor, *out.device,
                                         TensorProfileOptions{config.max_batch_or_default(), config.memory_safety});
       if (!fit.ok()) {
-        return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " +
-                                             out.device->name() + " failed: " + fit.error().message +
-                                             held_by_others(*out.device));
+        return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + out.device->name() +
+                                             " failed: " + fit.error().message + held_by_others(*out.device));
       }
       fit->resident_bytes = resident;
       spdlog::info("model '{}' (torchscript) on {}: {} resident; {}", source.id, out.device->name(),
@@ -248,8 +257,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
   }
   out.reserve_bytes = config.memory_reserve_bytes();
   const DeviceMemory mem = out.device->memory();
-  out.budget_inputs = DeviceBudgetInputs{mem.capacity,          config.memory_utilization, mem.foreign,
-                                         out.resident_bytes,    out.workspace_bytes,       out.reserve_bytes};
+  out.budget_inputs = DeviceBudgetInputs{mem.capacity,       config.memory_utilization, mem.foreign,
+                                         out.resident_bytes, out.workspace_bytes,       out.reserve_bytes};
   out.budget_bytes = device_budget(out.budget_inputs);
   spdlog::info(
       "budget of {}: {} = min({} capacity x {}, {} capacity - {} held by others) - {} resident - {} "
@@ -262,7 +271,8 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
     for (std::size_t i = 0; i < models.size(); ++i) {
       if (out.tensor_models[i]) {
         const TensorModelSpec& ts_spec = out.tensor_models[i]->spec();
-        const std::int64_t smallest = tensor_cost(out.tensor_profiles[i], total_elements(profile_shapes(ts_spec, 0, 1)));
+        const std::int64_t smallest =
+            tensor_cost(out.tensor_profiles[i], total_elements(profile_shapes(ts_spec, 0, 1)));
         if (out.budget_bytes < smallest) {
           return Error(ErrorCode::kConfig,
                        "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
@@ -281,17 +291,14 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
       }
     }
   }
-  out.max_batch = config.max_batch_or_default();
-  if (config.max_batch == 0 && kv_pool_wanted(config, out)) choose_pool_batch(config, out);
-  if (Status st = make_kv_pool(config, out); !st.ok()) return st.error();
-  log_graphs_without_pool(config, out);
+  if (Status st = size_batch_and_pool(config, out); !st.ok()) return st.error();
   return out;
 }
 
 Result<ProfiledModel> load_profiled_model(const ServeConfig& config) {
   const std::vector<ModelSource> first{find_model_sources(config).front()};
   ServeConfig one = config;
-  one.admission = "none";  // the plan reports what fits; it does not refuse to start
+  one.admission = "none";   // the plan reports what fits; it does not refuse to start
   one.cuda_graphs = "off";  // no pool, so no graphs: their bytes are serve's to measure
   one.test_emulate_cuda_graphs = false;
   auto setup = load_device(one, config.device_specs().front(), first);
