@@ -38,10 +38,10 @@ void DecoderModel::record_graphs(DecodeGraphs& g) const {
       // Every row a padding row while recording: the recorded run writes
       // back what block 0's first slot holds, and changes no cache.
       graph.inputs = at::zeros({shape.input_size()}, at::TensorOptions().dtype(at::kLong).device(device));
-      graph.inputs.narrow(0, 3 * bucket, bucket).fill_(1);
+      graph.inputs.narrow(0, shape.at(StaticShape::Part::kPadding), bucket).fill_(1);
       const at::Tensor inputs = graph.inputs;
       const at::Tensor out = g.logits.narrow(0, 0, bucket);
-      graph.graph = g.recorder->record([this, inputs, out, shape] {
+      graph.graph = recorder_->record([this, inputs, out, shape] {
         const Plan p = static_views(inputs, shape);
         out.copy_(head(hidden(p)));
       });
@@ -73,7 +73,6 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
   graphs_wanted_ = options;
   auto g = std::make_unique<DecodeGraphs>();
   g->options = options;
-  g->recorder = recorder_.get();
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   // Cached blocks released on both sides: what stays is what the graphs hold.

@@ -22,9 +22,14 @@ struct StaticShape {
   std::int64_t rows = 0;
   std::int64_t bucket = 0;
   std::int64_t blocks = 0;
-  /// int64 values in a step's input buffer: ids, positions, write slots and
-  /// padding flags [bucket] each, then the block table [bucket, blocks].
-  std::int64_t input_size() const { return 4 * bucket + bucket * blocks; }
+  /// The parts of a step's input buffer, in order: ids, positions, write
+  /// slots and padding flags [bucket] int64 each, then the block table
+  /// [bucket, blocks].
+  enum class Part { kIds, kPositions, kWrite, kPadding, kTable };
+  /// Where `part` starts in the buffer (int64 values).
+  std::int64_t at(Part part) const { return static_cast<std::int64_t>(part) * bucket; }
+  /// int64 values in the buffer.
+  std::int64_t input_size() const { return at(Part::kTable) + bucket * blocks; }
 };
 
 /// One recorded step: replaying `graph` reads `inputs` (a step's input
@@ -37,7 +42,6 @@ struct DecodeGraph {
 
 struct DecodeGraphs {
   DecodeGraphOptions options;
-  StepGraphRecorder* recorder = nullptr;  ///< the model's, of options.kind
   at::Tensor logits;  ///< [largest bucket, vocab] float32 on the device
   std::map<std::pair<std::int64_t, std::int64_t>, DecodeGraph> graphs;  ///< by (bucket, blocks)
 

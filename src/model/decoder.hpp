@@ -403,7 +403,8 @@ class DecoderModel : public Model {
   /// device: device ops only (it runs inside a recorded graph).
   Plan static_views(const at::Tensor& buffer, const StaticShape& shape) const;
   /// Records the graphs of every (bucket, blocks) up to g.options.max_batch
-  /// and a full context, largest first (a libtorch error escapes).
+  /// and a full context, largest first, with recorder_ (a libtorch error
+  /// escapes).
   void record_graphs(DecodeGraphs& g) const;
   /// After the pool moved: records the graphs last asked for again (if
   /// any, even where the last try failed), logging either way.

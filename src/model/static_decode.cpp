@@ -46,12 +46,13 @@ std::vector<std::int64_t> DecoderModel::static_inputs(std::span<const StepInput>
                                                       const StaticShape& shape) const {
   const std::int64_t b = shape.bucket;
   const std::int64_t blocks = shape.blocks;
+  using Part = StaticShape::Part;
   std::vector<std::int64_t> host(static_cast<std::size_t>(shape.input_size()), 0);
-  std::int64_t* ids = host.data();
-  std::int64_t* positions = ids + b;
-  std::int64_t* write = positions + b;
-  std::int64_t* padding = write + b;
-  std::int64_t* table = padding + b;
+  std::int64_t* ids = host.data() + shape.at(Part::kIds);
+  std::int64_t* positions = host.data() + shape.at(Part::kPositions);
+  std::int64_t* write = host.data() + shape.at(Part::kWrite);
+  std::int64_t* padding = host.data() + shape.at(Part::kPadding);
+  std::int64_t* table = host.data() + shape.at(Part::kTable);
   for (std::int64_t i = 0; i < b; ++i) {
     const bool real = i < shape.rows;
     const DecoderCache& c = *caches[static_cast<std::size_t>(real ? i : 0)];
@@ -79,11 +80,12 @@ Plan DecoderModel::static_views(const at::Tensor& buffer, const StaticShape& sha
   const at::TensorOptions device_long = at::TensorOptions().dtype(at::kLong).device(torch_device());
   p.rows = b;
   p.n_decode = b;
-  p.ids = buffer.narrow(0, 0, b);
-  p.positions = buffer.narrow(0, b, b);
-  f.write = buffer.narrow(0, 2 * b, b);
-  f.padding = buffer.narrow(0, 3 * b, b).ne(0).view({b, 1, 1});
-  const at::Tensor block_table = buffer.narrow(0, 4 * b, b * shape.blocks).view({b, shape.blocks, 1});
+  using Part = StaticShape::Part;
+  p.ids = buffer.narrow(0, shape.at(Part::kIds), b);
+  p.positions = buffer.narrow(0, shape.at(Part::kPositions), b);
+  f.write = buffer.narrow(0, shape.at(Part::kWrite), b);
+  f.padding = buffer.narrow(0, shape.at(Part::kPadding), b).ne(0).view({b, 1, 1});
+  const at::Tensor block_table = buffer.narrow(0, shape.at(Part::kTable), b * shape.blocks).view({b, shape.blocks, 1});
   f.slots = block_table.mul(bt).add(at::arange(bt, device_long)).view({b * f.keys});
   f.pad = at::arange(f.keys, device_long).view({1, f.keys}).gt(p.positions.view({b, 1})).view({1, b, 1, 1, f.keys});
   return p;
