@@ -436,7 +436,8 @@ void BM_EngineLoop(benchmark::State& state) {
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // The engine counts a step before it delivers the step's events: wait
     // until the last one is counted.
-    while (engine->stats().completed < before.completed + batch) std::this_thread::yield();
+    while (engine->stats().counters[CounterId::kCompleted] < before.counters[CounterId::kCompleted] + batch)
+      std::this_thread::yield();
     const EngineStats after = engine->stats();
     steps += after.steps - before.steps;
     tokens += after.generated_tokens - before.generated_tokens;

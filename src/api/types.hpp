@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/chat.hpp"
+#include "api/counters.hpp"
 #include "api/retry.hpp"
 #include "api/sampling.hpp"
 #include "api/tensor.hpp"
@@ -262,35 +263,12 @@ struct AdmissionState {
   static constexpr std::size_t kMaxWaitingShown = 64;
   int running = 0;
   bool draining = false;
-  // Counters since start.
-  std::int64_t admitted = 0;
-  std::int64_t rejected_never_fits = 0;
-  std::int64_t rejected_queue_full = 0;
-  std::int64_t queue_timeouts = 0;
-  std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
-  std::int64_t cancelled_queued = 0;  ///< client left while queued (never admitted)
-  /// Left an engine's queue to be placed on another engine (engine processes:
-  /// the gateway moves a queued request to where room frees first); it is
-  /// counted again by the engine that takes it.
-  std::int64_t moved = 0;
-  // Admitted requests by how they ended, each once whatever its n: at rest,
-  // admitted = completed + failed + cancelled. Those that never left the
-  // queue are counted above (queue_timeouts, deadline_expired, cancelled_queued).
-  std::int64_t cancelled = 0;
-  std::int64_t completed = 0;
-  std::int64_t failed = 0;
-  std::int64_t out_of_memory = 0;
-  std::int64_t oom_budget_cuts = 0;  ///< times the OOM governor cut the effective budget
-  std::int64_t preemptions = 0;  ///< running sequences stopped to free memory, to be recomputed
-  std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked a device not ready
-  // Booked retries: places held now (open: occupying a queue place), and counters.
+  // Booked retries: places held now (open: occupying a queue place).
   int retry_bookings = 0;
   int retry_places = 0;
-  std::int64_t retry_booked = 0;
-  std::int64_t retry_claimed = 0;
-  std::int64_t retry_expired = 0;
-  std::int64_t retry_early = 0;
-  std::int64_t retry_refused = 0;
+  /// Counters since start (api/counters.hpp): admission decisions, admitted
+  /// requests by how they ended, out-of-memory errors, booked retries.
+  Counters counters;
 };
 
 }  // namespace vg

@@ -19,6 +19,7 @@
 #include "admission/kv_reservation.hpp"
 #include "admission/memory_profile.hpp"
 #include "admission/oom_governor.hpp"
+#include "api/counters.hpp"
 #include "api/events.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
@@ -127,26 +128,23 @@ struct EngineStats {
   int queue_depth = 0;
   int running = 0;
   int max_running = 0;            ///< sequences its steps may run at once (max_batch; no limit: 2^20)
-  // Requests admitted (granted a lease once, here or before a preemption or
-  // an engine process's end) that ended here, once each whatever their n;
-  // those that never left the queue are in AdmissionCounters instead.
-  std::int64_t completed = 0;     ///< finished normally
-  std::int64_t failed = 0;        ///< ended with an error (incl. timeouts, OOM)
-  std::int64_t cancelled = 0;     ///< client went away
-  std::int64_t rejected = 0;      ///< refused at submit (never fits, queue full, draining)
-  std::int64_t out_of_memory = 0; ///< steps that failed with out-of-memory
+  /// Its part of the service's counters (api/counters.hpp): requests
+  /// admitted (granted a lease once, here or before a preemption or an engine
+  /// process's end) that ended here, once each whatever their n (kCompleted,
+  /// kFailed: incl. timeouts and OOM, kCancelled: the client went away);
+  /// kOutOfMemory steps, kOomBudgetCuts, kPreemptions, kNotReadyTrips. Those
+  /// that never left the queue are in AdmissionCounters instead.
+  Counters counters;
+  std::int64_t rejected = 0;  ///< refused at submit (never fits, queue full, draining)
   std::int64_t generated_tokens = 0;
   std::int64_t steps = 0;
   std::int64_t kv_cache_bytes = 0;  ///< KV cache bytes held by running sequences
   std::int64_t effective_budget_bytes = 0;  ///< budget after OOM-governor cuts (policy memory; else the budget)
-  std::int64_t oom_budget_cuts = 0;    ///< times the OOM governor cut the effective budget
   std::int64_t oom_budget_raises = 0;  ///< times it raised it back after a quiet period
   std::int64_t budget_foreign_grew = 0;    ///< times other processes' growth lowered it
   std::int64_t budget_foreign_shrank = 0;  ///< times their shrinking raised it back
   std::int64_t foreign_bytes = 0;  ///< bytes others held on the device at the last loop turn (DeviceMemory::foreign)
-  std::int64_t preemptions = 0;   ///< running sequences stopped (KV cache freed) to be recomputed
-  int consecutive_oom_steps = 0;  ///< out-of-memory steps since the last step that succeeded
-  std::int64_t not_ready_trips = 0;  ///< times repeated out-of-memory errors marked the device not ready
+  int consecutive_oom_steps = 0;   ///< out-of-memory steps since the last step that succeeded
   /// The KV block pool (Engine::Options::kv_pool); all 0 without one.
   KvPoolStats kv_pool;
 };

@@ -448,7 +448,7 @@ void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<S
   if (error.code == ErrorCode::kOutOfMemory) {
     {
       std::lock_guard lk(shared->mu);
-      ++shared->stats.out_of_memory;
+      ++shared->stats.counters[CounterId::kOutOfMemory];
     }
     spdlog::warn("out of memory in {} ({} sequences): {}", step, owners.size(), error.message);
     if (recovers()) {

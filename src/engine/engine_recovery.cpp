@@ -40,7 +40,7 @@ void Engine::Impl::recover_from_oom(TimePoint now, const Error& error, Sequence*
     shared->stats.consecutive_oom_steps = consecutive_oom_steps;
     if (trip) {
       shared->unready_until = now + options.oom_governor.quiet_period;
-      ++shared->stats.not_ready_trips;
+      ++shared->stats.counters[CounterId::kNotReadyTrips];
     }
     oom_budget->publish(shared->stats);
   }
@@ -148,7 +148,7 @@ void Engine::Impl::preempt(Sequence& s, TimePoint now) {
   front->put(req);
   {
     std::lock_guard lk(shared->mu);
-    ++shared->stats.preemptions;
+    ++shared->stats.counters[CounterId::kPreemptions];
     shared->wake = true;  // grant it again as soon as it fits
   }
   Status st = admission->requeue_front(req->admission_id, req->cost, req->enqueued, now, req->gen.deadline,

@@ -125,9 +125,12 @@ void Engine::Impl::count_end(const Request& r, const Error* error, int generated
     std::lock_guard lk(shared->mu);
     shared->stats.generated_tokens += generated;
     if (request_ends && r.admitted) {
-      if (!error) ++shared->stats.completed;
-      else if (error->code == ErrorCode::kCancelled) ++shared->stats.cancelled;
-      else ++shared->stats.failed;
+      if (!error)
+        ++shared->stats.counters[CounterId::kCompleted];
+      else if (error->code == ErrorCode::kCancelled)
+        ++shared->stats.counters[CounterId::kCancelled];
+      else
+        ++shared->stats.counters[CounterId::kFailed];
     }
   }
   if (!request_ends) return;

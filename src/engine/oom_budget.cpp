@@ -87,7 +87,7 @@ std::optional<TimePoint> OomBudget::next_change() const {
 
 void OomBudget::publish(EngineStats& stats) const {
   stats.effective_budget_bytes = governor_.effective();
-  stats.oom_budget_cuts = changes_[static_cast<std::size_t>(BudgetReason::kOutOfMemory)];
+  stats.counters[CounterId::kOomBudgetCuts] = changes_[static_cast<std::size_t>(BudgetReason::kOutOfMemory)];
   stats.oom_budget_raises = changes_[static_cast<std::size_t>(BudgetReason::kQuietPeriod)];
   stats.budget_foreign_grew = changes_[static_cast<std::size_t>(BudgetReason::kForeignGrew)];
   stats.budget_foreign_shrank = changes_[static_cast<std::size_t>(BudgetReason::kForeignShrank)];

@@ -195,9 +195,12 @@ struct TensorEngine::Impl {
     {
       std::lock_guard lk(mu);
       --stats.running;
-      if (ok) ++stats.completed;
-      else if (code == ErrorCode::kCancelled) ++stats.cancelled;
-      else ++stats.failed;
+      if (ok)
+        ++stats.counters[CounterId::kCompleted];
+      else if (code == ErrorCode::kCancelled)
+        ++stats.counters[CounterId::kCancelled];
+      else
+        ++stats.counters[CounterId::kFailed];
     }
     idle_cv.notify_all();
   }
@@ -433,7 +436,7 @@ void TensorEngine::Impl::run_batch(std::vector<std::shared_ptr<TensorJob>> batch
   }
   {
     std::lock_guard lk(mu);
-    ++stats.out_of_memory;
+    ++stats.counters[CounterId::kOutOfMemory];
   }
   device.release_cached_memory();
   if (naive()) {  // the baseline: no recovery
@@ -445,7 +448,7 @@ void TensorEngine::Impl::run_batch(std::vector<std::shared_ptr<TensorJob>> batch
     EngineStats published;
     oom->publish(published);
     std::lock_guard lk(mu);
-    stats.oom_budget_cuts = published.oom_budget_cuts;
+    stats.counters[CounterId::kOomBudgetCuts] = published.counters[CounterId::kOomBudgetCuts];
   }
   if (batch.size() > 1) {
     spdlog::warn("a batch of {} requests ran out of memory on {}: retrying it in halves", batch.size(), device.name());

@@ -31,6 +31,7 @@
 #include "admission/memory_profile.hpp"
 #include "admission/oom_governor.hpp"
 #include "admission/tensor_cost.hpp"
+#include "api/counters.hpp"
 #include "api/types.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
@@ -57,15 +58,13 @@ struct TensorRequest {
 };
 
 struct TensorEngineStats {
-  std::int64_t completed = 0;
-  std::int64_t failed = 0;
-  std::int64_t cancelled = 0;
-  std::int64_t out_of_memory = 0;  ///< forward passes that ran out of memory
+  /// Its part of the service's counters (api/counters.hpp): kCompleted,
+  /// kFailed, kCancelled, kOutOfMemory (forward passes), kOomBudgetCuts.
+  Counters counters;
   std::int64_t batches = 0;        ///< forward passes that succeeded
   std::int64_t batched_requests = 0;  ///< requests those passes computed
   int largest_batch = 0;
-  int running = 0;                 ///< granted, not yet finished
-  std::int64_t oom_budget_cuts = 0;
+  int running = 0;  ///< granted, not yet finished
 };
 
 /// The tensor requests queued in one front (shared by its tensor engines).

@@ -5,27 +5,25 @@
 
 namespace vg::gateway {
 
-void count_request_end(AdmissionState& counters, bool admitted, const Error* error) {
+void count_request_end(Counters& counters, bool admitted, const Error* error) {
   const ErrorCode code = error ? error->code : ErrorCode::kInternal;
   if (admitted) {
-    if (!error) ++counters.completed;
-    else if (code == ErrorCode::kCancelled) ++counters.cancelled;
-    else ++counters.failed;
+    if (!error)
+      ++counters[CounterId::kCompleted];
+    else if (code == ErrorCode::kCancelled)
+      ++counters[CounterId::kCancelled];
+    else
+      ++counters[CounterId::kFailed];
     return;
   }
   switch (code) {
-    case ErrorCode::kCancelled:
-      ++counters.cancelled_queued;
-      break;
-    case ErrorCode::kTimeout:
-      ++counters.deadline_expired;
-      break;
+    case ErrorCode::kCancelled: ++counters[CounterId::kCancelledQueued]; break;
+    case ErrorCode::kTimeout: ++counters[CounterId::kDeadlineExpired]; break;
     case ErrorCode::kEngineCrashed:
-      ++counters.admitted;
-      ++counters.failed;
+      ++counters[CounterId::kAdmitted];
+      ++counters[CounterId::kFailed];
       break;
-    default:
-      ++counters.queue_timeouts;
+    default: ++counters[CounterId::kQueueTimeouts];
   }
 }
 
@@ -50,28 +48,6 @@ std::optional<std::string> metric_device_label(const std::vector<std::string>& r
   }
   if (out.empty()) return std::nullopt;
   return out;
-}
-
-void add_counters(AdmissionState& to, const AdmissionState& from) {
-  to.admitted += from.admitted;
-  to.rejected_never_fits += from.rejected_never_fits;
-  to.rejected_queue_full += from.rejected_queue_full;
-  to.queue_timeouts += from.queue_timeouts;
-  to.deadline_expired += from.deadline_expired;
-  to.cancelled_queued += from.cancelled_queued;
-  to.moved += from.moved;
-  to.cancelled += from.cancelled;
-  to.completed += from.completed;
-  to.failed += from.failed;
-  to.out_of_memory += from.out_of_memory;
-  to.oom_budget_cuts += from.oom_budget_cuts;
-  to.preemptions += from.preemptions;
-  to.not_ready_trips += from.not_ready_trips;
-  to.retry_booked += from.retry_booked;
-  to.retry_claimed += from.retry_claimed;
-  to.retry_expired += from.retry_expired;
-  to.retry_early += from.retry_early;
-  to.retry_refused += from.retry_refused;
 }
 
 namespace {
@@ -113,8 +89,8 @@ AdmissionState disconnected(const EngineAdmission& e) {
 
 }  // namespace
 
-AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, const AdmissionState& ended_here,
-                                 int held, bool draining) {
+AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, const Counters& ended_here, int held,
+                                 bool draining) {
   AdmissionState out;
   bool first = true;
   for (const EngineAdmission& e : engines) {
@@ -130,13 +106,13 @@ AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, co
     for (const WaitingRequest& w : st.waiting) {
       if (out.waiting.size() < AdmissionState::kMaxWaitingShown) out.waiting.push_back(w);
     }
-    add_counters(out, st);
-    add_counters(out, e.carried);
-    add_counters(out, e.unreported);
+    out.counters += st.counters;
+    out.counters += e.carried;
+    out.counters += e.unreported;
     out.retry_bookings += st.retry_bookings;
     out.retry_places += st.retry_places;
   }
-  add_counters(out, ended_here);
+  out.counters += ended_here;
   // Requests the gateway holds for an engine to take again are queued too.
   out.queued += held;
   out.queue_depth += held;

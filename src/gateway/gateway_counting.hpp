@@ -25,7 +25,7 @@ namespace vg::gateway {
 ///    (kTimeout), or queue_timeouts (another error: no engine took it in
 ///    time, shutdown); except kEngineCrashed, an engine that crashed each
 ///    time with it inside before its start got out: admitted and failed.
-void count_request_end(AdmissionState& counters, bool admitted, const Error* error);
+void count_request_end(Counters& counters, bool admitted, const Error* error);
 
 /// The device label of an engine's metrics: the device names it reported
 /// (`reported`, joined with ","; its admission state's), or else the names of
@@ -34,9 +34,6 @@ void count_request_end(AdmissionState& counters, bool admitted, const Error* err
 std::optional<std::string> metric_device_label(const std::vector<std::string>& reported,
                                                const std::string& configured);
 
-/// Adds the counters since start of `from` (not its gauges) to `to`.
-void add_counters(AdmissionState& to, const AdmissionState& from);
-
 /// One engine's part of the gateway's admission state (/v1/admission).
 struct EngineAdmission {
   AdmissionState last;        ///< its last reported state (empty: none yet)
@@ -44,15 +41,15 @@ struct EngineAdmission {
   bool failed = false;        ///< left out for good: its devices are unhealthy
   std::string reason;         ///< why it is not connected (each device's reason)
   std::string device_specs;   ///< its --device list (or label), for an engine that never reported devices
-  AdmissionState carried;     ///< counters of its earlier processes
-  AdmissionState unreported;  ///< this gateway's counts since its last state
+  Counters carried;           ///< counters of its earlier processes
+  Counters unreported;        ///< this gateway's counts since its last state
 };
 
 /// The gateway's admission state: every engine's devices, gauges and
 /// counters summed (the first engine's policy), `ended_here` (ends no
 /// engine reports) added, and the `held` requests the gateway holds for an
 /// engine counted as queued.
-AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, const AdmissionState& ended_here,
-                                 int held, bool draining);
+AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, const Counters& ended_here, int held,
+                                 bool draining);
 
 }  // namespace vg::gateway

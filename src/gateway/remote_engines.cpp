@@ -284,10 +284,10 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     s->link.reset();
     // Counters of this process carry over to the next one; while it is
     // away only its devices are shown, so nothing is counted twice.
-    add_counters(s->carried, s->unreported);
-    s->unreported = AdmissionState{};
+    s->carried += s->unreported;
+    s->unreported = Counters{};
     if (s->last_state) {
-      add_counters(s->carried, *s->last_state);
+      s->carried += s->last_state->counters;
       AdmissionState shown;
       shown.policy = s->last_state->policy;
       shown.devices = std::move(s->last_state->devices);

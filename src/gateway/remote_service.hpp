@@ -243,7 +243,7 @@ class RemoteService final : public Service {
   /// Ends of requests no engine will report (their engine died with them,
   /// or they ended while held here for an engine to take them again),
   /// counted into /v1/admission (gateway_counting.hpp).
-  AdmissionState ended_here_ VG_GUARDED_BY(mu_);
+  Counters ended_here_ VG_GUARDED_BY(mu_);
   bool draining_ VG_GUARDED_BY(mu_) = false;
   bool stopping_ VG_GUARDED_BY(mu_) = false;
   std::optional<std::string> fatal_ VG_GUARDED_BY(mu_);

@@ -40,7 +40,7 @@ struct RemoteService::Slot {
   std::map<std::uint64_t, std::shared_ptr<Req>> inflight;
   MetricsMirror mirror;
   // Admission counters of the engine's earlier processes, and its last state.
-  AdmissionState carried;
+  Counters carried;
   std::optional<AdmissionState> last_state;
   bool connecting = false;
   std::string connect_error;  // why the last connection attempt failed; empty: none failed
@@ -50,7 +50,7 @@ struct RemoteService::Slot {
   /// This gateway's requests admitted (first started) and completed there
   /// since its last state: counted into /v1/admission until the next state
   /// holds them, and carried over when the engine dies before sending one.
-  AdmissionState unreported;
+  Counters unreported;
 
   bool supervised() const { return !ep.command.empty(); }
   std::string label() const {
@@ -64,7 +64,7 @@ struct RemoteService::Slot {
   /// reply): what placement counted since the last one is in it now.
   void learn(std::optional<AdmissionState> reported) {
     last_state = std::move(reported);
-    unreported = AdmissionState{};
+    unreported = Counters{};
     placed = PlacedSinceStatus{};
   }
   /// It as placement sees it for a request of `model` (placement.hpp).

@@ -83,7 +83,7 @@ EventEffect RequestTracker::on_event(const EngineEvent& event) {
   return effect;
 }
 
-void RequestTracker::count_end(AdmissionState& counters, const Error* error) const {
+void RequestTracker::count_end(Counters& counters, const Error* error) const {
   count_request_end(counters, started_sent_, error);
 }
 

@@ -84,7 +84,7 @@ class RequestTracker {
   /// The next engine continues after what was sent (a resume, not a fresh start).
   bool resumes() const { return !delivered_.empty() || prompt_sent_; }
   /// Counts its end into `counters` as an engine would (gateway_counting.hpp).
-  void count_end(AdmissionState& counters, const Error* error) const;
+  void count_end(Counters& counters, const Error* error) const;
 
   // -- crashes and cancel
   /// Its engine crashed with it accepted: a suspect from now on (sent back

@@ -41,22 +41,7 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
   s.running = st.running;
   s.ready = ready;
   s.draining = st.draining;
-  s.admitted = st.admitted;
-  s.rejected_queue_full = st.rejected_queue_full;
-  s.rejected_never_fits = st.rejected_never_fits;
-  s.queue_timeouts = st.queue_timeouts;
-  s.deadline_expired = st.deadline_expired;
-  s.cancelled_queued = st.cancelled_queued;
-  s.moved = st.moved;
-  s.completed = st.completed;
-  s.failed = st.failed;
-  s.cancelled = st.cancelled;
-  s.out_of_memory = st.out_of_memory;
-  s.preemptions = st.preemptions;
-  s.retry_claimed = st.retry_claimed;
-  s.retry_expired = st.retry_expired;
-  s.retry_early = st.retry_early;
-  s.retry_refused = st.retry_refused;
+  s.counters = st.counters;
   s.retry_bookings = st.retry_bookings;
   return s;
 }

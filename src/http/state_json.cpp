@@ -137,28 +137,12 @@ std::string encode_admission(const AdmissionState& state) {
   o["waiting"] = std::move(waiting);
   o["running"] = state.running;
   o["draining"] = state.draining;
-  o["admitted"] = state.admitted;
-  o["rejected_never_fits"] = state.rejected_never_fits;
-  o["rejected_queue_full"] = state.rejected_queue_full;
-  o["queue_timeouts"] = state.queue_timeouts;
-  o["deadline_expired"] = state.deadline_expired;
-  o["cancelled_queued"] = state.cancelled_queued;
-  o["moved"] = state.moved;
-  o["cancelled"] = state.cancelled;
-  o["completed"] = state.completed;
-  o["failed"] = state.failed;
-  o["out_of_memory"] = state.out_of_memory;
-  o["oom_budget_cuts"] = state.oom_budget_cuts;
-  o["preemptions"] = state.preemptions;
-  o["not_ready_trips"] = state.not_ready_trips;
   json::object retry;
   retry["held"] = state.retry_bookings;
   retry["open"] = state.retry_places;
-  retry["booked"] = state.retry_booked;
-  retry["claimed"] = state.retry_claimed;
-  retry["expired"] = state.retry_expired;
-  retry["early"] = state.retry_early;
-  retry["refused"] = state.retry_refused;
+  for (const CounterInfo& c : kCounters) {
+    (c.section == CounterSection::kTop ? o : retry)[c.api_key] = state.counters[c.id];
+  }
   o["retry_bookings"] = std::move(retry);
   return json_fields::serialize(o);
 }

@@ -2,6 +2,8 @@
 // server_metrics.hpp). Add a metric here and nowhere else.
 #include "metrics/server_metrics.hpp"
 
+#include <algorithm>
+
 namespace vg::metrics {
 namespace {
 
@@ -68,66 +70,11 @@ ServerMetrics::ServerMetrics(Registry& r)
       registry_(r),
       http_requests_total_(r.counter("vramgate_http_requests_total", "HTTP requests answered, by route and status.",
                                      {"route", "status"})),
-      admission_outcomes_total_(r.counter("vramgate_admission_outcomes_total",
-                                          "Admission decisions by reason: admitted, queue_full, never_fits, "
-                                          "queue_timeout, deadline, cancelled (left while queued), moved (to "
-                                          "another engine's queue).",
-                                          {"reason"})),
-      requests_finished_total_(r.counter("vramgate_requests_finished_total",
-                                         "Requests the engine ended, by outcome: completed, failed, cancelled.",
-                                         {"outcome"})),
-      queue_depth_(r.gauge("vramgate_queue_depth", "Requests waiting for admission.").with({})),
-      running_sequences_(r.gauge("vramgate_running_sequences", "Sequences in the running batch.").with({})),
-      ready_(r.gauge("vramgate_ready", "1 when the server is ready for traffic, else 0.").with({})),
-      draining_(r.gauge("vramgate_draining", "1 while the server drains for shutdown, else 0.").with({})),
-      device_bytes_(r.gauge("vramgate_device_bytes",
-                            "Device memory by kind: capacity, budget, effective_budget, reserved (leases), "
-                            "peak_reserved, used (allocator), peak, resident, workspace.",
-                            {"device", "kind"})),
-      device_running_sequences_(r.gauge("vramgate_device_running_sequences",
-                                        "Sequences running on the device now, over all its models.", {"device"})),
-      device_ready_(r.gauge("vramgate_device_ready",
-                            "1 when the device takes new work, 0 while it is not_ready (repeated out-of-memory) "
-                            "or unhealthy (failed at start-up).",
-                            {"device"})),
-      device_foreign_bytes_(r.gauge("vramgate_device_foreign_bytes",
-                                    "Bytes in use on the device that this process's allocator does not hold: other "
-                                    "processes (on CUDA also this process's context). The effective budget leaves "
-                                    "them out.",
-                                    {"device"})),
-      budget_changes_total_(r.counter("vramgate_budget_changes_total",
-                                      "Changes of a device's effective budget by reason: out_of_memory (cut), "
-                                      "quiet_period (raised after no out-of-memory error), foreign_grew (other "
-                                      "processes took memory), foreign_shrank (they freed it).",
-                                      {"device", "reason"})),
-      kv_blocks_(r.gauge("vramgate_kv_blocks",
-                         "Blocks of a device's paged KV cache by state: used (by running sequences), cached (kept "
-                         "for the prefix cache, given out when needed), free.",
-                         {"device", "state"})),
-      kv_blocks_evicted_total_(r.counter("vramgate_kv_blocks_evicted_total",
-                                         "Cached KV blocks given to other sequences (prefix cache evictions).",
-                                         {"device"})),
-      prompt_tokens_total_(r.counter("vramgate_prompt_tokens_total",
-                                     "Context tokens of the sequences started, by source: prefix_cache (their KV "
-                                     "blocks were cached) or computed.",
-                                     {"device", "source"})),
-      recomputed_tokens_total_(r.counter("vramgate_recomputed_tokens_total",
-                                         "Context tokens computed again after a preemption.", {"device"})),
-      out_of_memory_total_(
-          r.counter("vramgate_out_of_memory_total", "Engine steps that failed with out-of-memory.").with({})),
-      preemptions_total_(
-          r.counter("vramgate_preemptions_total", "Running sequences stopped and re-queued to free device memory.")
-              .with({})),
+      state_(r),
       idempotent_replays_total_(r.counter("vramgate_idempotent_replays_total",
                                           "Requests answered from another request's work by their Idempotency-Key: "
                                           "attached (it was running) or replayed (it had completed).",
                                           {"kind"})),
-      retry_bookings_total_(r.counter("vramgate_retry_bookings_total",
-                                      "Booked retries by outcome: claimed (the retry took its place in its window), "
-                                      "expired (released unclaimed), early (a retry before its window, refused "
-                                      "again), refused (an overloaded refusal that booked nothing).",
-                                      {"outcome"})),
-      retry_bookings_held_(r.gauge("vramgate_retry_bookings", "Booked retry places held now.").with({})),
       engine_up_(r.gauge("vramgate_engine_up",
                          "1 while the engine process serving the device is connected and ready, else 0 "
                          "(multi-process mode).",
@@ -158,6 +105,60 @@ ServerMetrics::ServerMetrics(Registry& r)
   requests_resumed_total_.with({"moved"});
   idempotent_replays_total_.with({"attached"});
   idempotent_replays_total_.with({"replayed"});
+}
+
+ServerMetrics::StateFamilies::StateFamilies(Registry& r)
+    : queue_depth(r.gauge("vramgate_queue_depth", "Requests waiting for admission.").with({})),
+      running_sequences(r.gauge("vramgate_running_sequences", "Sequences in the running batch.").with({})),
+      ready(r.gauge("vramgate_ready", "1 when the server is ready for traffic, else 0.").with({})),
+      draining(r.gauge("vramgate_draining", "1 while the server drains for shutdown, else 0.").with({})),
+      device_bytes(r.gauge("vramgate_device_bytes",
+                           "Device memory by kind: capacity, budget, effective_budget, reserved (leases), "
+                           "peak_reserved, used (allocator), peak, resident, workspace.",
+                           {"device", "kind"})),
+      device_running_sequences(r.gauge("vramgate_device_running_sequences",
+                                       "Sequences running on the device now, over all its models.", {"device"})),
+      device_ready(r.gauge("vramgate_device_ready",
+                           "1 when the device takes new work, 0 while it is not_ready (repeated out-of-memory) "
+                           "or unhealthy (failed at start-up).",
+                           {"device"})),
+      device_foreign_bytes(r.gauge("vramgate_device_foreign_bytes",
+                                   "Bytes in use on the device that this process's allocator does not hold: other "
+                                   "processes (on CUDA also this process's context). The effective budget leaves "
+                                   "them out.",
+                                   {"device"})),
+      budget_changes_total(r.counter("vramgate_budget_changes_total",
+                                     "Changes of a device's effective budget by reason: out_of_memory (cut), "
+                                     "quiet_period (raised after no out-of-memory error), foreign_grew (other "
+                                     "processes took memory), foreign_shrank (they freed it).",
+                                     {"device", "reason"})),
+      kv_blocks(r.gauge("vramgate_kv_blocks",
+                        "Blocks of a device's paged KV cache by state: used (by running sequences), cached (kept "
+                        "for the prefix cache, given out when needed), free.",
+                        {"device", "state"})),
+      kv_blocks_evicted_total(r.counter("vramgate_kv_blocks_evicted_total",
+                                        "Cached KV blocks given to other sequences (prefix cache evictions).",
+                                        {"device"})),
+      prompt_tokens_total(r.counter("vramgate_prompt_tokens_total",
+                                    "Context tokens of the sequences started, by source: prefix_cache (their KV "
+                                    "blocks were cached) or computed.",
+                                    {"device", "source"})),
+      recomputed_tokens_total(r.counter("vramgate_recomputed_tokens_total",
+                                        "Context tokens computed again after a preemption.", {"device"})),
+      retry_bookings_held(r.gauge("vramgate_retry_bookings", "Booked retry places held now.").with({})) {
+  // The counters' families (api/counters.hpp), each registered once, in table order.
+  std::vector<std::pair<const CounterMetric*, CounterFamily*>> made;
+  for (const CounterInfo& c : kCounters) {
+    if (!c.metric) continue;
+    auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == c.metric; });
+    if (it == made.end()) {
+      std::vector<std::string> labels;
+      if (!c.metric->label.empty()) labels.emplace_back(c.metric->label);
+      made.emplace_back(c.metric, &r.counter(std::string(c.metric->name), std::string(c.metric->help), labels));
+      it = made.end() - 1;
+    }
+    counters[static_cast<std::size_t>(c.id)] = it->second;
+  }
 }
 
 void ServerMetrics::count_idempotent_replay(std::string_view kind) {
@@ -193,44 +194,38 @@ void ServerMetrics::count_http_request(std::string_view route, int status) {
   http_requests_total_.with({std::string(route), std::to_string(status)}).inc();
 }
 
-void ServerMetrics::fill_state(const StateSample& s) {
-  queue_depth_.set(s.queue_depth);
-  running_sequences_.set(s.running);
-  ready_.set(s.ready ? 1 : 0);
-  draining_.set(s.draining ? 1 : 0);
-  for (const auto& d : s.devices) {
-    for (const auto& [kind, bytes] : d.bytes) device_bytes_.with({d.name, kind}).set(static_cast<double>(bytes));
-    device_running_sequences_.with({d.name}).set(d.running);
-    device_ready_.with({d.name}).set(d.ready ? 1 : 0);
-    device_foreign_bytes_.with({d.name}).set(static_cast<double>(d.foreign_bytes));
-    for (const auto& [reason, n] : d.budget_changes) {
-      budget_changes_total_.with({d.name, reason}).mirror(static_cast<double>(n));
-    }
-    if (!d.kv_blocks.empty()) {
-      for (const auto& [state, n] : d.kv_blocks) kv_blocks_.with({d.name, state}).set(static_cast<double>(n));
-      kv_blocks_evicted_total_.with({d.name}).mirror(static_cast<double>(d.kv_blocks_evicted));
-      for (const auto& [source, n] : d.prompt_tokens) {
-        prompt_tokens_total_.with({d.name, source}).mirror(static_cast<double>(n));
-      }
-      recomputed_tokens_total_.with({d.name}).mirror(static_cast<double>(d.recomputed_tokens));
-    }
+void ServerMetrics::fill_device(const StateSample::Device& d) {
+  StateFamilies& f = state_;
+  for (const auto& [kind, bytes] : d.bytes) f.device_bytes.with({d.name, kind}).set(static_cast<double>(bytes));
+  f.device_running_sequences.with({d.name}).set(d.running);
+  f.device_ready.with({d.name}).set(d.ready ? 1 : 0);
+  f.device_foreign_bytes.with({d.name}).set(static_cast<double>(d.foreign_bytes));
+  for (const auto& [reason, n] : d.budget_changes) {
+    f.budget_changes_total.with({d.name, reason}).mirror(static_cast<double>(n));
   }
-  const std::pair<const char*, std::int64_t> outcomes[] = {
-      {"admitted", s.admitted},           {"queue_full", s.rejected_queue_full},
-      {"never_fits", s.rejected_never_fits}, {"queue_timeout", s.queue_timeouts},
-      {"deadline", s.deadline_expired},   {"cancelled", s.cancelled_queued},
-      {"moved", s.moved},
-  };
-  for (const auto& [reason, n] : outcomes) admission_outcomes_total_.with({reason}).mirror(static_cast<double>(n));
-  requests_finished_total_.with({"completed"}).mirror(static_cast<double>(s.completed));
-  requests_finished_total_.with({"failed"}).mirror(static_cast<double>(s.failed));
-  requests_finished_total_.with({"cancelled"}).mirror(static_cast<double>(s.cancelled));
-  out_of_memory_total_.mirror(static_cast<double>(s.out_of_memory));
-  preemptions_total_.mirror(static_cast<double>(s.preemptions));
-  const std::pair<const char*, std::int64_t> retries[] = {
-      {"claimed", s.retry_claimed}, {"expired", s.retry_expired}, {"early", s.retry_early}, {"refused", s.retry_refused}};
-  for (const auto& [outcome, n] : retries) retry_bookings_total_.with({outcome}).mirror(static_cast<double>(n));
-  retry_bookings_held_.set(s.retry_bookings);
+  if (d.kv_blocks.empty()) return;
+  for (const auto& [state, n] : d.kv_blocks) f.kv_blocks.with({d.name, state}).set(static_cast<double>(n));
+  f.kv_blocks_evicted_total.with({d.name}).mirror(static_cast<double>(d.kv_blocks_evicted));
+  for (const auto& [source, n] : d.prompt_tokens) {
+    f.prompt_tokens_total.with({d.name, source}).mirror(static_cast<double>(n));
+  }
+  f.recomputed_tokens_total.with({d.name}).mirror(static_cast<double>(d.recomputed_tokens));
+}
+
+void ServerMetrics::fill_state(const StateSample& s) {
+  state_.queue_depth.set(s.queue_depth);
+  state_.running_sequences.set(s.running);
+  state_.ready.set(s.ready ? 1 : 0);
+  state_.draining.set(s.draining ? 1 : 0);
+  for (const auto& d : s.devices) fill_device(d);
+  for (const CounterInfo& c : kCounters) {
+    CounterFamily* family = state_.counters[static_cast<std::size_t>(c.id)];
+    if (!family) continue;
+    std::vector<std::string> labels;
+    if (!c.label.empty()) labels.emplace_back(c.label);
+    family->with(labels).mirror(static_cast<double>(s.counters[c.id]));
+  }
+  state_.retry_bookings_held.set(s.retry_bookings);
 }
 
 std::string ServerMetrics::scrape(const StateSample& sample) {

@@ -8,12 +8,14 @@
 // Threads: construct once before serving; every member is then thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "api/counters.hpp"
 #include "metrics/registry.hpp"
 
 namespace vg::metrics {
@@ -44,25 +46,9 @@ struct StateSample {
   int running = 0;
   bool ready = false;
   bool draining = false;
-  // Counters since start.
-  std::int64_t admitted = 0;
-  std::int64_t rejected_queue_full = 0;
-  std::int64_t rejected_never_fits = 0;
-  std::int64_t queue_timeouts = 0;
-  std::int64_t deadline_expired = 0;  ///< total deadline passed while queued
-  std::int64_t cancelled_queued = 0;  ///< client left while queued
-  std::int64_t moved = 0;             ///< left one engine's queue for another's
-  std::int64_t completed = 0;
-  std::int64_t failed = 0;
-  std::int64_t cancelled = 0;
-  std::int64_t out_of_memory = 0;
-  std::int64_t preemptions = 0;
-  // Booked retries (outcome -> count).
-  std::int64_t retry_claimed = 0;
-  std::int64_t retry_expired = 0;
-  std::int64_t retry_early = 0;
-  std::int64_t retry_refused = 0;
   int retry_bookings = 0;  ///< booked places held now
+  /// The service's counters since start, each exposed as its kCounters row says.
+  Counters counters;
 };
 
 class ServerMetrics {
@@ -141,28 +127,33 @@ class ServerMetrics {
   std::string scrape(const StateSample& sample);
 
  private:
+  /// The families fill_state() copies the service's state into.
+  struct StateFamilies {
+    explicit StateFamilies(Registry& r);
+    Gauge& queue_depth;
+    Gauge& running_sequences;
+    Gauge& ready;
+    Gauge& draining;
+    GaugeFamily& device_bytes;
+    GaugeFamily& device_running_sequences;
+    GaugeFamily& device_ready;
+    GaugeFamily& device_foreign_bytes;
+    CounterFamily& budget_changes_total;
+    GaugeFamily& kv_blocks;
+    CounterFamily& kv_blocks_evicted_total;
+    CounterFamily& prompt_tokens_total;
+    CounterFamily& recomputed_tokens_total;
+    Gauge& retry_bookings_held;
+    /// The family exposing each counter of kCounters (nullptr: none).
+    std::array<CounterFamily*, kCounterCount> counters{};
+  };
+
+  void fill_device(const StateSample::Device& d);
+
   Registry& registry_;
   CounterFamily& http_requests_total_;
-  CounterFamily& admission_outcomes_total_;
-  CounterFamily& requests_finished_total_;
-  Gauge& queue_depth_;
-  Gauge& running_sequences_;
-  Gauge& ready_;
-  Gauge& draining_;
-  GaugeFamily& device_bytes_;
-  GaugeFamily& device_running_sequences_;
-  GaugeFamily& device_ready_;
-  GaugeFamily& device_foreign_bytes_;
-  CounterFamily& budget_changes_total_;
-  GaugeFamily& kv_blocks_;
-  CounterFamily& kv_blocks_evicted_total_;
-  CounterFamily& prompt_tokens_total_;
-  CounterFamily& recomputed_tokens_total_;
-  Counter& out_of_memory_total_;
-  Counter& preemptions_total_;
+  StateFamilies state_;
   CounterFamily& idempotent_replays_total_;
-  CounterFamily& retry_bookings_total_;
-  Gauge& retry_bookings_held_;
   GaugeFamily& engine_up_;
   CounterFamily& engine_restarts_total_;
   CounterFamily& requests_resumed_total_;

@@ -91,7 +91,8 @@ void QueueService::refresh_registry() {
       if (adm.ok()) e.admission = std::move(adm).value();
       {
         // Requests this engine ended, as a monotonic sum over engines (the drain rate).
-        const std::int64_t ended = e.admission.completed + e.admission.failed;
+        const Counters& c = e.admission.counters;
+        const std::int64_t ended = c[CounterId::kCompleted] + c[CounterId::kFailed];
         std::int64_t& last = engine_counts_[*id]["ended"];
         if (ended > last) finished_total_ += ended - last;
         last = std::max(last, ended);

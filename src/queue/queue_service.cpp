@@ -169,15 +169,7 @@ AdmissionState QueueService::admission_state() const {
     st.queue_depth += a.queue_depth;
     st.queued += a.queued;
     st.running += a.running;
-    st.admitted += a.admitted;
-    st.rejected_never_fits += a.rejected_never_fits;
-    st.rejected_queue_full += a.rejected_queue_full;
-    st.queue_timeouts += a.queue_timeouts;
-    st.cancelled += a.cancelled;
-    st.completed += a.completed;
-    st.failed += a.failed;
-    st.out_of_memory += a.out_of_memory;
-    st.preemptions += a.preemptions;
+    st.counters += a.counters;
   }
   int waiting = 0;
   for (const auto& [rid, r] : reqs_) {
@@ -185,7 +177,7 @@ AdmissionState QueueService::admission_state() const {
   }
   st.queue_depth += waiting;
   st.queued += waiting;
-  st.queue_timeouts += static_cast<std::int64_t>(stats_.queue_timeouts);
+  st.counters[CounterId::kQueueTimeouts] += static_cast<std::int64_t>(stats_.queue_timeouts);
   st.draining = draining_;
   return st;
 }

@@ -31,10 +31,33 @@ void add_kv_pool(DeviceState& ds, const EngineStats& es) {
 // follow the same foreign bytes, so those count once (the largest); their
 // out-of-memory governors are their own, so those add up.
 void add_budget_changes(DeviceState& ds, const EngineStats& es) {
-  ds.budget_cuts_out_of_memory += es.oom_budget_cuts;
+  ds.budget_cuts_out_of_memory += es.counters[CounterId::kOomBudgetCuts];
   ds.budget_raises_quiet_period += es.oom_budget_raises;
   ds.budget_cuts_foreign = std::max(ds.budget_cuts_foreign, es.budget_foreign_grew);
   ds.budget_raises_foreign = std::max(ds.budget_raises_foreign, es.budget_foreign_shrank);
+}
+
+// The per-device counters of an engine's (language or tensor) counters.
+void add_device_counters(DeviceState& ds, const Counters& c) {
+  ds.completed += c[CounterId::kCompleted];
+  ds.out_of_memory += c[CounterId::kOutOfMemory];
+  ds.preemptions += c[CounterId::kPreemptions];
+}
+
+// The admission front's counters: its queue's decisions and booked retries.
+void add_admission_counters(Counters& c, const AdmissionSnapshot& as) {
+  c[CounterId::kAdmitted] += as.counters.admitted;
+  c[CounterId::kRejectedNeverFits] += as.counters.rejected_never_fits;
+  c[CounterId::kRejectedQueueFull] += as.counters.rejected_queue_full;
+  c[CounterId::kQueueTimeouts] += as.counters.queue_timeout;
+  c[CounterId::kDeadlineExpired] += as.counters.deadline_expired;
+  c[CounterId::kCancelledQueued] += as.counters.cancelled;
+  c[CounterId::kMoved] += as.counters.withdrawn;
+  c[CounterId::kRetryBooked] += as.retry_booking_counters.booked;
+  c[CounterId::kRetryClaimed] += as.retry_booking_counters.claimed;
+  c[CounterId::kRetryExpired] += as.retry_booking_counters.expired;
+  c[CounterId::kRetryEarly] += as.retry_booking_counters.early;
+  c[CounterId::kRetryRefused] += as.retry_booking_counters.refused;
 }
 
 }  // namespace
@@ -77,18 +100,10 @@ AdmissionState InferenceService::admission_state() const {
       const EngineStats es = e->stats();
       ds.running += es.running;
       ds.max_running += es.max_running;
-      ds.completed += es.completed;
-      ds.out_of_memory += es.out_of_memory;
-      ds.preemptions += es.preemptions;
+      add_device_counters(ds, es.counters);
       add_budget_changes(ds, es);
       add_kv_pool(ds, es);
-      st.cancelled += es.cancelled;
-      st.completed += es.completed;
-      st.failed += es.failed;
-      st.out_of_memory += es.out_of_memory;
-      st.oom_budget_cuts += es.oom_budget_cuts;
-      st.preemptions += es.preemptions;
-      st.not_ready_trips += es.not_ready_trips;
+      st.counters += es.counters;
       std::string why;
       if (!e->ready(now, &why)) {
         ds.ready = false;
@@ -99,13 +114,8 @@ AdmissionState InferenceService::admission_state() const {
     for (auto& e : d->tensor_engines) {
       const TensorEngineStats ts = e->stats();
       ds.running += ts.running;
-      ds.completed += ts.completed;
-      ds.out_of_memory += ts.out_of_memory;
-      st.cancelled += ts.cancelled;
-      st.completed += ts.completed;
-      st.failed += ts.failed;
-      st.out_of_memory += ts.out_of_memory;
-      st.oom_budget_cuts += ts.oom_budget_cuts;
+      add_device_counters(ds, ts.counters);
+      st.counters += ts.counters;
     }
     st.running += ds.running;
     st.devices.push_back(ds);
@@ -118,20 +128,9 @@ AdmissionState InferenceService::admission_state() const {
       st.waiting.push_back(
           WaitingRequest{q.position, q.cost_bytes, to_seconds(q.waited), std::string(to_string(q.priority))});
     }
-    st.admitted = as->counters.admitted;
-    st.rejected_never_fits = as->counters.rejected_never_fits;
-    st.rejected_queue_full = as->counters.rejected_queue_full;
-    st.queue_timeouts = as->counters.queue_timeout;
-    st.deadline_expired = as->counters.deadline_expired;
-    st.cancelled_queued = as->counters.cancelled;
-    st.moved = as->counters.withdrawn;
+    add_admission_counters(st.counters, *as);
     st.retry_bookings = as->retry_bookings;
     st.retry_places = as->retry_places;
-    st.retry_booked = as->retry_booking_counters.booked;
-    st.retry_claimed = as->retry_booking_counters.claimed;
-    st.retry_expired = as->retry_booking_counters.expired;
-    st.retry_early = as->retry_booking_counters.early;
-    st.retry_refused = as->retry_booking_counters.refused;
   }
   return st;
 }

@@ -54,7 +54,7 @@ Result<ModelInfo> decode_model_info(const json::value& v) {
 }
 
 // Every integer field of DeviceState and AdmissionState, by name, so encode
-// and decode cannot drift apart.
+// and decode cannot drift apart (the counters' names are kCounters').
 namespace {
 using DeviceInt = std::int64_t DeviceState::*;
 const std::pair<const char*, DeviceInt> kDeviceInts[] = {
@@ -87,28 +87,6 @@ const std::pair<const char*, DeviceInt> kDeviceInts[] = {
     {"kv_recomputed_tokens", &DeviceState::kv_recomputed_tokens},
     {"kv_growth_preemptions", &DeviceState::kv_growth_preemptions},
 };
-using StateInt = std::int64_t AdmissionState::*;
-const std::pair<const char*, StateInt> kStateInts[] = {
-    {"admitted", &AdmissionState::admitted},
-    {"rejected_never_fits", &AdmissionState::rejected_never_fits},
-    {"rejected_queue_full", &AdmissionState::rejected_queue_full},
-    {"queue_timeouts", &AdmissionState::queue_timeouts},
-    {"deadline_expired", &AdmissionState::deadline_expired},
-    {"cancelled_queued", &AdmissionState::cancelled_queued},
-    {"moved", &AdmissionState::moved},
-    {"cancelled", &AdmissionState::cancelled},
-    {"completed", &AdmissionState::completed},
-    {"failed", &AdmissionState::failed},
-    {"out_of_memory", &AdmissionState::out_of_memory},
-    {"oom_budget_cuts", &AdmissionState::oom_budget_cuts},
-    {"preemptions", &AdmissionState::preemptions},
-    {"not_ready_trips", &AdmissionState::not_ready_trips},
-    {"retry_booked", &AdmissionState::retry_booked},
-    {"retry_claimed", &AdmissionState::retry_claimed},
-    {"retry_expired", &AdmissionState::retry_expired},
-    {"retry_early", &AdmissionState::retry_early},
-    {"retry_refused", &AdmissionState::retry_refused},
-};
 using StateSmall = int AdmissionState::*;
 const std::pair<const char*, StateSmall> kStateSmall[] = {
     {"queue_depth", &AdmissionState::queue_depth},   {"queued", &AdmissionState::queued},
@@ -119,7 +97,7 @@ const std::pair<const char*, StateSmall> kStateSmall[] = {
 
 json::object encode(const AdmissionState& s) {
   json::object o{{"policy", s.policy}, {"draining", s.draining}};
-  for (const auto& [k, m] : kStateInts) o[k] = s.*m;
+  for (const CounterInfo& c : kCounters) o[c.key] = s.counters[c.id];
   for (const auto& [k, m] : kStateSmall) o[k] = s.*m;
   json::array devices;
   for (const DeviceState& d : s.devices) {
@@ -151,7 +129,8 @@ Result<AdmissionState> decode_admission_state(const json::value& v) {
     AdmissionState s;
     s.policy = str(o, "policy");
     s.draining = boolean(o, "draining");
-    for (const auto& [k, m] : kStateInts) s.*m = integer(o, k, 0, kMaxInt64, 0);
+    for (const CounterInfo& c : kCounters)
+      s.counters[c.id] = integer(o, c.key.data(), 0, kMaxInt64, 0);  // a literal: NUL-terminated
     for (const auto& [k, m] : kStateSmall) s.*m = static_cast<int>(integer(o, k, 0, kMaxInt32, 0));
     if (const json::array* a = array(o, "devices", kMaxSmallList)) {
       for (const json::value& e : *a) {

@@ -72,9 +72,9 @@ TEST_F(ForeignBytesTest, ForeignGrowthLowersTheBudgetPreemptsTheYoungestAndItsRe
   run_two(*engine, a, b);
   EXPECT_EQ(a->text(), b->text());  // b was recomputed: same greedy text
   const EngineStats st = engine->stats();
-  EXPECT_EQ(st.out_of_memory, 0);
-  EXPECT_EQ(st.failed, 0);
-  EXPECT_EQ(st.preemptions, 1);  // 2 x 3100 bytes do not fit in 4000; one does
+  EXPECT_EQ(st.counters[CounterId::kOutOfMemory], 0);
+  EXPECT_EQ(st.counters[CounterId::kFailed], 0);
+  EXPECT_EQ(st.counters[CounterId::kPreemptions], 1);  // 2 x 3100 bytes do not fit in 4000; one does
   EXPECT_TRUE(requeued_after_start(*b));
   EXPECT_FALSE(requeued_after_start(*a));
   EXPECT_EQ(st.budget_foreign_grew, 1);
@@ -107,8 +107,8 @@ TEST_F(ForeignBytesTest, ForeignGrowthThatLeavesRoomForWhatRunsPreemptsNothingBu
   });
   EXPECT_GE(b_prefill - log.begin(), 8);
   const EngineStats st = engine->stats();
-  EXPECT_EQ(st.preemptions, 0);
-  EXPECT_EQ(st.out_of_memory, 0);
+  EXPECT_EQ(st.counters[CounterId::kPreemptions], 0);
+  EXPECT_EQ(st.counters[CounterId::kOutOfMemory], 0);
   EXPECT_EQ(st.budget_foreign_grew, 1);
   EXPECT_EQ(st.budget_foreign_shrank, 1);
 }
@@ -136,9 +136,9 @@ TEST_F(ForeignBytesTest, GrowthDuringAChunkedPrefillPreemptsThePrefillingSequenc
   EXPECT_TRUE(requeued_after_start(*a));
   EXPECT_FALSE(requeued_after_start(*b));
   const EngineStats st = engine->stats();
-  EXPECT_EQ(st.preemptions, 1);
-  EXPECT_EQ(st.out_of_memory, 0);
-  EXPECT_EQ(st.failed, 0);
+  EXPECT_EQ(st.counters[CounterId::kPreemptions], 1);
+  EXPECT_EQ(st.counters[CounterId::kOutOfMemory], 0);
+  EXPECT_EQ(st.counters[CounterId::kFailed], 0);
   // a's prompt went in over more than one step before the preemption.
   const std::vector<int> inputs = model_.inputs_log();
   EXPECT_NE(std::find(inputs.begin(), inputs.end(), 3), inputs.end());
@@ -156,7 +156,7 @@ TEST_F(ForeignBytesTest, MemoryThatComesAndGoesLowersTheBudgetOnceAndPreemptsOnc
   auto b = std::make_shared<Collector>();
   run_two(*engine, a, b);  // b granted again once a's lease was released
   const EngineStats st = engine->stats();
-  EXPECT_EQ(st.preemptions, 1);
+  EXPECT_EQ(st.counters[CounterId::kPreemptions], 1);
   EXPECT_EQ(st.budget_foreign_grew, 1);
   EXPECT_EQ(st.budget_foreign_shrank, 0);
   EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget - 6000);

@@ -103,7 +103,7 @@ TEST_F(KvPoolEngineTest, FullReservesTheWorstCaseOfEverySequence) {
   learn_short_answers(*engine);
   run_all(*engine, 6, 20, 5);
   EXPECT_EQ(model_.max_inputs_per_step(), 2);
-  EXPECT_EQ(engine->stats().preemptions, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 0);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }
 
@@ -113,7 +113,7 @@ TEST_F(KvPoolEngineTest, OnDemandHoldsMoreSequencesOnceItLearnedThatAnswersAreSh
   EXPECT_EQ(model_.max_inputs_per_step(), 2);  // while it learned, it reserved the worst case
   run_all(*engine, 6, 20, 5);
   EXPECT_EQ(model_.max_inputs_per_step(), 6);
-  EXPECT_EQ(engine->stats().preemptions, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 0);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }
 
@@ -123,10 +123,10 @@ TEST_F(KvPoolEngineTest, SequencesThatOutgrowTheEstimateArePreemptedAndRecompute
   model_.eos_at_length(1000);  // now every answer runs to max_tokens
   run_all(*engine, 5, 20, 20);
   const EngineStats st = engine->stats();
-  EXPECT_GT(st.preemptions, 0);
+  EXPECT_GT(st.counters[CounterId::kPreemptions], 0);
   EXPECT_GT(st.kv_pool.growth_preemptions, 0);
   EXPECT_GT(st.kv_pool.recomputed_tokens, 0);
-  EXPECT_EQ(st.failed, 0);
+  EXPECT_EQ(st.counters[CounterId::kFailed], 0);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
   EXPECT_EQ(used_blocks(), 0);
 }

@@ -81,7 +81,8 @@ TEST_F(MultiDeviceTest, ABusyDeviceDoesNotHoldUpWorkTheOtherCanTake) {
   ASSERT_TRUE(a->finished());
   EXPECT_EQ(a->terminals(), 1);
   EXPECT_EQ(b->terminals(), 1);
-  EXPECT_EQ(engines_[0]->stats().completed + engines_[1]->stats().completed, 2);
+  EXPECT_EQ(engines_[0]->stats().counters[CounterId::kCompleted] + engines_[1]->stats().counters[CounterId::kCompleted],
+            2);
   const AdmissionSnapshot snap = engines_[1]->admission();
   ASSERT_EQ(snap.devices.size(), 2u);
   EXPECT_EQ(snap.devices[0].peak_reserved_bytes, 500);
@@ -116,8 +117,8 @@ TEST_F(MultiDeviceTest, WhatFitsNowhereWaitsInOneQueueForTheFirstDeviceThatFrees
   models_[0].unblock();
   ASSERT_TRUE(a->wait_done());
   for (auto* x : {a.get(), b.get(), c.get()}) EXPECT_EQ(x->terminals(), 1);
-  EXPECT_EQ(engines_[0]->stats().completed, 1);
-  EXPECT_EQ(engines_[1]->stats().completed, 2);
+  EXPECT_EQ(engines_[0]->stats().counters[CounterId::kCompleted], 1);
+  EXPECT_EQ(engines_[1]->stats().counters[CounterId::kCompleted], 2);
 }
 
 TEST_F(MultiDeviceTest, ADeviceMarkedNotReadyHandsItsWorkToTheOther) {
@@ -134,8 +135,8 @@ TEST_F(MultiDeviceTest, ADeviceMarkedNotReadyHandsItsWorkToTheOther) {
   // with the same text as an undisturbed run and each token sent once.
   EXPECT_EQ(a->text(), "ello wo");
   EXPECT_EQ(a->terminals(), 1);
-  EXPECT_EQ(engines_[0]->stats().preemptions, 1);
-  EXPECT_EQ(engines_[1]->stats().completed, 1);
+  EXPECT_EQ(engines_[0]->stats().counters[CounterId::kPreemptions], 1);
+  EXPECT_EQ(engines_[1]->stats().counters[CounterId::kCompleted], 1);
   std::string reason;
   EXPECT_FALSE(engines_[0]->ready(Clock::now(), &reason));
   EXPECT_NE(reason.find("virt:0"), std::string::npos);

@@ -60,7 +60,7 @@ TEST_F(PrefillWorkerTest, EveryRequestGetsItsTextAndPrefillsNeverShareAStepWithD
     EXPECT_EQ(sinks[i]->terminals(), 1);
   }
   ASSERT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
-  EXPECT_EQ(engine->stats().completed, 16);
+  EXPECT_EQ(engine->stats().counters[CounterId::kCompleted], 16);
   EXPECT_EQ(engine->stats().running, 0);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
   // Every prompt has 2+ tokens: a step holds prefill chunks or decode
@@ -126,7 +126,7 @@ TEST_F(PrefillWorkerTest, CancelDuringAHeldPrefillAnswersOnceAndFreesTheLease) {
   EXPECT_EQ(a->terminals(), 1);
   ASSERT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
-  EXPECT_EQ(engine->stats().cancelled, 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kCancelled], 1);
 }
 
 TEST_F(PrefillWorkerTest, OutOfMemoryInAPrefillStepPreemptsAndTheRequestStillCompletes) {
@@ -139,9 +139,9 @@ TEST_F(PrefillWorkerTest, OutOfMemoryInAPrefillStepPreemptsAndTheRequestStillCom
   EXPECT_EQ(a->text(), expected("abc", 6));
   EXPECT_EQ(a->terminals(), 1);
   const EngineStats st = engine->stats();
-  EXPECT_EQ(st.out_of_memory, 1);
-  EXPECT_EQ(st.preemptions, 1);
-  EXPECT_EQ(st.completed, 1);
+  EXPECT_EQ(st.counters[CounterId::kOutOfMemory], 1);
+  EXPECT_EQ(st.counters[CounterId::kPreemptions], 1);
+  EXPECT_EQ(st.counters[CounterId::kCompleted], 1);
   ASSERT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
 }

@@ -51,9 +51,9 @@ TEST_F(EngineTest, APreemptedRequestIsRecomputedAndItsTextIsSentOnce) {
   EXPECT_EQ(tokens_announced(*a), 12);
   EXPECT_EQ(count_started(*a), 1);
   EXPECT_EQ(a->terminals(), 1);
-  EXPECT_EQ(engine->stats().preemptions, 1);
-  EXPECT_EQ(engine->stats().out_of_memory, 1);
-  EXPECT_EQ(engine->stats().failed, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kFailed], 0);
   // Recompute: one prefill of prompt + the 3 tokens generated before the OOM.
   const std::vector<int> inputs = model_.inputs_log();
   EXPECT_NE(std::find(inputs.begin(), inputs.end(), 1 + 3), inputs.end());
@@ -69,7 +69,7 @@ TEST_F(EngineTest, TheLeakTestHookHoldsItsBytesAtEachOutOfMemoryRecoveryOnly) {
   ASSERT_TRUE(engine->submit(req(6), a).ok());
   ASSERT_TRUE(a->wait_done());
   ASSERT_TRUE(a->finished());
-  EXPECT_EQ(engine->stats().out_of_memory, 2);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 2);
   EXPECT_EQ(device_->held(), 2 * 4096);
 }
 
@@ -80,7 +80,7 @@ TEST_F(EngineTest, WithoutTheLeakTestHookARecoveryHoldsNothing) {
   ASSERT_TRUE(engine->submit(req(6), a).ok());
   ASSERT_TRUE(a->wait_done());
   ASSERT_TRUE(a->finished());
-  EXPECT_EQ(engine->stats().out_of_memory, 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
   EXPECT_EQ(device_->held(), 0);
 }
 
@@ -96,8 +96,8 @@ TEST_F(EngineTest, ARequestPreemptedMoreThanTheLimitGetsA503) {
   ASSERT_TRUE(a->failed());
   EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
   EXPECT_GE(a->failed()->retry_after_s.value_or(0), 1.0);
-  EXPECT_EQ(engine->stats().preemptions, 2);
-  EXPECT_EQ(engine->stats().out_of_memory, 3);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 2);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 3);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
   // The next request runs.
   auto b = std::make_shared<Collector>();
@@ -140,7 +140,7 @@ class TwoSequencesTest : public EngineTest {
 // the younger one is preempted and waits until the older one finishes.
 TEST_F(TwoSequencesTest, TheYoungestSequenceIsPreemptedAndWaitsWhileTheOlderOneFinishes) {
   run_two(100, 1);
-  EXPECT_EQ(engine_->stats().preemptions, 1);
+  EXPECT_EQ(engine_->stats().counters[CounterId::kPreemptions], 1);
   // b went back to the queue (position 1) after it had started; a never did.
   auto b_events = b_->events();
   auto started = std::find_if(b_events.begin(), b_events.end(),
@@ -162,7 +162,7 @@ TEST_F(TwoSequencesTest, TheYoungestSequenceIsPreemptedAndWaitsWhileTheOlderOneF
 // at step 4, then run).
 TEST_F(TwoSequencesTest, ASequencePreemptedOnceIsNotPreemptedAgainBeforeOneThatNeverWas) {
   run_two(1000, 2);
-  EXPECT_EQ(engine_->stats().preemptions, 2);
+  EXPECT_EQ(engine_->stats().counters[CounterId::kPreemptions], 2);
   const std::vector<int> inputs = model_.inputs_log();
   EXPECT_EQ(std::count(inputs.begin(), inputs.end(), 3), 1) << "a recomputed once";
   EXPECT_EQ(std::count(inputs.begin(), inputs.end(), 2), 2) << "b recomputed once";
@@ -184,7 +184,7 @@ TEST_F(EngineTest, RepeatedOutOfMemoryMarksTheDeviceNotReadyAndRefusesNewWork) {
   EXPECT_FALSE(engine->ready(Clock::now(), &reason));
   EXPECT_NE(reason.find("out-of-memory"), std::string::npos) << reason;
   EXPECT_EQ(engine->stats().consecutive_oom_steps, 3);
-  EXPECT_EQ(engine->stats().out_of_memory, 3);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 3);
   EXPECT_EQ(a->terminals(), 0);
   auto b = std::make_shared<Collector>();
   auto refused = engine->submit(req(5), b);
@@ -208,9 +208,9 @@ TEST_F(EngineTest, AfterTheQuietPeriodTheDeviceServesAgainAndOneGoodStepClosesTh
   ASSERT_TRUE(a->wait_done());
   ASSERT_TRUE(a->finished());
   EXPECT_EQ(a->text(), expected_text(12));
-  EXPECT_EQ(engine->stats().preemptions, 3);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 3);
   EXPECT_EQ(engine->stats().consecutive_oom_steps, 0);
-  EXPECT_EQ(engine->stats().not_ready_trips, 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kNotReadyTrips], 1);
   EXPECT_TRUE(engine->ready(Clock::now()));
 }
 
@@ -253,8 +253,8 @@ TEST_F(EngineTest, ADeviceFaultCallsOnPoisonedAndFailsTheStepsRequestsWithoutRec
   EXPECT_EQ(a->failed()->code, ErrorCode::kDeviceFault);
   EXPECT_NE(a->failed()->message.find("illegal memory access"), std::string::npos) << a->failed()->message;
   // Not an out-of-memory error: nothing preempted, no budget cut.
-  EXPECT_EQ(engine->stats().preemptions, 0);
-  EXPECT_EQ(engine->stats().out_of_memory, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 0);
   EXPECT_EQ(device_->released(), 0);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
   std::lock_guard lk(mu);

@@ -112,8 +112,8 @@ TEST_F(EngineTest, CancelWhileQueuedDropsTheRequestBeforeItRuns) {
   // never left the queue), the finished requests do not.
   EXPECT_EQ(model_.step_tokens(), 3);
   EXPECT_EQ(engine->admission().counters.cancelled, 1);
-  EXPECT_EQ(engine->stats().cancelled, 0);
-  EXPECT_EQ(engine->stats().completed, 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kCancelled], 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kCompleted], 1);
   EXPECT_EQ(engine->admission().counters.admitted, 1);
 }
 
@@ -138,7 +138,7 @@ TEST_F(EngineTest, AQueuedRequestCanBeWithdrawnWithoutAnEventAndARunningOneCanno
   EXPECT_EQ(model_.step_tokens(), 3);
   EXPECT_EQ(b->terminals(), 0);
   for (auto& e : b->events()) EXPECT_FALSE(std::holds_alternative<StartedEvent>(e));
-  EXPECT_EQ(engine->stats().cancelled, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kCancelled], 0);
   EXPECT_EQ(engine->admission().queued, 0);
   EXPECT_EQ(engine->admission().reserved_bytes, 0);
   EXPECT_EQ(engine->admission().counters.withdrawn, 1);
@@ -209,10 +209,10 @@ TEST_F(EngineTest, StepOutOfMemoryWithoutPreemptionsLeftIsA503AndTheEngineGoesOn
   ASSERT_TRUE(a->failed());
   EXPECT_EQ(a->failed()->code, ErrorCode::kOverloaded);
   EXPECT_GE(a->failed()->retry_after_s.value_or(0), 1.0);
-  EXPECT_EQ(engine->stats().out_of_memory, 1);
-  EXPECT_EQ(engine->stats().preemptions, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 0);
   // No OOM governor outside policy memory: the budget stays whole.
-  EXPECT_EQ(engine->stats().oom_budget_cuts, 0);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOomBudgetCuts], 0);
   EXPECT_EQ(engine->admission().effective_budget_bytes, engine->admission().budget_bytes);
   auto b = std::make_shared<Collector>();
   ASSERT_TRUE(engine->submit(req(5), b).ok());
@@ -251,7 +251,7 @@ TEST_F(EngineTest, ManyConcurrentRequestsEachGetExactlyOneTerminalEvent) {
     EXPECT_EQ(sinks[static_cast<std::size_t>(i)]->terminals(), 1);
   }
   EXPECT_TRUE(engine->wait_idle(Clock::now() + std::chrono::seconds(10)));
-  EXPECT_EQ(engine->stats().completed, 24);
+  EXPECT_EQ(engine->stats().counters[CounterId::kCompleted], 24);
 }
 
 TEST_F(EngineTest, DrainRefusesNewWorkAndShutdownCancelsWhatIsLeft) {
@@ -340,7 +340,7 @@ class EngineOomGovernorTest : public EngineTest {
     ASSERT_TRUE(a->wait_done());
     ASSERT_TRUE(a->finished());
     EXPECT_EQ(a->text(), "ello");
-    EXPECT_EQ(engine.stats().preemptions, 1);
+    EXPECT_EQ(engine.stats().counters[CounterId::kPreemptions], 1);
   }
 };
 
@@ -349,7 +349,7 @@ TEST_F(EngineOomGovernorTest, AnOomCutsTheBudgetAndALargeRequestWaitsInsteadOfBe
   run_into_oom(*engine);
   EXPECT_EQ(engine->admission().effective_budget_bytes, kBudget / 2);
   EXPECT_EQ(engine->admission().budget_bytes, kBudget);
-  EXPECT_EQ(engine->stats().oom_budget_cuts, 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOomBudgetCuts], 1);
   // 70 tokens: over the cut budget, within the configured one.
   auto big = std::make_shared<Collector>();
   ASSERT_TRUE(engine->submit(req(69), big).ok());
@@ -369,7 +369,7 @@ TEST_F(EngineOomGovernorTest, AnOomCutsTheBudgetAndALargeRequestWaitsInsteadOfBe
 TEST_F(EngineOomGovernorTest, TheWaitingRequestRunsOnceAQuietPeriodRestoresTheBudget) {
   auto engine = make(governed(std::chrono::milliseconds(1)));
   run_into_oom(*engine);
-  EXPECT_EQ(engine->stats().oom_budget_cuts, 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOomBudgetCuts], 1);
   auto big = std::make_shared<Collector>();
   ASSERT_TRUE(engine->submit(req(69), big).ok());
   ASSERT_TRUE(big->wait_done());

@@ -8,10 +8,12 @@
 namespace vg::gateway {
 namespace {
 
-std::int64_t finished(const AdmissionState& s) { return s.completed + s.failed + s.cancelled; }
+std::int64_t finished(const Counters& s) {
+  return s[CounterId::kCompleted] + s[CounterId::kFailed] + s[CounterId::kCancelled];
+}
 
 TEST(GatewayCounting, AnAdmittedRequestEndsByOutcome) {
-  AdmissionState s;
+  Counters s;
   const Error cancelled(ErrorCode::kCancelled, "gone");
   const Error crashed(ErrorCode::kEngineCrashed, "crashed twice");
   const Error overloaded(ErrorCode::kOverloaded, "restarted after its output began");
@@ -19,35 +21,35 @@ TEST(GatewayCounting, AnAdmittedRequestEndsByOutcome) {
   count_request_end(s, true, &cancelled);
   count_request_end(s, true, &crashed);
   count_request_end(s, true, &overloaded);
-  EXPECT_EQ(s.completed, 1);
-  EXPECT_EQ(s.cancelled, 1);
-  EXPECT_EQ(s.failed, 2);
-  EXPECT_EQ(s.admitted, 0) << "its admission was counted where it started";
-  EXPECT_EQ(s.cancelled_queued + s.queue_timeouts + s.deadline_expired, 0);
+  EXPECT_EQ(s[CounterId::kCompleted], 1);
+  EXPECT_EQ(s[CounterId::kCancelled], 1);
+  EXPECT_EQ(s[CounterId::kFailed], 2);
+  EXPECT_EQ(s[CounterId::kAdmitted], 0) << "its admission was counted where it started";
+  EXPECT_EQ(s[CounterId::kCancelledQueued] + s[CounterId::kQueueTimeouts] + s[CounterId::kDeadlineExpired], 0);
 }
 
 TEST(GatewayCounting, ARequestNeverAdmittedEndsAsItWaited) {
-  AdmissionState s;
+  Counters s;
   const Error cancelled(ErrorCode::kCancelled, "gone");
   const Error deadline(ErrorCode::kTimeout, "deadline");
   const Error no_engine(ErrorCode::kOverloaded, "no engine took it again in time");
   count_request_end(s, false, &cancelled);
   count_request_end(s, false, &deadline);
   count_request_end(s, false, &no_engine);
-  EXPECT_EQ(s.cancelled_queued, 1);
-  EXPECT_EQ(s.deadline_expired, 1);
-  EXPECT_EQ(s.queue_timeouts, 1);
+  EXPECT_EQ(s[CounterId::kCancelledQueued], 1);
+  EXPECT_EQ(s[CounterId::kDeadlineExpired], 1);
+  EXPECT_EQ(s[CounterId::kQueueTimeouts], 1);
   EXPECT_EQ(finished(s), 0);
-  EXPECT_EQ(s.admitted, 0);
+  EXPECT_EQ(s[CounterId::kAdmitted], 0);
 }
 
 TEST(GatewayCounting, ACrashFailureWhoseStartNeverGotOutIsAdmittedAndFailedSoTheBalanceHolds) {
-  AdmissionState s;
+  Counters s;
   const Error crashed(ErrorCode::kEngineCrashed, "crashed twice");
   count_request_end(s, false, &crashed);
-  EXPECT_EQ(s.admitted, 1);
-  EXPECT_EQ(s.failed, 1);
-  EXPECT_EQ(s.admitted, finished(s));
+  EXPECT_EQ(s[CounterId::kAdmitted], 1);
+  EXPECT_EQ(s[CounterId::kFailed], 1);
+  EXPECT_EQ(s[CounterId::kAdmitted], finished(s));
 }
 
 TEST(GatewayCounting, TheMetricLabelIsTheResolvedDeviceNames) {

@@ -130,7 +130,7 @@ class FakeService final : public Service {
     AdmissionState s;
     s.policy = "memory";
     std::lock_guard lk(mu_);
-    s.completed = static_cast<std::int64_t>(subs_.size());
+    s.counters[CounterId::kCompleted] = static_cast<std::int64_t>(subs_.size());
     s.queue_depth = s.queued = queue_depth.load();
     if (budget_bytes > 0) {
       DeviceState d;
@@ -356,7 +356,7 @@ TEST_F(RemoteServiceTest, SubmitsAndForwardsEventsInOrder) {
   EXPECT_EQ(std::get<FinishedEvent>(rec->events.back()).usage.completion_tokens, 2);
   EXPECT_TRUE(gateway_->wait_idle(Clock::now() + 5s));
   EXPECT_EQ(gateway_->models().at(0).id, "fake");
-  EXPECT_EQ(gateway_->admission_state().completed, 1);
+  EXPECT_EQ(gateway_->admission_state().counters[CounterId::kCompleted], 1);
 }
 
 TEST_F(RemoteServiceTest, ARequestThatEndsBeforeItsSubmitIsAnsweredIsStillAccepted) {
@@ -529,7 +529,7 @@ TEST_F(RemoteServiceTest, ACompletionTheEngineDiedBeforeReportingIsStillCounted)
   start_engines_and_gateway({&fake});
   run_one_to_the_end(fake);
   more_engines_[0]->stop();  // dies before any state holds the completion
-  EXPECT_EQ(gateway_->admission_state().completed, 1);
+  EXPECT_EQ(gateway_->admission_state().counters[CounterId::kCompleted], 1);
 }
 
 TEST_F(RemoteServiceTest, ACompletionTheEngineReportedIsCountedOnce) {
@@ -538,9 +538,9 @@ TEST_F(RemoteServiceTest, ACompletionTheEngineReportedIsCountedOnce) {
   run_one_to_the_end(fake);
   // The fake counts its one submission as completed: the state the gateway
   // asks for now holds it, and what the gateway counted itself is dropped.
-  EXPECT_EQ(gateway_->admission_state().completed, 1);
+  EXPECT_EQ(gateway_->admission_state().counters[CounterId::kCompleted], 1);
   more_engines_[0]->stop();
-  EXPECT_EQ(gateway_->admission_state().completed, 1);
+  EXPECT_EQ(gateway_->admission_state().counters[CounterId::kCompleted], 1);
 }
 
 TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {

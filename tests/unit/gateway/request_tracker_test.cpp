@@ -174,13 +174,13 @@ TEST(RequestTracker, CancelOnce) {
 
 TEST(RequestTracker, ItsEndCountsAsAdmittedOnceItsStartWasSent) {
   RequestTracker t;
-  AdmissionState counters;
+  Counters counters;
   const Error cancelled(ErrorCode::kCancelled, "gone");
   t.count_end(counters, &cancelled);
-  EXPECT_EQ(counters.cancelled_queued, 1);
+  EXPECT_EQ(counters[CounterId::kCancelledQueued], 1);
   t.on_event(StartedEvent{});
   t.count_end(counters, &cancelled);
-  EXPECT_EQ(counters.cancelled, 1);
+  EXPECT_EQ(counters[CounterId::kCancelled], 1);
 }
 
 TEST(RequestTracker, PhasesHaveNames) {

@@ -143,9 +143,9 @@ TEST(ServerMetrics, FillStateMirrorsCountersAndDeviceGauges) {
   s.queue_depth = 3;
   s.running = 2;
   s.ready = true;
-  s.admitted = 5;
-  s.rejected_queue_full = 1;
-  s.out_of_memory = 4;
+  s.counters[CounterId::kAdmitted] = 5;
+  s.counters[CounterId::kRejectedQueueFull] = 1;
+  s.counters[CounterId::kOutOfMemory] = 4;
   s.devices.push_back({"virt:0", {{"capacity", 1024}, {"budget", 512}}, 0, true, 0, {}, {}, 0, {}, 0});
   m.count_http_request("/v1/completions", 200);
   m.count_http_request("/v1/completions", 200);

@@ -179,9 +179,9 @@ TEST(Codec, AdmissionStateRoundTrips) {
   AdmissionState s;
   s.policy = "memory";
   s.queued = 3;
-  s.completed = 99;
-  s.retry_claimed = 4;
-  s.moved = 7;
+  s.counters[CounterId::kCompleted] = 99;
+  s.counters[CounterId::kRetryClaimed] = 4;
+  s.counters[CounterId::kMoved] = 7;
   DeviceState d;
   d.name = "virt:0";
   d.budget_bytes = 1 << 30;
@@ -192,14 +192,24 @@ TEST(Codec, AdmissionStateRoundTrips) {
   auto back = decode_admission_state(json::value(encode(s)));
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->queued, 3);
-  EXPECT_EQ(back->completed, 99);
-  EXPECT_EQ(back->retry_claimed, 4);
-  EXPECT_EQ(back->moved, 7);
+  EXPECT_EQ(back->counters[CounterId::kCompleted], 99);
+  EXPECT_EQ(back->counters[CounterId::kRetryClaimed], 4);
+  EXPECT_EQ(back->counters[CounterId::kMoved], 7);
   ASSERT_EQ(back->devices.size(), 1u);
   EXPECT_EQ(back->devices[0].reserved_bytes, 12345);
   EXPECT_EQ(back->devices[0].running, 2);
   ASSERT_EQ(back->waiting.size(), 1u);
   EXPECT_EQ(back->waiting[0].priority, "high");
+}
+
+TEST(Codec, EveryCounterRoundTripsUnderItsKey) {
+  AdmissionState s;
+  for (const CounterInfo& c : kCounters) s.counters[c.id] = 1000 + static_cast<std::int64_t>(c.id);
+  const json::value v(encode(s));
+  for (const CounterInfo& c : kCounters) EXPECT_EQ(v.as_object().at(c.key).as_int64(), s.counters[c.id]) << c.key;
+  auto back = decode_admission_state(v);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->counters, s.counters);
 }
 
 TEST(Codec, ADevicesKvBlockPoolRoundTrips) {

@@ -72,7 +72,7 @@ AdmissionState sample_admission() {
   AdmissionState s;
   s.policy = "memory";
   s.queued = 2;
-  s.completed = 11;
+  s.counters[CounterId::kCompleted] = 11;
   DeviceState d;
   d.name = "virt:0";
   d.budget_bytes = 1 << 30;
