@@ -1,5 +1,6 @@
-// InferenceService (see inference_service.hpp): device, model, memory profile,
-// engine wiring, request validation, watchdog health and admission state.
+// InferenceService (see inference_service.hpp): request validation and
+// submission, watchdog health, readiness, drain and shutdown. Start-up is in
+// inference_service_setup.cpp.
 #include "server/inference_service.hpp"
 
 #include <unistd.h>
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -21,14 +21,11 @@
 #include "engine/text_stream.hpp"
 #include "model/model.hpp"
 #include "model/torchscript_model.hpp"
-#include "server/engine_options.hpp"
 #include "server/inference_service_entries.hpp"
 #include "server/model_setup.hpp"
-#include "server/step_profile_setup.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace vg {
-
 
 namespace {
 
@@ -43,209 +40,56 @@ class FinishedHandle final : public RequestHandle {
   std::string id_;
 };
 
+/// "`what` token id `id` is outside the vocabulary 0..`vocab_size - 1`".
+Error outside_vocabulary(const char* what, std::int32_t id, int vocab_size) {
+  return Error(ErrorCode::kInvalidRequest, std::string(what) + " token id " + std::to_string(id) +
+                                               " is outside the vocabulary 0.." + std::to_string(vocab_size - 1));
+}
+
+/// A resumed request has one choice, and its tokens are in the vocabulary
+/// and no more than its max_tokens.
+Status check_resume(const CompletionRequest& request, const ResumeFrom& resume, int vocab_size) {
+  if (resume.tokens.empty()) return Status::Ok();
+  if (request.n != 1) return Error(ErrorCode::kInvalidRequest, "a resumed request has one choice");
+  for (std::int32_t id : resume.tokens) {
+    if (id < 0 || id >= vocab_size) {
+      return Error(ErrorCode::kInvalidRequest, "resumed token id " + std::to_string(id) + " is outside the vocabulary");
+    }
+  }
+  if (static_cast<long>(resume.tokens.size()) > request.max_tokens) {
+    return Error(ErrorCode::kInvalidRequest, "a resumed request has more tokens than its max_tokens");
+  }
+  return Status::Ok();
+}
+
+/// How a resumed request whose delivered tokens already end it (its end was
+/// lost with the engine that ran it) finished: "stop" or "length"; null when
+/// it goes on, or was not resumed.
+const char* resumed_finish_reason(const Tokenizer& tok, const GenerationRequest& gen) {
+  if (gen.resume_generated.empty()) return nullptr;
+  TextStream replay(gen.stop);
+  for (std::int32_t t : gen.resume_generated) (void)replay.push(tok.token_bytes(t));
+  if (replay.stopped() || (tok.is_eos(gen.resume_generated.back()) && !gen.ignore_eos)) return "stop";
+  if (static_cast<int>(gen.resume_generated.size()) >= gen.max_tokens) return "length";
+  return nullptr;
+}
+
+/// Ends `gen` at submit with `reason`, nothing resent: `sink` gets its start and its end.
+Submission finished_at_submit(Submission sub, const GenerationRequest& gen, const char* reason, EventSink& sink) {
+  sub.handle = std::make_shared<FinishedHandle>(gen.id);
+  FinishedEvent done;
+  done.finish_reason = reason;
+  done.usage = {sub.prompt_tokens, static_cast<int>(gen.resume_generated.size())};
+  sink.push(StartedEvent{});
+  sink.push(std::move(done));
+  return sub;
+}
+
 }  // namespace
 
 InferenceService::InferenceService(const ServeConfig& config) : config_(config) {}
 
 InferenceService::~InferenceService() { shutdown(); }
-
-Result<std::unique_ptr<InferenceService>> InferenceService::create(
-    const ServeConfig& config, metrics::ServerMetrics* metrics, std::function<void(const std::string&)> on_poisoned) {
-  std::unique_ptr<InferenceService> svc(new InferenceService(config));
-  svc->started_at_ = unix_seconds_now();
-  const std::vector<ModelSource> sources = find_model_sources(config);
-
-  // Devices: each loads every model; one that fails is left out.
-  std::optional<Error> first_error;
-  std::vector<DeviceEntry*> serving;
-  const std::vector<DeviceSpec> specs = config.device_specs();
-  for (const DeviceSpec& spec : specs) {
-    auto entry = std::make_unique<DeviceEntry>();
-    auto setup = load_device(config, spec, sources);
-    if (setup.ok()) {
-      entry->setup = std::move(setup).value();
-      entry->name = entry->setup.device->name();
-      entry->topology_index = static_cast<int>(serving.size());
-      serving.push_back(entry.get());
-    } else {
-      entry->name = spec.kind == DeviceKind::kAuto ? spec.text : spec.name();
-      entry->failure = setup.error().message;
-      if (spec.kind == DeviceKind::kVirtual) entry->failed_capacity = spec.capacity;
-      if (!first_error) first_error = setup.error();
-      if (specs.size() > 1) spdlog::error("device {} left out: {}", spec.text, entry->failure);
-    }
-    svc->devices_.push_back(std::move(entry));
-  }
-  if (serving.empty()) return *first_error;
-  // --max-batch 0: the smallest batch a device chose (each device's
-  // workspace was set aside for its own, at least as large).
-  if (config.max_batch == 0) {
-    int chosen = kLargestMaxBatch;
-    for (DeviceEntry* d : serving) chosen = std::min(chosen, d->setup.max_batch);
-    svc->config_.max_batch = chosen;
-  }
-  const int max_batch = svc->config_.max_batch;
-
-  // Models: what /v1/models shows, and the chat format.
-  for (std::size_t m = 0; m < sources.size(); ++m) {
-    const ModelSource& source = sources[m];
-    auto entry = std::make_unique<ModelEntry>();
-    const DeviceSetup& first = serving.front()->setup;
-    if (source.torchscript) {
-      entry->tensor_model = first.tensor_models[m].get();
-      TensorModelInfo& ti = entry->tensor_info;
-      ti.id = source.id;
-      ti.spec = entry->tensor_model->spec();
-      ti.profile = first.tensor_profiles[m];
-      ti.max_batch = ti.spec.batched ? std::min<int>(max_batch, static_cast<int>(ti.spec.max_batch())) : 1;
-      for (DeviceEntry* d : serving) {
-        ti.devices.push_back(d->name);
-        ti.budget_bytes = std::max(ti.budget_bytes, d->setup.budget_bytes);
-      }
-      ModelInfo& info = entry->info;
-      info.id = source.id;
-      info.family = "torchscript";
-      info.dtype = "float32";
-      info.parameter_count = 0;
-      info.device = first.device->name();
-      info.devices = ti.devices;
-      info.resident_bytes = ti.profile.resident_bytes;
-      info.safety_factor = ti.profile.safety_factor;
-      info.created = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-      svc->models_.push_back(std::move(entry));
-      continue;
-    }
-    entry->model = first.models[m].get();
-    // The model owns its tokenizer and outlives the entry: the encoder shares it without owning it.
-    Result<PromptEncoder> prompts = PromptEncoder::load(
-        std::shared_ptr<const Tokenizer>(std::shared_ptr<void>(), &entry->model->tokenizer()), source.dir,
-        config.chat_template, source.id);
-    if (!prompts.ok()) return std::move(prompts).error();
-    entry->prompts.emplace(std::move(prompts).value());
-    spdlog::info("chat format of '{}': {}", source.id, entry->prompts->chat_format_description());
-    const ModelConfig& mc = entry->model->config();
-    const MemoryProfile& profile = first.profiles[m];
-    ModelInfo& info = entry->info;
-    info.id = source.id;
-    info.family = mc.family;
-    info.dtype = mc.dtype;
-    info.context_length = mc.n_positions;
-    info.parameter_count = entry->model->parameter_count();
-    info.device = first.device->name();
-    for (DeviceEntry* d : serving) info.devices.push_back(d->name);
-    info.resident_bytes = profile.resident_bytes;
-    info.workspace_bytes = profile.workspace_bytes;
-    info.kv_bytes_per_token = profile.kv_bytes_per_token;
-    info.sequence_overhead_bytes = profile.sequence_overhead_bytes;
-    info.safety_factor = profile.safety_factor;
-    std::error_code absolute_error;
-    const std::filesystem::path absolute = std::filesystem::absolute(source.dir, absolute_error);
-    info.dir = (absolute_error ? source.dir : absolute).lexically_normal().string();
-    info.vocab_size = mc.vocab_size;
-    info.eos_token_id = mc.eos_token_id;
-    info.created = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-    std::string where;
-    for (const std::string& name : info.devices) where += (where.empty() ? "" : ", ") + name;
-    spdlog::info("model '{}' ({}, {} layers, {} wide, context {}, {} parameters) loaded on {}", info.id, mc.family,
-                 mc.n_layer, mc.n_embd, mc.n_positions, info.parameter_count, where);
-    for (DeviceEntry* d : serving) {
-      const std::int64_t full = request_cost(d->setup.profiles[m], mc.n_positions, 0);
-      if (d->setup.budget_bytes < full) {
-        spdlog::warn("a full-context request of '{}' ({} tokens) costs {} and does not fit the budget {} of {}",
-                     info.id, mc.n_positions, format_bytes(full), format_bytes(d->setup.budget_bytes), d->name);
-      }
-    }
-    svc->models_.push_back(std::move(entry));
-  }
-
-  // One admission front: every (device, model) engine draws from its queue.
-  const AdmissionPolicy policy = config.admission_policy();
-  const int max_running = policy.kind == AdmissionPolicy::Kind::kNone ? kUnlimitedRunning : max_batch;
-  AdmissionOptions ao;
-  ao.policy = policy;
-  ao.max_queue = config.max_queue;
-  ao.queue_timeout = from_seconds(config.queue_timeout_s);
-  ao.max_bypass = from_seconds(config.max_bypass_s);
-  ao.priority_aging = from_seconds(config.priority_aging_s);
-  ao.retry_booking.enabled = config.retry_bookings == "on";
-  ao.retry_booking.max_bookings = static_cast<std::size_t>(config.max_retry_bookings);
-  ao.retry_booking.early = from_seconds(config.retry_early_s);
-  ao.retry_booking.grace = from_seconds(config.retry_grace_s);
-  ao.retry_booking.max_after = from_seconds(config.max_retry_after_s);
-  // The slowest device's measured step, plus the step delay test hook (it
-  // sleeps after every step, so it is part of the device time).
-  double step_s = 0;
-  for (DeviceEntry* d : serving) {
-    for (const MemoryProfile& p : d->setup.profiles) step_s = std::max(step_s, p.step_seconds);
-  }
-  ao.step_time = from_seconds(step_s + config.test_step_delay_ms / 1e3);
-  AdmissionTopology topology;
-  for (DeviceEntry* d : serving) {
-    topology.devices.push_back(AdmissionTopology::Device{d->name, d->setup.budget_bytes});
-    for (std::size_t m = 0; m < sources.size(); ++m) {
-      const int running = sources[m].torchscript && policy.kind != AdmissionPolicy::Kind::kNone
-                              ? svc->models_[m]->tensor_info.max_batch
-                              : max_running;
-      topology.engines.push_back(AdmissionTopology::Engine{d->topology_index, static_cast<int>(m), running});
-    }
-  }
-  auto front = make_engine_front(ao, topology);
-  if (!front.ok()) return std::move(front).error();
-
-  // The step profile is recorded by the first language-model engine.
-  auto step_profile = make_step_profile(config, *serving.front()->setup.device);
-  if (!step_profile.ok()) return std::move(step_profile).error();
-  std::shared_ptr<TensorRegistry> registry = make_tensor_registry(*front);
-  svc->tensor_registry_ = registry;
-  int index = 0;
-  for (DeviceEntry* d : serving) {
-    for (std::size_t m = 0; m < sources.size(); ++m) {
-      if (sources[m].torchscript) {
-        TensorEngine::Options to = tensor_engine_options(config);
-        to.policy = policy;
-        to.budget_bytes = d->setup.budget_bytes;
-        to.budget_inputs = d->setup.budget_inputs;
-        // The largest fit over the devices, so a lease covers the request wherever it runs.
-        to.profile = d->setup.tensor_profiles[m];
-        for (DeviceEntry* other : serving) {
-          const TensorMemoryProfile& q = other->setup.tensor_profiles[m];
-          to.profile.fixed_bytes = std::max(to.profile.fixed_bytes, q.fixed_bytes);
-          to.profile.bytes_per_element = std::max(to.profile.bytes_per_element, q.bytes_per_element);
-        }
-        to.max_batch = svc->models_[m]->tensor_info.max_batch;
-        to.metrics = metrics;
-        to.model_name = svc->models_[m]->info.id;
-        auto engine = TensorEngine::create(to, *d->setup.tensor_models[m], *d->setup.device, *front, registry, index++);
-        if (!engine.ok()) return std::move(engine).error();
-        svc->models_[m]->tensor_engines.push_back(engine->get());
-        d->tensor_engines.push_back(std::move(engine).value());
-        continue;
-      }
-      std::vector<const MemoryProfile*> profiles;
-      for (DeviceEntry* other : serving) profiles.push_back(&other->setup.profiles[m]);
-      Engine::Options eo = engine_options(svc->config_);
-      eo.admission = ao;
-      eo.admission.budget_bytes = d->setup.budget_bytes;
-      eo.budget_inputs = d->setup.budget_inputs;
-      eo.profile = cost_profile(profiles);
-      if (d->setup.kv_pool) {
-        eo.kv_pool = Engine::Options::KvPool{*d->setup.kv_pool, *parse_kv_reservation(config.kv_reservation)};
-      }
-      eo.metrics = metrics;
-      eo.on_poisoned = on_poisoned;
-      eo.step_profile = std::exchange(*step_profile, StepProfileOptions{});
-      auto engine = Engine::create(eo, *d->setup.models[m], *d->setup.device, *front, index++);
-      if (!engine.ok()) return std::move(engine).error();
-      svc->models_[m]->engines.push_back(engine->get());
-      d->engines.push_back(std::move(engine).value());
-    }
-  }
-  return svc;
-}
 
 std::vector<Engine*> InferenceService::engines() const {
   std::vector<Engine*> out;
@@ -288,18 +132,40 @@ Result<Submission> InferenceService::submit_resumed(const CompletionRequest& req
   if (draining_.load()) {
     return shutting_down();
   }
-  const ModelConfig& mc = entry->model->config();
   const Tokenizer& tok = entry->model->tokenizer();
-
-  GenerationRequest gen;
   std::vector<std::string> stop = request.stop;
+  Result<std::vector<std::int32_t>> prompt = prompt_ids(*entry, request, stop);
+  if (!prompt.ok()) return std::move(prompt).error();
+  if (Status st = check_request(*entry, request, prompt->size(), resume); !st.ok()) return st.error();
+  GenerationRequest gen = generation_request(request, resume, std::move(prompt).value(), std::move(stop));
+
+  Engine* engine = ready_engine(*entry);
+  Submission sub;
+  sub.model = entry->info.id;
+  sub.prompt_tokens = static_cast<int>(gen.prompt.size());
+  if (const char* reason = resumed_finish_reason(tok, gen)) {
+    return finished_at_submit(std::move(sub), gen, reason, *sink);
+  }
+  sub.cost_bytes = engine->cost(gen);
+  const std::string* text = std::get_if<std::string>(&request.prompt);
+  if (request.echo) sub.echo_text = text ? *text : tok.decode(gen.prompt);
+  auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position, &sub.retry_claimed_by);
+  if (!handle.ok()) return std::move(handle).error();
+  sub.handle = std::move(handle).value();
+  return sub;
+}
+
+Result<std::vector<std::int32_t>> InferenceService::prompt_ids(const ModelEntry& entry,
+                                                               const CompletionRequest& request,
+                                                               std::vector<std::string>& stop) {
+  std::vector<std::int32_t> ids;
   const std::string* text = std::get_if<std::string>(&request.prompt);
   if (request.chat || text) {
-    Result<EncodedPrompt> encoded = request.chat
-                                        ? entry->prompts->encode_chat(request.chat->messages, request.chat->chat_template)
-                                        : entry->prompts->encode_text(*text);
+    Result<EncodedPrompt> encoded =
+        request.chat ? entry.prompts->encode_chat(request.chat->messages, request.chat->chat_template)
+                     : entry.prompts->encode_text(*text);
     if (!encoded.ok()) return std::move(encoded).error();
-    gen.prompt = std::move(encoded->ids);
+    ids = std::move(encoded->ids);
     // The end-of-turn text stops generation where the vocabulary has no such
     // special token (then the template is plain text); a special token ends it
     // through the tokenizer's end ids.
@@ -307,50 +173,54 @@ Result<Submission> InferenceService::submit_resumed(const CompletionRequest& req
       stop.push_back(std::move(encoded->stop));
     }
   } else {
-    gen.prompt = std::get<std::vector<std::int32_t>>(request.prompt);
-    for (std::int32_t id : gen.prompt) {
-      if (id < 0 || id >= mc.vocab_size) {
-        return Error(ErrorCode::kInvalidRequest, "prompt token id " + std::to_string(id) + " is outside the vocabulary 0.." +
-                                                     std::to_string(mc.vocab_size - 1));
-      }
+    ids = std::get<std::vector<std::int32_t>>(request.prompt);
+    const int vocab_size = entry.model->config().vocab_size;
+    for (std::int32_t id : ids) {
+      if (id < 0 || id >= vocab_size) return outside_vocabulary("prompt", id, vocab_size);
     }
   }
-  if (gen.prompt.empty()) {
+  if (ids.empty()) {
     // An empty prompt starts a new document, as GPT-2 does with <|endoftext|>.
+    const Tokenizer& tok = entry.model->tokenizer();
     if (!tok.eos_id()) return Error(ErrorCode::kInvalidRequest, "prompt must not be empty");
-    gen.prompt.push_back(*tok.eos_id());
+    ids.push_back(*tok.eos_id());
   }
-  const long total = static_cast<long>(gen.prompt.size()) + request.max_tokens;
+  return ids;
+}
+
+Status InferenceService::check_request(const ModelEntry& entry, const CompletionRequest& request,
+                                       std::size_t prompt_tokens, const ResumeFrom& resume) const {
+  const ModelConfig& mc = entry.model->config();
+  const long total = static_cast<long>(prompt_tokens) + request.max_tokens;
   if (total > mc.n_positions) {
-    return exceeds_context_length(static_cast<std::int64_t>(gen.prompt.size()), request.max_tokens, entry->info.id,
+    return exceeds_context_length(static_cast<std::int64_t>(prompt_tokens), request.max_tokens, entry.info.id,
                                   mc.n_positions);
   }
+  if (Status st = check_choices(request); !st.ok()) return st;
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= mc.vocab_size) return outside_vocabulary("logit_bias", id, mc.vocab_size);
+  }
+  return check_resume(request, resume, mc.vocab_size);
+}
+
+Status InferenceService::check_choices(const CompletionRequest& request) const {
   if (request.n < 1 || request.n > config_.max_n) {
     return Error(ErrorCode::kInvalidRequest, "n must be between 1 and " + std::to_string(config_.max_n) +
                                                  " (--max-n); got " + std::to_string(request.n));
   }
   if (request.n > config_.max_batch && config_.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
-    return Error(ErrorCode::kInvalidRequest, "n (" + std::to_string(request.n) +
-                                                 ") exceeds --max-batch (" + std::to_string(config_.max_batch) +
+    return Error(ErrorCode::kInvalidRequest, "n (" + std::to_string(request.n) + ") exceeds --max-batch (" +
+                                                 std::to_string(config_.max_batch) +
                                                  "): the choices of a request run together");
   }
-  for (const auto& [id, bias] : request.sampling.logit_bias) {
-    if (id < 0 || id >= mc.vocab_size) {
-      return Error(ErrorCode::kInvalidRequest, "logit_bias token id " + std::to_string(id) +
-                                                   " is outside the vocabulary 0.." + std::to_string(mc.vocab_size - 1));
-    }
-  }
-  if (!resume.tokens.empty()) {
-    if (request.n != 1) return Error(ErrorCode::kInvalidRequest, "a resumed request has one choice");
-    for (std::int32_t id : resume.tokens) {
-      if (id < 0 || id >= mc.vocab_size) {
-        return Error(ErrorCode::kInvalidRequest, "resumed token id " + std::to_string(id) + " is outside the vocabulary");
-      }
-    }
-    if (static_cast<long>(resume.tokens.size()) > request.max_tokens) {
-      return Error(ErrorCode::kInvalidRequest, "a resumed request has more tokens than its max_tokens");
-    }
-  }
+  return Status::Ok();
+}
+
+GenerationRequest InferenceService::generation_request(const CompletionRequest& request, const ResumeFrom& resume,
+                                                       std::vector<std::int32_t> prompt,
+                                                       std::vector<std::string> stop) {
+  GenerationRequest gen;
+  gen.prompt = std::move(prompt);
   gen.id = request.request_id.empty() ? "req-" + std::to_string(next_id_.fetch_add(1)) : request.request_id;
   gen.max_tokens = request.max_tokens;
   gen.sampling = request.sampling;
@@ -367,48 +237,18 @@ Result<Submission> InferenceService::submit_resumed(const CompletionRequest& req
   double timeout = config_.request_timeout_s;
   if (request.timeout_s) timeout = std::min(timeout, *request.timeout_s);
   gen.deadline = Clock::now() + from_seconds(timeout);
+  return gen;
+}
 
+Engine* InferenceService::ready_engine(const ModelEntry& entry) {
   // Any ready engine of the model takes the submission into the shared
   // queue; admission then places it. With none ready, the first engine's
   // refusal (503 + Retry-After) answers.
-  Engine* engine = entry->engines.front();
   const TimePoint now = Clock::now();
-  for (Engine* e : entry->engines) {
-    if (e->ready(now)) {
-      engine = e;
-      break;
-    }
+  for (Engine* e : entry.engines) {
+    if (e->ready(now)) return e;
   }
-  Submission sub;
-  sub.model = entry->info.id;
-  sub.prompt_tokens = static_cast<int>(gen.prompt.size());
-  if (!gen.resume_generated.empty()) {
-    // A resumed request whose delivered tokens already end it (its end was
-    // lost with the engine that ran it) finishes here, with nothing resent.
-    const char* reason = nullptr;
-    TextStream replay(gen.stop);
-    for (std::int32_t t : gen.resume_generated) (void)replay.push(tok.token_bytes(t));
-    if (replay.stopped() || (tok.is_eos(gen.resume_generated.back()) && !gen.ignore_eos)) {
-      reason = "stop";
-    } else if (static_cast<int>(gen.resume_generated.size()) >= gen.max_tokens) {
-      reason = "length";
-    }
-    if (reason) {
-      sub.handle = std::make_shared<FinishedHandle>(gen.id);
-      FinishedEvent done;
-      done.finish_reason = reason;
-      done.usage = {sub.prompt_tokens, static_cast<int>(gen.resume_generated.size())};
-      sink->push(StartedEvent{});
-      sink->push(std::move(done));
-      return sub;
-    }
-  }
-  sub.cost_bytes = engine->cost(gen);
-  if (request.echo) sub.echo_text = text ? *text : tok.decode(gen.prompt);
-  auto handle = engine->submit(std::move(gen), std::move(sink), &sub.queue_position, &sub.retry_claimed_by);
-  if (!handle.ok()) return std::move(handle).error();
-  sub.handle = std::move(handle).value();
-  return sub;
+  return entry.engines.front();
 }
 
 std::vector<ModelInfo> InferenceService::models() const {
@@ -426,8 +266,7 @@ bool InferenceService::healthy_at(TimePoint now, std::string* reason) const {
       const std::optional<Duration> busy = e->busy_for(now);
       if (!busy || *busy <= limit) continue;
       if (reason) {
-        *reason = fmt::format("engine on {} stuck in a step for {:.0f} s", d->name,
-                              std::floor(to_seconds(*busy)));
+        *reason = fmt::format("engine on {} stuck in a step for {:.0f} s", d->name, std::floor(to_seconds(*busy)));
       }
       return false;
     }

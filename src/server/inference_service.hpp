@@ -6,6 +6,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +23,10 @@ class Device;
 class Engine;
 class Model;
 class TensorEngine;
+struct AdmissionTopology;
+struct GenerationRequest;
+struct ModelConfig;
+struct ModelSource;
 struct TensorRegistry;
 namespace metrics {
 class ServerMetrics;
@@ -74,7 +80,52 @@ class InferenceService final : public Service {
  private:
   struct DeviceEntry;
   struct ModelEntry;
+  /// What the engines that create() starts share (inference_service_setup.cpp).
+  struct EngineStart;
   explicit InferenceService(const ServeConfig& config);
+
+  // The steps of create(), in order.
+  /// Loads every model on each device of --device (into devices_): the
+  /// serving devices, or the first device's error when none serves. A device
+  /// that fails is left out (logged where there are several).
+  Result<std::vector<DeviceEntry*>> load_devices(const std::vector<ModelSource>& sources);
+  /// --max-batch 0: the smallest batch a serving device chose.
+  void choose_max_batch(const std::vector<DeviceEntry*>& serving);
+  /// The entries of models_ (what /v1/models shows, the chat formats), one per source.
+  Status add_models(const std::vector<ModelSource>& sources, const std::vector<DeviceEntry*>& serving);
+  void add_tensor_model(const ModelSource& source, std::size_t m, const std::vector<DeviceEntry*>& serving);
+  Status add_language_model(const ModelSource& source, std::size_t m, const std::vector<DeviceEntry*>& serving);
+  /// Logs each device whose budget cannot hold a full-context request of model `m`.
+  static void warn_full_context_unfit(const ModelInfo& info, const ModelConfig& mc, std::size_t m,
+                                      const std::vector<DeviceEntry*>& serving);
+  static double slowest_step_seconds(const std::vector<DeviceEntry*>& serving);
+  /// One admission engine per (serving device, model), running at most its max batch.
+  AdmissionTopology admission_topology(const std::vector<ModelSource>& sources,
+                                       const std::vector<DeviceEntry*>& serving, const AdmissionPolicy& policy) const;
+  /// One engine per (serving device, model), in the topology's order.
+  Status start_engines(EngineStart& start);
+  Status start_tensor_engine(EngineStart& start, DeviceEntry& d, std::size_t m);
+  Status start_engine(EngineStart& start, DeviceEntry& d, std::size_t m);
+
+  // The steps of submit_resumed().
+  /// The prompt's token ids: a text or chat prompt encoded (its end-of-turn
+  /// text added to `stop`), ids range-checked; an empty prompt is the end of
+  /// text alone.
+  static Result<std::vector<std::int32_t>> prompt_ids(const ModelEntry& entry, const CompletionRequest& request,
+                                                      std::vector<std::string>& stop);
+  /// The request against its model and the flags: context length, n,
+  /// logit_bias ids and what it resumes from.
+  Status check_request(const ModelEntry& entry, const CompletionRequest& request, std::size_t prompt_tokens,
+                       const ResumeFrom& resume) const;
+  /// n within --max-n, and within --max-batch where admission runs.
+  Status check_choices(const CompletionRequest& request) const;
+  /// The engine's request (a fresh id unless the client named one; the
+  /// deadline of --request-timeout or the request's shorter timeout).
+  GenerationRequest generation_request(const CompletionRequest& request, const ResumeFrom& resume,
+                                       std::vector<std::int32_t> prompt, std::vector<std::string> stop);
+  /// The first ready engine of the model, else its first.
+  static Engine* ready_engine(const ModelEntry& entry);
+
   /// Every engine, device by device.
   std::vector<Engine*> engines() const;
   std::vector<TensorEngine*> tensor_engines() const;
