@@ -193,6 +193,107 @@ Status size_batch_and_pool(const ServeConfig& config, DeviceSetup& setup) {
   return Status::Ok();
 }
 
+// Loads a TorchScript model onto `setup`'s device and measures its fit.
+Status load_tensor_model(const ServeConfig& config, const ModelSource& source, DeviceSetup& setup) {
+  Device& device = *setup.device;
+  const std::int64_t before = device.memory().own;
+  auto tensor = TorchScriptModel::load(TorchScriptModel::Options{source.dir, &device});
+  if (!tensor.ok()) return load_failure(std::move(tensor).error(), device);
+  const std::int64_t resident = device.memory().own - before;
+  auto fit = measure_tensor_profile(**tensor, device,
+                                    TensorProfileOptions{config.max_batch_or_default(), config.memory_safety});
+  if (!fit.ok()) {
+    return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + device.name() +
+                                         " failed: " + fit.error().message + held_by_others(device));
+  }
+  fit->resident_bytes = resident;
+  spdlog::info("model '{}' (torchscript) on {}: {} resident; {}", source.id, device.name(), format_bytes(resident),
+               fit_text(*fit));
+  MemoryProfile p;
+  p.resident_bytes = resident;
+  p.safety_factor = config.memory_safety;
+  setup.resident_bytes += resident;
+  setup.profiles.push_back(p);
+  setup.tensor_profiles.push_back(*fit);
+  setup.models.push_back(nullptr);
+  setup.tensor_models.push_back(std::move(tensor).value());
+  return Status::Ok();
+}
+
+// Loads a language model onto `setup`'s device and measures its memory profile.
+Status load_language_model(const ServeConfig& config, const ModelSource& source, DeviceSetup& setup) {
+  Device& device = *setup.device;
+  const std::int64_t before = device.memory().own;
+  auto model = Model::load(Model::Options{source.dir.string(), &device, config.dtype, config.host_kernels == "on"});
+  if (!model.ok()) return load_failure(std::move(model).error(), device);
+  const std::int64_t resident = device.memory().own - before;
+  auto profile = measure_memory_profile(
+      **model, device, ProfileOptions{config.max_batch_or_default(), config.max_batch_tokens, config.memory_safety});
+  if (!profile.ok()) {
+    return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + device.name() +
+                                         " failed: " + profile.error().message + held_by_others(device));
+  }
+  profile->resident_bytes = resident;
+  // With a prefill worker a prefill step and a decode step may run at once.
+  if (config.prefill_worker) {
+    profile->workspace_bytes *= 2;
+    spdlog::info("--prefill-worker: workspace of '{}' set aside twice: {} B", source.id, profile->workspace_bytes);
+  }
+  setup.resident_bytes += resident;
+  setup.workspace_bytes += profile->workspace_bytes;
+  setup.profiles.push_back(*profile);
+  setup.tensor_profiles.emplace_back();
+  setup.models.push_back(std::move(model).value());
+  setup.tensor_models.push_back(nullptr);
+  return Status::Ok();
+}
+
+// The device's budget: its memory now, less what the models hold and set
+// aside and the reserve (logged).
+void set_budget(const ServeConfig& config, DeviceSetup& setup) {
+  setup.reserve_bytes = config.memory_reserve_bytes();
+  const DeviceMemory mem = setup.device->memory();
+  setup.budget_inputs = DeviceBudgetInputs{mem.capacity,         config.memory_utilization, mem.foreign,
+                                           setup.resident_bytes, setup.workspace_bytes,     setup.reserve_bytes};
+  setup.budget_bytes = device_budget(setup.budget_inputs);
+  spdlog::info(
+      "budget of {}: {} = min({} capacity x {}, {} capacity - {} held by others) - {} resident - {} "
+      "workspace - {} reserve ({} free now)",
+      setup.device->name(), format_bytes(setup.budget_bytes), format_bytes(mem.capacity),
+      format_decimal(config.memory_utilization), format_bytes(mem.capacity), format_bytes(mem.foreign),
+      format_bytes(setup.resident_bytes), format_bytes(setup.workspace_bytes), format_bytes(setup.reserve_bytes),
+      format_bytes(mem.capacity - mem.used));
+}
+
+// Where admission runs, the budget must hold each model's smallest work: a
+// forward pass at the smallest shapes, or a 2-token request (kConfig).
+Status check_smallest_fits(const ServeConfig& config, std::span<const ModelSource> models, const DeviceSetup& setup) {
+  if (config.admission_policy().kind == AdmissionPolicy::Kind::kNone) return Status::Ok();
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (setup.tensor_models[i]) {
+      const TensorModelSpec& ts_spec = setup.tensor_models[i]->spec();
+      const std::int64_t smallest =
+          tensor_cost(setup.tensor_profiles[i], total_elements(profile_shapes(ts_spec, 0, 1)));
+      if (setup.budget_bytes < smallest) {
+        return Error(ErrorCode::kConfig,
+                     "the budget of " + setup.device->name() + " (" + format_bytes(setup.budget_bytes) +
+                         ") cannot hold even a forward pass of '" + models[i].id + "' at its smallest shapes (" +
+                         format_bytes(smallest) + "): " + budget_shortfall(setup) + "; give the device more capacity");
+      }
+      continue;
+    }
+    const std::int64_t smallest = request_cost(setup.profiles[i], 1, 1);
+    if (setup.budget_bytes < smallest) {
+      return Error(ErrorCode::kConfig,
+                   "the budget of " + setup.device->name() + " (" + format_bytes(setup.budget_bytes) +
+                       ") cannot hold even a 2-token request of '" + models[i].id + "' (" + format_bytes(smallest) +
+                       "): " + budget_shortfall(setup) +
+                       "; give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
@@ -207,90 +308,12 @@ Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spe
   }
   DeviceScope scope(out.device.get());
   for (const ModelSource& source : models) {
-    const std::int64_t before = out.device->memory().own;
-    if (source.torchscript) {
-      auto tensor = TorchScriptModel::load(TorchScriptModel::Options{source.dir, out.device.get()});
-      if (!tensor.ok()) return load_failure(std::move(tensor).error(), *out.device);
-      const std::int64_t resident = out.device->memory().own - before;
-      auto fit = measure_tensor_profile(**tensor, *out.device,
-                                        TensorProfileOptions{config.max_batch_or_default(), config.memory_safety});
-      if (!fit.ok()) {
-        return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + out.device->name() +
-                                             " failed: " + fit.error().message + held_by_others(*out.device));
-      }
-      fit->resident_bytes = resident;
-      spdlog::info("model '{}' (torchscript) on {}: {} resident; {}", source.id, out.device->name(),
-                   format_bytes(resident), fit_text(*fit));
-      MemoryProfile p;
-      p.resident_bytes = resident;
-      p.safety_factor = config.memory_safety;
-      out.resident_bytes += resident;
-      out.profiles.push_back(p);
-      out.tensor_profiles.push_back(*fit);
-      out.models.push_back(nullptr);
-      out.tensor_models.push_back(std::move(tensor).value());
-      continue;
-    }
-    auto model =
-        Model::load(Model::Options{source.dir.string(), out.device.get(), config.dtype, config.host_kernels == "on"});
-    if (!model.ok()) return load_failure(std::move(model).error(), *out.device);
-    const std::int64_t resident = out.device->memory().own - before;
-    auto profile = measure_memory_profile(
-        **model, *out.device,
-        ProfileOptions{config.max_batch_or_default(), config.max_batch_tokens, config.memory_safety});
-    if (!profile.ok()) {
-      return Error(ErrorCode::kConfig, "memory profile of '" + source.dir.string() + "' on " + out.device->name() +
-                                           " failed: " + profile.error().message + held_by_others(*out.device));
-    }
-    profile->resident_bytes = resident;
-    // With a prefill worker a prefill step and a decode step may run at once.
-    if (config.prefill_worker) {
-      profile->workspace_bytes *= 2;
-      spdlog::info("--prefill-worker: workspace of '{}' set aside twice: {} B", source.id, profile->workspace_bytes);
-    }
-    out.resident_bytes += resident;
-    out.workspace_bytes += profile->workspace_bytes;
-    out.profiles.push_back(*profile);
-    out.tensor_profiles.emplace_back();
-    out.models.push_back(std::move(model).value());
-    out.tensor_models.push_back(nullptr);
+    const Status st =
+        source.torchscript ? load_tensor_model(config, source, out) : load_language_model(config, source, out);
+    if (!st.ok()) return st.error();
   }
-  out.reserve_bytes = config.memory_reserve_bytes();
-  const DeviceMemory mem = out.device->memory();
-  out.budget_inputs = DeviceBudgetInputs{mem.capacity,       config.memory_utilization, mem.foreign,
-                                         out.resident_bytes, out.workspace_bytes,       out.reserve_bytes};
-  out.budget_bytes = device_budget(out.budget_inputs);
-  spdlog::info(
-      "budget of {}: {} = min({} capacity x {}, {} capacity - {} held by others) - {} resident - {} "
-      "workspace - {} reserve ({} free now)",
-      out.device->name(), format_bytes(out.budget_bytes), format_bytes(mem.capacity),
-      format_decimal(config.memory_utilization), format_bytes(mem.capacity), format_bytes(mem.foreign),
-      format_bytes(out.resident_bytes), format_bytes(out.workspace_bytes), format_bytes(out.reserve_bytes),
-      format_bytes(mem.capacity - mem.used));
-  if (config.admission_policy().kind != AdmissionPolicy::Kind::kNone) {
-    for (std::size_t i = 0; i < models.size(); ++i) {
-      if (out.tensor_models[i]) {
-        const TensorModelSpec& ts_spec = out.tensor_models[i]->spec();
-        const std::int64_t smallest =
-            tensor_cost(out.tensor_profiles[i], total_elements(profile_shapes(ts_spec, 0, 1)));
-        if (out.budget_bytes < smallest) {
-          return Error(ErrorCode::kConfig,
-                       "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
-                           ") cannot hold even a forward pass of '" + models[i].id + "' at its smallest shapes (" +
-                           format_bytes(smallest) + "): " + budget_shortfall(out) + "; give the device more capacity");
-        }
-        continue;
-      }
-      const std::int64_t smallest = request_cost(out.profiles[i], 1, 1);
-      if (out.budget_bytes < smallest) {
-        return Error(ErrorCode::kConfig,
-                     "the budget of " + out.device->name() + " (" + format_bytes(out.budget_bytes) +
-                         ") cannot hold even a 2-token request of '" + models[i].id + "' (" + format_bytes(smallest) +
-                         "): " + budget_shortfall(out) +
-                         "; give the device more capacity, or lower --memory-reserve or raise --memory-utilization");
-      }
-    }
-  }
+  set_budget(config, out);
+  if (Status st = check_smallest_fits(config, models, out); !st.ok()) return st.error();
   if (Status st = size_batch_and_pool(config, out); !st.ok()) return st.error();
   return out;
 }
