@@ -28,6 +28,56 @@ std::string ms_arg(Duration d) {
   return std::to_string(std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(d).count()));
 }
 
+/// The record of a taken entry of `model` (its outcome "ok").
+std::shared_ptr<QueueWorker::Held> make_held(const std::string& model, const TakenEntry& e) {
+  auto held = std::make_shared<QueueWorker::Held>();
+  held->model = model;
+  held->rid = *e.field("rid");
+  held->gateway = *e.field("gw");
+  held->stream = e.stream;
+  held->entry = e.id;
+  held->epoch = e.epoch;
+  held->next_seq = e.seq + 1;
+  return held;
+}
+
+/// The request in an entry's req field (kInvalidRequest: not JSON, or not a completion request).
+Result<CompletionRequest> decode_request(const std::string& body) {
+  Result<CompletionRequest> req = Error(ErrorCode::kInvalidRequest, "not JSON");
+  try {
+    json::value v = json::parse(body);
+    req = wire::decode_completion_request(v);
+  } catch (const std::exception& ex) {
+    req = Error(ErrorCode::kInvalidRequest, std::string("not JSON: ") + ex.what());
+  }
+  return req;
+}
+
+/// Submits a held request to `service`: its events go to `worker`'s outbox. A
+/// request stopped meanwhile is cancelled; one queued here tells its gateway.
+void submit_held(QueueWorker& worker, Service& service, const std::shared_ptr<QueueWorker::Held>& held,
+                 const CompletionRequest& req, const ResumeFrom& resume) {
+  auto sink = std::make_shared<QueueSink>(&worker, held);
+  Result<Submission> sub = service.submit_resumed(req, resume, sink);
+  if (!sub.ok()) {
+    worker.enqueue(held, FailedEvent{std::move(sub).error(), {}, {}});
+    return;
+  }
+  bool cancel = false;
+  {
+    std::lock_guard lk(held->mu);
+    held->handle = sub->handle;
+    cancel = held->stopped;
+  }
+  if (cancel) {
+    sub->handle->cancel();
+    return;
+  }
+  // Queued here: the gateway learns that an engine accepted it (a stream's
+  // headers go out, and it no longer counts toward --queue-timeout).
+  if (sub->queue_position > 0) worker.enqueue(held, QueuedEvent{sub->queue_position});
+}
+
 }  // namespace
 
 Status check_credentials(const RedisUrl& url, Duration timeout) {
@@ -290,14 +340,7 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     dead_letter(model, e, "the entry has no valid rid or gw field");
     return;
   }
-  auto held = std::make_shared<Held>();
-  held->model = model;
-  held->rid = *e.field("rid");
-  held->gateway = *e.field("gw");
-  held->stream = e.stream;
-  held->entry = e.id;
-  held->epoch = e.epoch;
-  held->next_seq = e.seq + 1;
+  std::shared_ptr<Held> held = make_held(model, e);
   {
     std::lock_guard lk(mu_);
     held_[held->rid] = held;
@@ -310,13 +353,7 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     fail(Error(ErrorCode::kInvalidRequest, "the request in the shared queue has no body"));
     return;
   }
-  Result<CompletionRequest> req = Error(ErrorCode::kInvalidRequest, "not JSON");
-  try {
-    json::value v = json::parse(*body);
-    req = wire::decode_completion_request(v);
-  } catch (const std::exception& ex) {
-    req = Error(ErrorCode::kInvalidRequest, std::string("not JSON: ") + ex.what());
-  }
+  Result<CompletionRequest> req = decode_request(*body);
   if (!req.ok()) {
     dead_letter(model, e, "the request is invalid: " + req.error().message);
     fail(Error(ErrorCode::kInvalidRequest, "the request in the shared queue is invalid: " + req.error().message));
@@ -352,25 +389,7 @@ void QueueWorker::handle_taken(const std::string& model, TakenEntry e, bool clai
     spdlog::info("queue: claimed request {} ({}) of {} (delivery {}, epoch {}); resuming after {} tokens", held->rid,
                  held->request_id, model, e.deliveries, e.epoch, resume.tokens.size());
   }
-  auto sink = std::make_shared<QueueSink>(this, held);
-  Result<Submission> sub = service_.submit_resumed(*req, resume, sink);
-  if (!sub.ok()) {
-    fail(std::move(sub).error());
-    return;
-  }
-  bool cancel = false;
-  {
-    std::lock_guard lk(held->mu);
-    held->handle = sub->handle;
-    cancel = held->stopped;
-  }
-  if (cancel) {
-    sub->handle->cancel();
-    return;
-  }
-  // Queued here: the gateway learns that an engine accepted it (a stream's
-  // headers go out, and it no longer counts toward --queue-timeout).
-  if (sub->queue_position > 0) enqueue(held, QueuedEvent{sub->queue_position});
+  submit_held(*this, service_, held, *req, resume);
 }
 
 void QueueWorker::heartbeat_loop() {
