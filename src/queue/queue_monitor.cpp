@@ -158,112 +158,122 @@ void QueueService::check_run_id() {
 }
 
 void QueueService::verify_requests(TimePoint now) {
-  std::vector<std::shared_ptr<Req>> check;
-  const SharedQueueKeys& k = options_.keys;
-  RedisClient::Args keys{k.reply(options_.gateway_id)};
-  RedisClient::Args args;
-  {
-    std::lock_guard lk(mu_);
-    for (auto& [rid, r] : reqs_) {
-      if (now - r->added_at <= std::chrono::seconds(1) || r->replaying) continue;
-      check.push_back(r);
-      if (r->follower) {
-        keys.push_back(r->followed[0] + ":f");
-        args.push_back(r->member + " " + (r->owner_alive.empty() ? r->followed[0] + ":none" : r->owner_alive));
-      } else {
-        keys.push_back(k.request(r->model, r->rid));
-        args.emplace_back();
-      }
-    }
-  }
-  if (check.empty()) return;
-  auto reply = eval_sync(*client_, kVerifyScript, std::move(keys), std::move(args), options_.command_timeout);
+  VerifyCommand c = verify_command(now);
+  if (c.check.empty()) return;
+  auto reply = eval_sync(*client_, kVerifyScript, std::move(c.keys), std::move(c.args), options_.command_timeout);
   if (!reply.ok() || reply->as_array() == nullptr || reply->as_array()->size() != 3) return;
   const auto& a = *reply->as_array();
   const std::string* last = a[0].as_string();
   const auto* missing = a[1].as_array();
   const auto* orphaned = a[2].as_array();
   if (last == nullptr || missing == nullptr || orphaned == nullptr) return;
-  {
-    // A followed request whose gateway is gone is stopped by its engine
-    // (after its grace): fail it here a little later, so the client retries.
-    std::vector<bool> gone(check.size(), false);
-    for (const RedisValue& v : *orphaned) {
-      const auto i = v.as_integer();
-      if (i && *i >= 0 && static_cast<std::size_t>(*i) < check.size()) gone[static_cast<std::size_t>(*i)] = true;
-    }
-    std::vector<std::shared_ptr<Req>> lost;
-    {
-      std::lock_guard lk(mu_);
-      for (std::size_t i = 0; i < check.size(); ++i) {
-        Req& r = *check[i];
-        if (!r.follower) continue;
-        if (!gone[i]) {
-          r.owner_missing.reset();
-        } else if (!r.owner_missing) {
-          r.owner_missing = now;
-        } else if (now - *r.owner_missing > std::chrono::seconds(5)) {
-          lost.push_back(check[i]);
-        }
-      }
-    }
-    for (auto& r : lost) {
-      CancelCommand c = cancel_command(*r, false);
-      eval_async(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout,
-                 [](Result<RedisValue>) {});
-      finish(r, FailedEvent{lost_follower(), {}, {}});
-    }
-  }
+  fail_lost_followers(c.check, *orphaned, now);
   if (missing->empty()) return;
   const auto newest = parse_stream_id(*last);
   if (!newest) return;
   // Only once the reader has handled everything written before the check:
   // a request that finished has its answer there.
-  {
-    std::unique_lock lk(mu_);
-    cv_.wait_for(lk, std::chrono::seconds(1), [&] { return processed_ >= *newest || stopping_.load(); });
-    if (processed_ < *newest) return;
-  }
+  if (!wait_processed(*newest)) return;
   for (const RedisValue& v : *missing) {
     const auto i = v.as_integer();
-    if (!i || *i < 0 || static_cast<std::size_t>(*i) >= check.size()) continue;
-    const std::shared_ptr<Req>& r = check[static_cast<std::size_t>(*i)];
-    Req copy;
-    {
-      std::lock_guard lk(mu_);
-      if (reqs_.find(r->rid) == reqs_.end()) continue;  // its answer arrived
-      copy = *r;
-    }
-    if (copy.follower) {
-      // Its answer did not arrive and the followed request is gone.
-      finish(r, FailedEvent{lost_follower(), {}, {}});
-      continue;
-    }
-    if (copy.request.n > 1 && copy.output_sent) {
-      // Its choices cannot resume after their output began (as after an engine crash).
-      finish(r, FailedEvent{overloaded("the shared queue lost the request after its output began, and a request "
-                                       "with n > 1 cannot be resumed: retry it",
-                                       1),
-                            {},
-                            {}});
-      continue;
-    }
-    if (copy.request.n > 1) copy.delivered.clear();
-    // Above any epoch an engine may still hold without having written: its
-    // late events are then refused, whatever it does.
-    copy.epoch += 1000;
-    copy.readd = true;
-    if (!add(copy, nullptr).ok()) continue;
-    {
-      std::lock_guard lk(mu_);
-      r->taken = false;
-      r->added_at = now;
-      ++stats_.readded;
-    }
-    count("readded");
-    spdlog::warn("queue: request {} was no longer in Redis; added again (resuming after {} tokens)", r->rid,
-                 copy.delivered.size());
+    if (!i || *i < 0 || static_cast<std::size_t>(*i) >= c.check.size()) continue;
+    readd_missing(c.check[static_cast<std::size_t>(*i)], now);
   }
+}
+
+QueueService::VerifyCommand QueueService::verify_command(TimePoint now) const {
+  const SharedQueueKeys& k = options_.keys;
+  VerifyCommand c;
+  c.keys.push_back(k.reply(options_.gateway_id));
+  std::lock_guard lk(mu_);
+  for (const auto& [rid, r] : reqs_) {
+    if (now - r->added_at <= std::chrono::seconds(1) || r->replaying) continue;
+    c.check.push_back(r);
+    if (r->follower) {
+      c.keys.push_back(r->followed[0] + ":f");
+      c.args.push_back(r->member + " " + (r->owner_alive.empty() ? r->followed[0] + ":none" : r->owner_alive));
+    } else {
+      c.keys.push_back(k.request(r->model, r->rid));
+      c.args.emplace_back();
+    }
+  }
+  return c;
+}
+
+void QueueService::fail_lost_followers(const std::vector<std::shared_ptr<Req>>& check,
+                                       const std::vector<RedisValue>& orphaned, TimePoint now) {
+  // A followed request whose gateway is gone is stopped by its engine
+  // (after its grace): fail it here a little later, so the client retries.
+  std::vector<bool> gone(check.size(), false);
+  for (const RedisValue& v : orphaned) {
+    const auto i = v.as_integer();
+    if (i && *i >= 0 && static_cast<std::size_t>(*i) < check.size()) gone[static_cast<std::size_t>(*i)] = true;
+  }
+  std::vector<std::shared_ptr<Req>> lost;
+  {
+    std::lock_guard lk(mu_);
+    for (std::size_t i = 0; i < check.size(); ++i) {
+      Req& r = *check[i];
+      if (!r.follower) continue;
+      if (!gone[i]) {
+        r.owner_missing.reset();
+      } else if (!r.owner_missing) {
+        r.owner_missing = now;
+      } else if (now - *r.owner_missing > std::chrono::seconds(5)) {
+        lost.push_back(check[i]);
+      }
+    }
+  }
+  for (auto& r : lost) {
+    CancelCommand c = cancel_command(*r, false);
+    eval_async(*client_, kCancelScript, std::move(c.keys), std::move(c.args), options_.command_timeout,
+               [](Result<RedisValue>) {});
+    finish(r, FailedEvent{lost_follower(), {}, {}});
+  }
+}
+
+bool QueueService::wait_processed(const std::pair<std::uint64_t, std::uint64_t>& newest) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, std::chrono::seconds(1), [&] { return processed_ >= newest || stopping_.load(); });
+  return processed_ >= newest;
+}
+
+void QueueService::readd_missing(const std::shared_ptr<Req>& r, TimePoint now) {
+  Req copy;
+  {
+    std::lock_guard lk(mu_);
+    if (reqs_.find(r->rid) == reqs_.end()) return;  // its answer arrived
+    copy = *r;
+  }
+  if (copy.follower) {
+    // Its answer did not arrive and the followed request is gone.
+    finish(r, FailedEvent{lost_follower(), {}, {}});
+    return;
+  }
+  if (copy.request.n > 1 && copy.output_sent) {
+    // Its choices cannot resume after their output began (as after an engine crash).
+    finish(r, FailedEvent{overloaded("the shared queue lost the request after its output began, and a request "
+                                     "with n > 1 cannot be resumed: retry it",
+                                     1),
+                          {},
+                          {}});
+    return;
+  }
+  if (copy.request.n > 1) copy.delivered.clear();
+  // Above any epoch an engine may still hold without having written: its
+  // late events are then refused, whatever it does.
+  copy.epoch += 1000;
+  copy.readd = true;
+  if (!add(copy, nullptr).ok()) return;
+  {
+    std::lock_guard lk(mu_);
+    r->taken = false;
+    r->added_at = now;
+    ++stats_.readded;
+  }
+  count("readded");
+  spdlog::warn("queue: request {} was no longer in Redis; added again (resuming after {} tokens)", r->rid,
+               copy.delivered.size());
 }
 
 void QueueService::expire_waiting(TimePoint now) {

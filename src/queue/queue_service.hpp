@@ -122,6 +122,23 @@ class QueueService final : public Service {
   void check_run_id();
   /// Re-adds requests Redis no longer has and whose answer did not arrive.
   void verify_requests(TimePoint now);
+  /// The requests verify_requests checks (added over a second ago, not
+  /// replaying), with kVerifyScript's KEYS and ARGV for them.
+  struct VerifyCommand {
+    std::vector<std::shared_ptr<Req>> check;
+    RedisClient::Args keys;
+    RedisClient::Args args;
+  };
+  VerifyCommand verify_command(TimePoint now) const;
+  /// Fails the followers in `check` whose followed request's gateway has
+  /// been gone (`orphaned`: their indexes) for over 5 s.
+  void fail_lost_followers(const std::vector<std::shared_ptr<Req>>& check, const std::vector<RedisValue>& orphaned,
+                           TimePoint now);
+  /// Waits (up to 1 s) until the reader has handled the reply entry `newest`; false when it has not.
+  bool wait_processed(const std::pair<std::uint64_t, std::uint64_t>& newest);
+  /// Adds `r` again after Redis lost it (resuming after what was sent), or
+  /// fails it where it cannot resume; nothing when its answer arrived.
+  void readd_missing(const std::shared_ptr<Req>& r, TimePoint now);
   /// The queue gauges: entries per model and class, waiting per model.
   void sample_depth();
   void count(const char* kind, double n = 1);
