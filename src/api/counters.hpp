@@ -32,10 +32,11 @@ enum class CounterId : std::uint8_t {
   kCancelled,
   kCompleted,
   kFailed,
-  kOutOfMemory,    ///< engine steps (or tensor forward passes) that ran out of memory
-  kOomBudgetCuts,  ///< times an OOM governor cut an effective budget
-  kPreemptions,    ///< running sequences stopped to free memory, to be recomputed
-  kNotReadyTrips,  ///< times repeated out-of-memory errors marked a device not ready
+  kOutOfMemory,     ///< engine steps (or tensor forward passes) that ran out of memory
+  kOomBudgetCuts,   ///< times an OOM governor cut an effective budget
+  kPreemptions,     ///< running sequences stopped to free memory, to be recomputed
+  kNotReadyTrips,   ///< times repeated out-of-memory errors marked a device not ready
+  kOomBatchSplits,  ///< TorchScript batches that ran out of memory and were run again in halves
   // Booked retries (docs/admission-and-memory.md "Booked retries").
   kRetryBooked,   ///< places booked
   kRetryClaimed,  ///< retries that took their place inside the window
@@ -78,6 +79,9 @@ inline constexpr CounterMetric kOutOfMemoryMetric{"vramgate_out_of_memory_total"
                                                   "Engine steps that failed with out-of-memory."};
 inline constexpr CounterMetric kPreemptionsMetric{"vramgate_preemptions_total", "",
                                                   "Running sequences stopped and re-queued to free device memory."};
+inline constexpr CounterMetric kOomBatchSplitsMetric{
+    "vramgate_oom_batch_splits_total", "",
+    "TorchScript batches that ran out of memory and were run again as two halves."};
 inline constexpr CounterMetric kRetryBookingsMetric{
     "vramgate_retry_bookings_total", "outcome",
     "Booked retries by outcome: claimed (the retry took its place in its window), expired (released unclaimed), "
@@ -120,6 +124,8 @@ inline constexpr std::array<CounterInfo, kCounterCount> kCounters{{
     {CounterId::kOomBudgetCuts, "oom_budget_cuts", CounterSection::kTop, "oom_budget_cuts", nullptr, ""},
     {CounterId::kPreemptions, "preemptions", CounterSection::kTop, "preemptions", &kPreemptionsMetric, ""},
     {CounterId::kNotReadyTrips, "not_ready_trips", CounterSection::kTop, "not_ready_trips", nullptr, ""},
+    {CounterId::kOomBatchSplits, "oom_batch_splits", CounterSection::kTop, "oom_batch_splits", &kOomBatchSplitsMetric,
+     ""},
     {CounterId::kRetryBooked, "retry_booked", CounterSection::kRetryBookings, "booked", nullptr, ""},
     {CounterId::kRetryClaimed, "retry_claimed", CounterSection::kRetryBookings, "claimed", &kRetryBookingsMetric,
      "claimed"},

@@ -449,6 +449,7 @@ void TensorEngine::Impl::run_batch(std::vector<std::shared_ptr<TensorJob>> batch
     oom->publish(published);
     std::lock_guard lk(mu);
     stats.counters[CounterId::kOomBudgetCuts] = published.counters[CounterId::kOomBudgetCuts];
+    if (batch.size() > 1) ++stats.counters[CounterId::kOomBatchSplits];
   }
   if (batch.size() > 1) {
     spdlog::warn("a batch of {} requests ran out of memory on {}: retrying it in halves", batch.size(), device.name());

@@ -235,6 +235,8 @@ def test_a_batch_that_runs_out_of_memory_is_split_and_retried(models, make_serve
     assert st["out_of_memory"] == 1 and st["oom_budget_cuts"] == 1, st
     sizes = [r.json()["parameters"]["batch_requests"] for r in results]
     assert max(sizes) <= 2, sizes  # the batch that failed was retried in halves
+    assert st["oom_batch_splits"] == 1, st
+    assert "vramgate_oom_batch_splits_total 1" in s.get("/metrics").text.splitlines()
 
 
 def test_plan_prints_the_fit_and_how_many_of_each_shape_fit(models):
