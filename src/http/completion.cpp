@@ -7,337 +7,245 @@
 // request cancelled. Runs on the connection's strand.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <utility>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
-#include "http/connection.hpp"
 #include "http/chat_codec.hpp"
+#include "http/completion_choices.hpp"
+#include "http/connection.hpp"
 #include "http/event_queue.hpp"
 #include "http/json_codec.hpp"
-#include "http/json_fields.hpp"
-#include "http/request_log.hpp"
+#include "http/request_flow.hpp"
 
 namespace vg::httpd {
+
+/// One submitted completion request on its way to its answer: what the
+/// relay coroutines share. Lives in serve_completion's frame.
+struct CompletionFlow {
+  Exchange& ex;
+  const CompletionRequest& request;
+  const Submission& sub;
+  const CompletionApi api;
+  EventQueue& queue;
+  RequestLog& log;
+  CompletionChoices choices;
+  CompletionOutcome out{};
+  bool stream_started = false;  ///< streaming: the SSE headers went out
+  bool client_gone = false;
+  bool watch = true;  ///< false once the next request is already here: a close can no longer be seen
+
+  /// The client left (`how`: when): cancels the request, once.
+  void lose_client(const char* how);
+  /// Logs the end of a request whose client left.
+  void log_client_left();
+};
+
 namespace {
 
 constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+Result<CompletionRequest> decode_request(CompletionApi api, const std::string& body) {
+  return api == CompletionApi::kInfer  ? decode_infer_request(body)
+         : api == CompletionApi::kChat ? decode_chat_request(body)
+                                       : decode_completion_request(body);
 }
 
-/// Owns the request's EventQueue registration and, until the request has
-/// ended, its engine handle: leaving early (exception, shutdown) cancels it.
-struct RequestScope {
-  ServerState& state;
-  std::shared_ptr<EventQueue> queue;
-  bool registered = false;
-  std::shared_ptr<RequestHandle> handle;
-  bool ended = false;
+/// The log line of a decoded request, before its submission.
+RequestLogLine completion_log_line(const Exchange& ex, const CompletionRequest& request, bool log_text) {
+  RequestLogLine line;
+  line.id = ex.request_id;
+  line.model = request.model;
+  line.route = std::string(ex.route);
+  line.stream = request.stream;
+  if (ex.traffic.key) line.key_id = ex.traffic.key->id;
+  if (log_text) line.prompt = request.prompt;
+  return line;
+}
 
-  RequestScope(ServerState& s, std::shared_ptr<EventQueue> q) : state(s), queue(std::move(q)) {
-    registered = state.add_queue(queue.get());
-    if (!registered) queue->detach();
-  }
-  RequestScope(const RequestScope&) = delete;
-  RequestScope& operator=(const RequestScope&) = delete;
-  ~RequestScope() {
-    if (handle && !ended) {
-      try {
-        handle->cancel();
-      } catch (...) {  // a destructor must not throw; the engine reports its own failures
-      }
-    }
-    queue->detach();
-    if (registered) state.remove_queue(queue.get());
-  }
-};
+/// What submission told about the request: its traffic class and idempotency.
+void note_traffic(RequestLogLine& line, const TrafficTicket& traffic) {
+  if (traffic.priority) line.priority = to_string(*traffic.priority);
+  line.idempotency = traffic.idempotency;
+}
 
-/// What the engine said about one request so far.
-struct Outcome {
-  double queue_ms = 0;
-  std::optional<FinishedEvent> finished;
-  std::optional<FailedEvent> failed;
-  bool ended() const { return finished || failed; }
-};
+void note_submission(RequestLogLine& line, const Submission& sub) {
+  line.model = sub.model;
+  line.prompt_tokens = sub.prompt_tokens;
+  line.reserved_bytes = sub.cost_bytes;
+  line.retry = sub.retry_claimed_by;
+}
+
+/// The token counts and timings of a request that ended.
+void note_outcome(RequestLogLine& line, const CompletionOutcome& out) {
+  if (!out.ended()) return;
+  const Usage& usage = out.finished ? out.finished->usage : out.failed->usage;
+  const Timings& t = out.finished ? out.finished->timings : out.failed->timings;
+  line.completion_tokens = usage.completion_tokens;
+  if (line.prompt_tokens == 0) line.prompt_tokens = usage.prompt_tokens;  // a service that learns it late
+  line.queue_ms = std::max(t.queue_ms, out.queue_ms);
+  line.prefill_ms = t.prefill_ms;
+  line.decode_ms = t.decode_ms;
+}
+
+std::string response_id(CompletionApi api, const Submission& sub) {
+  return (api == CompletionApi::kChat ? "chatcmpl-" : "cmpl-") + sub.handle->id();
+}
+
+/// A warning when the failure is the server's (a 5xx other than overload).
+void log_failure(const std::string& request_id, const std::string& id, const Error& error) {
+  if (http_status(error.code) >= 500 && error.code != ErrorCode::kOverloaded) {
+    spdlog::warn("http: request {} ({}) failed: {}", request_id, id, error.message);
+  } else {
+    spdlog::info("http: request {} ({}) failed: {}", request_id, id, error.message);
+  }
+}
 
 }  // namespace
 
+void CompletionFlow::lose_client(const char* how) {
+  if (client_gone) return;
+  client_gone = true;
+  spdlog::info("http: request {} ({}): client closed the connection {}; cancelling", ex.request_id, choices.id(), how);
+  sub.handle->cancel();
+}
+
+void CompletionFlow::log_client_left() {
+  log.end("cancelled", error_type(ErrorCode::kCancelled), request.stream ? 200 : http_status(ErrorCode::kCancelled));
+  if (out.failed && out.failed->error.code != ErrorCode::kCancelled) {
+    spdlog::info("http: request {} ({}) ended after its client left: {}", ex.request_id, choices.id(),
+                 out.failed->error.message);
+  } else {
+    spdlog::info("http: request {} ({}) cancelled: client closed", ex.request_id, choices.id());
+  }
+}
+
 net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::string& body, CompletionApi api) {
-  const bool infer = api == CompletionApi::kInfer;
-  const bool chat = api == CompletionApi::kChat;
-  Result<CompletionRequest> decoded =
-      infer ? decode_infer_request(body) : chat ? decode_chat_request(body) : decode_completion_request(body);
+  Result<CompletionRequest> decoded = decode_request(api, body);
   if (!decoded) co_return co_await send(ex, error_reply(decoded.error()));
   CompletionRequest request = std::move(*decoded);
   request.request_id = ex.request_id;
-
   const bool log_text = state_->options().log_request_text;
-  RequestLogLine log;
-  log.id = ex.request_id;
-  log.model = request.model;
-  log.route = std::string(ex.route);
-  log.stream = request.stream;
-  if (ex.traffic.key) log.key_id = ex.traffic.key->id;
-  if (log_text) log.prompt = request.prompt;
-  const auto log_end = [&](const char* outcome, std::string reason, int status) {
-    log_request_end(log, ex.start, outcome, std::move(reason), status);
-  };
-  const auto log_rejected = [&](const Error& e) {
-    if (e.needed_bytes) log.reserved_bytes = *e.needed_bytes;
-    log_end("failed", error_type(e.code), http_status(e.code));
-  };
+  RequestLog log{completion_log_line(ex, request, log_text), ex.start};
 
   // A non-streaming answer is written at the end: its session sleeps until then.
-  auto queue = std::make_shared<EventQueue>(
-      [exec = socket_.get_executor(), weak = weak_from_this()] {
-        net::post(exec, [weak] {
-          if (auto self = weak.lock()) self->ring();
-        });
-      },
-      request.stream ? EventQueue::Wake::kEachEvent : EventQueue::Wake::kTerminal);
-  RequestScope scope(*state_, queue);
+  auto queue = ringing_queue(*this, request.stream ? EventQueue::Wake::kEachEvent : EventQueue::Wake::kTerminal);
+  RequestScope<RequestHandle> scope(*state_, queue);
   if (!scope.registered) {
     const Error bye = shutting_down();
-    log_rejected(bye);
+    log.failed(bye);
     co_return co_await send(ex, error_reply(bye));
   }
-  Result<Submission> submitted = state_->traffic().submit(state_->service(), ex.traffic, ex.route, body, request, queue);
-  if (ex.traffic.priority) log.priority = to_string(*ex.traffic.priority);
-  log.idempotency = ex.traffic.idempotency;
+  Result<Submission> submitted =
+      state_->traffic().submit(state_->service(), ex.traffic, ex.route, body, request, queue);
+  note_traffic(log.line, ex.traffic);
   if (!submitted) {
-    log_rejected(submitted.error());
+    log.failed(submitted.error());
     co_return co_await send(ex, error_reply(submitted.error()));
   }
   const Submission& sub = *submitted;
   scope.handle = sub.handle;
-  log.model = sub.model;
-  log.prompt_tokens = sub.prompt_tokens;
-  log.reserved_bytes = sub.cost_bytes;
-  log.retry = sub.retry_claimed_by;
+  note_submission(log.line, sub);
 
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + sub.handle->id();
-  const std::string model = sub.model.empty() ? request.model : sub.model;
-  const std::int64_t created = unix_now();
-  const bool stream = request.stream;
-  bool client_gone = false;
-  bool watch = true;
-  const auto lose_client = [&](const char* how) {
-    if (client_gone) return;
-    client_gone = true;
-    spdlog::info("http: request {} ({}): client closed the connection {}; cancelling", ex.request_id, id, how);
-    sub.handle->cancel();
-  };
-
-  // With defer_stream_start the headers wait for the first event, so that a
-  // refusal the service learns only then is still an HTTP status.
-  bool stream_started = !(stream && sub.defer_stream_start);
-  if (stream && stream_started && !co_await begin_stream(ex, sub.queue_position)) {
-    lose_client("before the stream started");
-  }
-
-  // Each choice's text, logprobs and text offsets (characters of the
-  // choice's whole text, the echoed prompt included).
-  const bool logprobs = request.logprobs.has_value();
-  const bool echo_waits = request.echo && logprobs;  // the prompt's logprobs come with a PromptEvent
-  struct Choice {
-    std::string text;  // non-streaming (and logged): all of it
-    std::vector<TokenLogprobs> logprobs;
-    std::vector<std::int64_t> offsets;
-    std::int64_t chars = 0;  // characters of its tokens so far
-    std::optional<std::string> finish_reason;
-    bool echoed = false;
-    bool role_sent = false;  // chat chunks: the first says role "assistant"
-    bool announced = false;  // a chunk of its text was sent
-  };
-  std::vector<Choice> choices(static_cast<std::size_t>(std::max(1, request.n)));
-  const auto chunk = [&](int index, std::optional<std::string> text, std::vector<TokenLogprobs>* lp,
-                         std::vector<std::int64_t> offsets, std::optional<std::string> finish,
-                         std::optional<Usage> usage) {
-    Choice& c = choices[static_cast<std::size_t>(index)];
-    std::optional<std::vector<TokenLogprobs>> entries;
-    if (logprobs) entries = lp ? std::move(*lp) : std::vector<TokenLogprobs>();
-    if (chat) {
-      ChatResponse r{id, model, created, true, {}, std::move(usage), request.include_usage};
-      r.choices.push_back(ChatChoice{index, !std::exchange(c.role_sent, true), std::move(text), std::move(finish),
-                                     std::move(entries)});
-      return sse_data(encode_chat_response(r));
-    }
-    CompletionResponse r{id, model, created, {}, std::move(usage), request.include_usage};
-    r.choices.push_back(CompletionChoice{index, text.value_or(std::string()), std::move(finish), std::move(entries),
-                                         std::move(offsets)});
-    return sse_data(encode_completion_response(r));
-  };
-  // Records `text` and its tokens' logprobs for choice `index` (and, streaming, its chunk).
-  const auto add = [&](std::string& sse, int index, std::string text, std::vector<TokenLogprobs> lp) {
-    Choice& c = choices[static_cast<std::size_t>(index)];
-    std::vector<std::int64_t> offsets;
-    for (const TokenLogprobs& t : lp) {
-      offsets.push_back(c.chars);
-      c.chars += json_fields::text_chars(t.token);
-    }
-    if (!stream || log_text) c.text += text;
-    // A chunk with nothing in it is sent only as a choice's first (its first
-    // token is announced even when its bytes are held back).
-    if (stream && (!text.empty() || !lp.empty() || !std::exchange(c.announced, true))) {
-      c.announced = true;
-      sse += chunk(index, std::move(text), &lp, std::move(offsets), std::nullopt, std::nullopt);
-    } else if (!stream && logprobs) {
-      c.offsets.insert(c.offsets.end(), offsets.begin(), offsets.end());
-      for (TokenLogprobs& t : lp) c.logprobs.push_back(std::move(t));
-    }
-  };
-  // echo: the prompt first, in every choice (with its logprobs when asked).
-  const auto echo = [&](std::string& sse, const std::vector<TokenLogprobs>* prompt_lp) {
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-      if (std::exchange(choices[i].echoed, true)) continue;
-      add(sse, static_cast<int>(i), sub.echo_text, prompt_lp ? *prompt_lp : std::vector<TokenLogprobs>());
-      choices[i].chars = json_fields::text_chars(sub.echo_text);
-    }
-  };
-
-  Outcome out;
-  while (!out.ended()) {
-    std::string sse;
-    bool progress = false;  // an event other than a failure: an engine accepted the request
-    for (EngineEvent& event : queue->take()) {
-      if (out.ended()) break;
-      if (!std::holds_alternative<FailedEvent>(event)) progress = true;
-      if (request.echo && !echo_waits && !std::holds_alternative<QueuedEvent>(event)) echo(sse, nullptr);
-      if (const auto* q = std::get_if<QueuedEvent>(&event)) {
-        if (stream) sse += ": queue position " + std::to_string(q->position) + "\n\n";
-      } else if (const auto* s = std::get_if<StartedEvent>(&event)) {
-        out.queue_ms = s->queue_ms;
-      } else if (auto* pe = std::get_if<PromptEvent>(&event)) {
-        if (request.echo) echo(sse, &pe->logprobs);
-      } else if (auto* t = std::get_if<TextEvent>(&event)) {
-        if (t->choice < 0 || static_cast<std::size_t>(t->choice) >= choices.size()) continue;
-        add(sse, t->choice, std::move(t->text), std::move(t->logprobs));
-      } else if (auto* ce = std::get_if<ChoiceEndEvent>(&event)) {
-        if (ce->choice < 0 || static_cast<std::size_t>(ce->choice) >= choices.size()) continue;
-        choices[static_cast<std::size_t>(ce->choice)].finish_reason = ce->finish_reason;
-        if (stream) sse += chunk(ce->choice, std::nullopt, nullptr, {}, ce->finish_reason, std::nullopt);
-      } else if (auto* f = std::get_if<FinishedEvent>(&event)) {
-        if (request.echo) echo(sse, nullptr);  // a request that failed to send its prompt logprobs still echoes
-        out.finished = std::move(*f);
-      } else if (auto* e = std::get_if<FailedEvent>(&event)) {
-        out.failed = std::move(*e);
-      }
-    }
-    if (stream && !stream_started && !client_gone && progress) {
-      stream_started = true;
-      if (!co_await begin_stream(ex, sub.queue_position)) lose_client("before the stream started");
-    }
-    if (stream && stream_started && !client_gone && !sse.empty() && !co_await write_stream(ex, std::move(sse))) {
-      lose_client("during the stream");
-    }
-    if (out.ended()) break;
-    const Peer peer = co_await wait_events(watch && !client_gone && !closing_);
-    if (closing_ && !client_gone) {
-      client_gone = true;  // server shutdown closed the socket
-      sub.handle->cancel();
-    } else if (peer == Peer::kGone) {
-      lose_client(stream ? "during the stream" : "while waiting");
-    } else if (peer == Peer::kPipelining) {
-      watch = false;  // the next request is already here: we can no longer see a close
-    }
-  }
+  CompletionFlow flow{ex,
+                      request,
+                      sub,
+                      api,
+                      *queue,
+                      log,
+                      CompletionChoices(request, api == CompletionApi::kChat, response_id(api, sub),
+                                        sub.model.empty() ? request.model : sub.model, sub.echo_text, log_text)};
+  co_await relay_completion(flow);
   scope.ended = true;
-
-  if (log_text) log.output = choices.front().text;
-  if (out.finished || out.failed) {
-    const Usage& usage = out.finished ? out.finished->usage : out.failed->usage;
-    const Timings& t = out.finished ? out.finished->timings : out.failed->timings;
-    log.completion_tokens = usage.completion_tokens;
-    if (log.prompt_tokens == 0) log.prompt_tokens = usage.prompt_tokens;  // a service that learns it late
-    log.queue_ms = std::max(t.queue_ms, out.queue_ms);
-    log.prefill_ms = t.prefill_ms;
-    log.decode_ms = t.decode_ms;
-  }
-
-  if (client_gone) {
-    log_end("cancelled", error_type(ErrorCode::kCancelled), stream ? 200 : http_status(ErrorCode::kCancelled));
-    if (out.failed && out.failed->error.code != ErrorCode::kCancelled) {
-      spdlog::info("http: request {} ({}) ended after its client left: {}", ex.request_id, id,
-                   out.failed->error.message);
-    } else {
-      spdlog::info("http: request {} ({}) cancelled: client closed", ex.request_id, id);
-    }
+  if (log_text) log.line.output = flow.choices.first_text();
+  note_outcome(log.line, flow.out);
+  if (flow.client_gone) {
+    flow.log_client_left();
     co_return false;
   }
+  if (flow.out.failed) co_return co_await answer_failure(flow);
+  co_return co_await answer_completion(flow);
+}
 
-  if (out.failed) {
-    Error error = std::move(out.failed->error);
-    const bool cancelled = error.code == ErrorCode::kCancelled;
-    if (cancelled) {
-      error = Error(ErrorCode::kOverloaded, "request cancelled by the server: " + error.message);
-    }
-    log_end(cancelled ? "cancelled" : "failed", cancelled ? error_type(ErrorCode::kCancelled) : error_type(error.code),
-            stream && stream_started ? 200 : http_status(error.code));
-    if (http_status(error.code) >= 500 && error.code != ErrorCode::kOverloaded) {
-      spdlog::warn("http: request {} ({}) failed: {}", ex.request_id, id, error.message);
-    } else {
-      spdlog::info("http: request {} ({}) failed: {}", ex.request_id, id, error.message);
-    }
-    if (stream && stream_started) {
-      if (!co_await write_stream(ex, sse_data(encode_error(error)) + sse_data("[DONE]"))) co_return false;
-      co_return co_await end_stream(ex);
-    }
-    Reply reply = error_reply(error);
-    reply.headers.emplace_back("X-Queue-Position", std::to_string(sub.queue_position));
-    co_return co_await send(ex, std::move(reply));
+net::awaitable<void> Connection::relay_completion(CompletionFlow& flow) {
+  // With defer_stream_start the headers wait for the first event, so that a
+  // refusal the service learns only then is still an HTTP status.
+  flow.stream_started = !(flow.request.stream && flow.sub.defer_stream_start);
+  if (flow.request.stream && flow.stream_started && !co_await begin_stream(flow.ex, flow.sub.queue_position)) {
+    flow.lose_client("before the stream started");
   }
+  while (true) {
+    co_await relay_events(flow);
+    if (flow.out.ended()) co_return;
+    const Peer peer = co_await wait_events(flow.watch && !flow.client_gone && !closing_);
+    note_peer(flow, peer);
+  }
+}
 
-  const FinishedEvent& fin = *out.finished;
-  const double queue_ms = std::max(fin.timings.queue_ms, out.queue_ms);
-  const int last = fin.choice >= 0 && static_cast<std::size_t>(fin.choice) < choices.size() ? fin.choice : 0;
-  choices[static_cast<std::size_t>(last)].finish_reason = fin.finish_reason;
-  log.queue_ms = queue_ms;
-  log_end("completed", fin.finish_reason, 200);
-  if (stream) {
-    // The last choice's end; usage with it, or (include_usage) in a chunk of its own with no choices.
-    std::string tail = chunk(last, std::nullopt, nullptr, {}, fin.finish_reason,
-                             request.include_usage ? std::nullopt : std::optional<Usage>(fin.usage));
-    if (request.include_usage) {
-      tail += sse_data(chat ? encode_chat_response(ChatResponse{id, model, created, true, {}, fin.usage, false})
-                            : encode_completion_response(CompletionResponse{id, model, created, {}, fin.usage, false}));
-    }
-    if (!co_await write_stream(ex, tail + sse_data("[DONE]"))) co_return false;
-    co_return co_await end_stream(ex);
+net::awaitable<void> Connection::relay_events(CompletionFlow& flow) {
+  std::string sse;
+  const bool progress = flow.choices.apply(flow.queue.take(), sse, flow.out);
+  if (!flow.request.stream || flow.client_gone) co_return;
+  if (!flow.stream_started && progress) {
+    flow.stream_started = true;
+    if (!co_await begin_stream(flow.ex, flow.sub.queue_position)) flow.lose_client("before the stream started");
+  }
+  if (flow.stream_started && !flow.client_gone && !sse.empty() && !co_await write_stream(flow.ex, std::move(sse))) {
+    flow.lose_client("during the stream");
+  }
+}
+
+void Connection::note_peer(CompletionFlow& flow, Peer peer) {
+  if (closing_ && !flow.client_gone) {
+    flow.client_gone = true;  // server shutdown closed the socket
+    flow.sub.handle->cancel();
+  } else if (peer == Peer::kGone) {
+    flow.lose_client(flow.request.stream ? "during the stream" : "while waiting");
+  } else if (peer == Peer::kPipelining) {
+    flow.watch = false;  // the next request is already here: we can no longer see a close
+  }
+}
+
+net::awaitable<bool> Connection::answer_failure(CompletionFlow& flow) {
+  Error error = std::move(flow.out.failed->error);
+  const bool cancelled = error.code == ErrorCode::kCancelled;
+  if (cancelled) {
+    error = Error(ErrorCode::kOverloaded, "request cancelled by the server: " + error.message);
+  }
+  const bool in_band = flow.request.stream && flow.stream_started;  // after the status line: an SSE event
+  flow.log.end(cancelled ? "cancelled" : "failed",
+               cancelled ? error_type(ErrorCode::kCancelled) : error_type(error.code),
+               in_band ? 200 : http_status(error.code));
+  log_failure(flow.ex.request_id, flow.choices.id(), error);
+  if (in_band) {
+    if (!co_await write_stream(flow.ex, sse_data(encode_error(error)) + sse_data("[DONE]"))) co_return false;
+    co_return co_await end_stream(flow.ex);
+  }
+  Reply reply = error_reply(error);
+  reply.headers.emplace_back("X-Queue-Position", std::to_string(flow.sub.queue_position));
+  co_return co_await send(flow.ex, std::move(reply));
+}
+
+net::awaitable<bool> Connection::answer_completion(CompletionFlow& flow) {
+  const FinishedEvent& fin = *flow.out.finished;
+  const double queue_ms = std::max(fin.timings.queue_ms, flow.out.queue_ms);
+  const int last = flow.choices.finish(fin);
+  flow.log.end("completed", fin.finish_reason, 200);
+  if (flow.request.stream) {
+    std::string tail = flow.choices.stream_tail(last, fin);
+    if (!co_await write_stream(flow.ex, std::move(tail))) co_return false;
+    co_return co_await end_stream(flow.ex);
   }
   Reply reply;
-  if (infer) {
-    reply.body = encode_infer_response({std::move(choices.front().text), ms_between(ex.start, Clock::now()), queue_ms,
-                                        fin.finish_reason, fin.usage});
-  } else if (chat) {
-    ChatResponse r{id, model, created, false, {}, fin.usage, false};
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-      Choice& c = choices[i];
-      std::optional<std::vector<TokenLogprobs>> lp;
-      if (logprobs) lp = std::move(c.logprobs);
-      r.choices.push_back(ChatChoice{static_cast<int>(i), true, std::move(c.text), c.finish_reason, std::move(lp)});
-    }
-    reply.body = encode_chat_response(r);
-  } else {
-    CompletionResponse r{id, model, created, {}, fin.usage, false};
-    for (std::size_t i = 0; i < choices.size(); ++i) {
-      Choice& c = choices[i];
-      std::optional<std::vector<TokenLogprobs>> lp;
-      if (logprobs) lp = std::move(c.logprobs);
-      r.choices.push_back(CompletionChoice{static_cast<int>(i), std::move(c.text), c.finish_reason, std::move(lp),
-                                           std::move(c.offsets)});
-    }
-    reply.body = encode_completion_response(r);
-  }
-  reply.headers.emplace_back("X-Queue-Position", std::to_string(sub.queue_position));
+  reply.body = flow.api == CompletionApi::kInfer ? flow.choices.infer_body(fin, flow.ex.start, queue_ms)
+                                                 : flow.choices.body(fin);
+  reply.headers.emplace_back("X-Queue-Position", std::to_string(flow.sub.queue_position));
   reply.headers.emplace_back("X-Queue-Wait-Ms", std::to_string(std::llround(queue_ms)));
-  co_return co_await send(ex, std::move(reply));
+  co_return co_await send(flow.ex, std::move(reply));
 }
 
 net::awaitable<bool> Connection::begin_stream(Exchange& ex, int queue_position) {

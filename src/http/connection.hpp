@@ -69,6 +69,8 @@ struct Exchange {
 /// The API a completion request came through (decoding and response shape).
 enum class CompletionApi { kCompletions, kInfer, kChat };
 
+struct CompletionFlow;  // completion.cpp
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<ServerState> state, tcp::socket socket);
@@ -107,6 +109,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // completion.cpp
   net::awaitable<bool> serve_completion(Exchange& ex, const std::string& body, CompletionApi api);
+  /// Relays the request's events until it ends, or until its client leaves.
+  net::awaitable<void> relay_completion(CompletionFlow& flow);
+  /// Applies the events that arrived; streaming, sends them as SSE.
+  net::awaitable<void> relay_events(CompletionFlow& flow);
+  /// Acts on what the socket said while the request waited for events.
+  void note_peer(CompletionFlow& flow, Peer peer);
+  /// The answer to a request that failed: an error reply, or in a stream an SSE error event.
+  net::awaitable<bool> answer_failure(CompletionFlow& flow);
+  /// The answer to a request that finished: the JSON body, or the stream's last chunks.
+  net::awaitable<bool> answer_completion(CompletionFlow& flow);
   net::awaitable<bool> begin_stream(Exchange& ex, int queue_position);
   net::awaitable<bool> write_stream(Exchange& ex, std::string data);
   net::awaitable<bool> end_stream(Exchange& ex);
