@@ -69,7 +69,9 @@ struct Exchange {
 /// The API a completion request came through (decoding and response shape).
 enum class CompletionApi { kCompletions, kInfer, kChat };
 
-struct CompletionFlow;  // completion.cpp
+struct CompletionFlow;   // completion.cpp
+struct TensorInferFlow;  // kserve_route.cpp
+struct RequestLog;       // request_flow.hpp
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -106,6 +108,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // kserve_route.cpp: the KServe v2 routes under /v2.
   net::awaitable<bool> serve_v2(Exchange& ex, Request& request, std::string_view path);
+  /// POST /v2/models/{model}/infer: decodes the request, then runs it (run_v2_infer).
+  net::awaitable<bool> serve_v2_infer(Exchange& ex, const Request& request, const std::string& model);
+  /// Submits a decoded infer request, waits for its answer and sends it.
+  net::awaitable<bool> run_v2_infer(Exchange& ex, TensorInferRequest& infer, RequestLog& log);
+  /// Waits until the answer is in flow.result, or until the client leaves (which cancels the request).
+  net::awaitable<void> wait_tensor_result(TensorInferFlow& flow);
 
   // completion.cpp
   net::awaitable<bool> serve_completion(Exchange& ex, const std::string& body, CompletionApi api);
