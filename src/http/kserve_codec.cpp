@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "common/decimal.hpp"
 #include "http/json_fields.hpp"
@@ -90,8 +91,10 @@ Result<HostTensor> decode_input(const json::value& v, std::size_t index, std::st
     json::object rest = *p;
     if (const json::value* size = p->if_contains("binary_data_size")) {
       std::int64_t n = -1;
-      if (size->is_int64()) n = size->get_int64();
-      else if (size->is_uint64() && size->get_uint64() < (1ull << 62)) n = static_cast<std::int64_t>(size->get_uint64());
+      if (size->is_int64())
+        n = size->get_int64();
+      else if (size->is_uint64() && size->get_uint64() < (1ull << 62))
+        n = static_cast<std::int64_t>(size->get_uint64());
       if (n < 0) return invalid(in + ": parameter 'binary_data_size' must be an integer >= 0 (bytes)");
       *binary_size = n;
       rest.erase("binary_data_size");
@@ -99,15 +102,18 @@ Result<HostTensor> decode_input(const json::value& v, std::size_t index, std::st
     if (Status st = refuse_unknown(&rest, in); !st.ok()) return st.error();
   }
   const json::value* datatype = o.if_contains("datatype");
-  if (datatype == nullptr || !datatype->is_string()) return invalid(in + ": 'datatype' must be a string such as \"FP32\"");
+  if (datatype == nullptr || !datatype->is_string())
+    return invalid(in + ": 'datatype' must be a string such as \"FP32\"");
   *dtype = std::string(datatype->as_string());
   const json::value* shape = o.if_contains("shape");
   if (shape == nullptr || !shape->is_array()) return invalid(in + ": 'shape' must be an array of integers");
   if (shape->as_array().size() > kMaxRank) return invalid(in + ": rank above " + std::to_string(kMaxRank));
   for (const json::value& d : shape->as_array()) {
     std::int64_t n = -1;
-    if (d.is_int64()) n = d.get_int64();
-    else if (d.is_uint64() && d.get_uint64() < (1ull << 40)) n = static_cast<std::int64_t>(d.get_uint64());
+    if (d.is_int64())
+      n = d.get_int64();
+    else if (d.is_uint64() && d.get_uint64() < (1ull << 40))
+      n = static_cast<std::int64_t>(d.get_uint64());
     if (n < 0 || n > (std::int64_t{1} << 40)) return invalid(in + ": 'shape' entries must be integers >= 0");
     t.shape.push_back(n);
   }
@@ -199,8 +205,10 @@ void put_float(std::string& out, float x) {
 json::array shape_json(const TensorSpec& t) {
   json::array a;
   for (const DimSpec& d : t.shape) {
-    if (const auto* fixed = std::get_if<std::int64_t>(&d)) a.emplace_back(*fixed);
-    else a.emplace_back(-1);
+    if (const auto* fixed = std::get_if<std::int64_t>(&d))
+      a.emplace_back(*fixed);
+    else
+      a.emplace_back(-1);
   }
   return a;
 }
@@ -210,140 +218,195 @@ json::array tensors_json(const std::vector<TensorSpec>& specs) {
   for (const TensorSpec& t : specs) {
     json::array names;
     for (const DimSpec& d : t.shape) {
-      if (const auto* fixed = std::get_if<std::int64_t>(&d)) names.emplace_back(*fixed);
-      else names.emplace_back(json_fields::safe(std::get<std::string>(d)));
+      if (const auto* fixed = std::get_if<std::int64_t>(&d))
+        names.emplace_back(*fixed);
+      else
+        names.emplace_back(json_fields::safe(std::get<std::string>(d)));
     }
-    out.push_back(json::object{{"name", json_fields::safe(t.name)}, {"datatype", "FP32"}, {"shape", shape_json(t)},
-                               {"dims", names}});
+    out.push_back(json::object{
+        {"name", json_fields::safe(t.name)}, {"datatype", "FP32"}, {"shape", shape_json(t)}, {"dims", names}});
   }
   return out;
 }
 
-}  // namespace
+/// The body's JSON header and the binary data after it: with the
+/// Inference-Header-Content-Length header, its first that many bytes are
+/// the JSON; without, all of it (and no binary data).
+Result<std::pair<std::string_view, std::string_view>> split_body(std::string_view body,
+                                                                 std::optional<std::string_view> header_length) {
+  if (!header_length) return std::pair{body, std::string_view()};
+  auto n = header_bytes(*header_length, body.size());
+  if (!n.ok()) return std::move(n).error();
+  return std::pair{body.substr(0, *n), body.substr(*n)};
+}
 
-Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, const std::string& model,
-                                                       std::optional<std::string_view> header_length) {
-  std::string_view header = body;
-  std::string_view binary;
-  if (header_length) {
-    auto n = header_bytes(*header_length, body.size());
-    if (!n.ok()) return std::move(n).error();
-    header = body.substr(0, *n);
-    binary = body.substr(*n);
-  }
+/// The request's JSON object (checked for unknown fields).
+Result<json::value> parse_request_json(std::string_view header, bool has_header_length) {
   json::error_code ec;
   json::value root = json::parse(header, ec);
   if (ec) {
-    return invalid(std::string(header_length ? "the JSON header (Inference-Header-Content-Length bytes)"
-                                             : "request body") +
-                   " is not valid JSON: " + ec.message());
+    return invalid(
+        std::string(has_header_length ? "the JSON header (Inference-Header-Content-Length bytes)" : "request body") +
+        " is not valid JSON: " + ec.message());
   }
   if (!root.is_object()) return invalid("request body must be a JSON object with \"inputs\"");
-  const json::object& o = root.as_object();
-  for (const auto& kv : o) {
+  for (const auto& kv : root.as_object()) {
     const std::string_view k = kv.key();
     if (k != "id" && k != "inputs" && k != "outputs" && k != "parameters") {
       return invalid("unknown field '" + std::string(k) + "' (known: id, inputs, outputs, parameters)");
     }
   }
-  TensorInferRequest r;
-  r.model = model;
-  if (const json::value* id = o.if_contains("id"); id != nullptr && !id->is_null()) {
-    if (!id->is_string()) return invalid("'id' must be a string");
-    r.id = std::string(id->as_string());
-  }
+  return root;
+}
+
+/// The request's "parameters": timeout, priority and binary_data_output.
+Status decode_request_parameters(const json::object& o, TensorInferRequest& r) {
   auto params = parameters_of(o, "request");
   if (!params.ok()) return std::move(params).error();
-  if (const json::object* p = *params) {
-    json::object rest = *p;
-    if (const json::value* t = p->if_contains("timeout")) {
-      if (!t->is_number() || !(t->to_number<double>() > 0)) return invalid("parameter 'timeout' must be seconds > 0");
-      r.timeout_s = t->to_number<double>();
-      rest.erase("timeout");
-    }
-    if (const json::value* pr = p->if_contains("priority")) {
-      std::optional<Priority> parsed;
-      if (pr->is_string()) parsed = parse_priority(std::string(pr->as_string()));
-      else if (pr->is_int64()) parsed = parse_priority(std::to_string(pr->get_int64()));
-      if (!parsed) return invalid("parameter 'priority' must be \"low\", \"normal\", \"high\" or 0..2");
-      r.priority = parsed;
-      rest.erase("priority");
-    }
-    if (const json::value* all = p->if_contains("binary_data_output")) {
-      auto b = bool_parameter(*all, "request", "binary_data_output");
-      if (!b.ok()) return std::move(b).error();
-      r.all_outputs_binary = *b;
-      rest.erase("binary_data_output");
-    }
-    if (Status st = refuse_unknown(&rest, "request"); !st.ok()) return st.error();
+  const json::object* p = *params;
+  if (p == nullptr) return Status::Ok();
+  json::object rest = *p;
+  if (const json::value* t = p->if_contains("timeout")) {
+    if (!t->is_number() || !(t->to_number<double>() > 0)) return invalid("parameter 'timeout' must be seconds > 0");
+    r.timeout_s = t->to_number<double>();
+    rest.erase("timeout");
   }
+  if (const json::value* pr = p->if_contains("priority")) {
+    std::optional<Priority> parsed;
+    if (pr->is_string())
+      parsed = parse_priority(std::string(pr->as_string()));
+    else if (pr->is_int64())
+      parsed = parse_priority(std::to_string(pr->get_int64()));
+    if (!parsed) return invalid("parameter 'priority' must be \"low\", \"normal\", \"high\" or 0..2");
+    r.priority = parsed;
+    rest.erase("priority");
+  }
+  if (const json::value* all = p->if_contains("binary_data_output")) {
+    auto b = bool_parameter(*all, "request", "binary_data_output");
+    if (!b.ok()) return std::move(b).error();
+    r.all_outputs_binary = *b;
+    rest.erase("binary_data_output");
+  }
+  return refuse_unknown(&rest, "request");
+}
+
+/// The binary data of the inputs with binary_data_size, taken in order.
+struct BinaryData {
+  std::string_view bytes;  // after the JSON header
+  bool has_header_length;  // without the header no input may be binary
+  std::size_t offset = 0;  // into `bytes`: what the inputs took so far
+  std::string sizes{};     // "a: 16, b: 8" for the sum's message
+
+  /// Fills `t` with the next `size` bytes.
+  Status take(HostTensor& t, const std::string& dtype, std::int64_t size) {
+    const std::string in = "input '" + t.name + "'";
+    if (!has_header_length) {
+      return invalid(in +
+                     ": parameter 'binary_data_size' needs the header Inference-Header-Content-Length "
+                     "(the JSON's length in bytes)");
+    }
+    const std::size_t left = bytes.size() - offset;
+    if (static_cast<std::uint64_t>(size) > left) {
+      return invalid(in + ": binary_data_size " + std::to_string(size) + " runs past the end of the body (" +
+                     std::to_string(left) + " bytes of binary data left)");
+    }
+    if (Status st = fill_binary(t, dtype, bytes.substr(offset, static_cast<std::size_t>(size))); !st.ok()) return st;
+    offset += static_cast<std::size_t>(size);
+    sizes += (sizes.empty() ? "" : ", ") + t.name + ": " + std::to_string(size);
+    return Status::Ok();
+  }
+
+  /// The inputs' sizes must add up to the bytes after the header.
+  Status check_all_taken() const {
+    if (offset == bytes.size()) return Status::Ok();
+    return invalid("the body has " + std::to_string(bytes.size()) +
+                   " bytes after the JSON header, but the inputs' binary_data_size add up to " +
+                   std::to_string(offset) + (sizes.empty() ? " (no input has binary_data_size)" : " (" + sizes + ")"));
+  }
+};
+
+/// The request's "inputs", their binary data taken from `binary`.
+Status decode_inputs(const json::object& o, BinaryData& binary, TensorInferRequest& r) {
   const json::value* inputs = o.if_contains("inputs");
   if (inputs == nullptr || !inputs->is_array() || inputs->as_array().empty()) {
     return invalid("'inputs' must be a non-empty array of {name, shape, datatype, data}");
   }
-  std::size_t offset = 0;  // into `binary`
-  std::string sizes;       // "a: 16, b: 8" for the sum's message
   for (std::size_t i = 0; i < inputs->as_array().size(); ++i) {
     std::string dtype;
     std::optional<std::int64_t> size;
     auto t = decode_input(inputs->as_array()[i], i, &dtype, &size);
     if (!t.ok()) return std::move(t).error();
     if (size) {
-      const std::string in = "input '" + t->name + "'";
-      if (!header_length) {
-        return invalid(in + ": parameter 'binary_data_size' needs the header Inference-Header-Content-Length "
-                            "(the JSON's length in bytes)");
-      }
-      const std::size_t left = binary.size() - offset;
-      if (static_cast<std::uint64_t>(*size) > left) {
-        return invalid(in + ": binary_data_size " + std::to_string(*size) + " runs past the end of the body (" +
-                       std::to_string(left) + " bytes of binary data left)");
-      }
-      if (Status st = fill_binary(*t, dtype, binary.substr(offset, static_cast<std::size_t>(*size))); !st.ok()) {
-        return st.error();
-      }
-      offset += static_cast<std::size_t>(*size);
-      sizes += (sizes.empty() ? "" : ", ") + t->name + ": " + std::to_string(*size);
+      if (Status st = binary.take(*t, dtype, *size); !st.ok()) return st;
     }
     r.inputs.push_back(std::move(t).value());
     r.dtypes.push_back(std::move(dtype));
   }
-  if (offset != binary.size()) {
-    return invalid("the body has " + std::to_string(binary.size()) +
-                   " bytes after the JSON header, but the inputs' binary_data_size add up to " +
-                   std::to_string(offset) + (sizes.empty() ? " (no input has binary_data_size)" : " (" + sizes + ")"));
+  return binary.check_all_taken();
+}
+
+/// One "outputs" entry: {name, parameters?: {binary_data}}.
+Status decode_output(const json::value& v, TensorInferRequest& r) {
+  if (!v.is_object() || !v.as_object().contains("name") || !v.as_object().at("name").is_string()) {
+    return invalid("each 'outputs' entry must be an object with a string 'name'");
   }
-  if (const json::value* outputs = o.if_contains("outputs"); outputs != nullptr && !outputs->is_null()) {
-    if (!outputs->is_array()) return invalid("'outputs' must be an array of {name}");
-    for (const json::value& v : outputs->as_array()) {
-      if (!v.is_object() || !v.as_object().contains("name") || !v.as_object().at("name").is_string()) {
-        return invalid("each 'outputs' entry must be an object with a string 'name'");
-      }
-      const std::string name(v.as_object().at("name").as_string());
-      const std::string where = "output '" + name + "'";
-      if (std::find(r.outputs.begin(), r.outputs.end(), name) != r.outputs.end()) {
-        return invalid(where + " is listed twice in 'outputs'");
-      }
-      for (const auto& kv : v.as_object()) {
-        if (kv.key() != "name" && kv.key() != "parameters") {
-          return invalid(where + ": unknown field '" + std::string(kv.key()) + "'");
-        }
-      }
-      auto op = parameters_of(v.as_object(), where);
-      if (!op.ok()) return std::move(op).error();
-      if (const json::object* p = *op) {
-        json::object rest = *p;
-        if (const json::value* b = p->if_contains("binary_data")) {
-          auto flag = bool_parameter(*b, where, "binary_data");
-          if (!flag.ok()) return std::move(flag).error();
-          if (*flag) r.binary_outputs.push_back(name);
-          rest.erase("binary_data");
-        }
-        if (Status st = refuse_unknown(&rest, where); !st.ok()) return st.error();
-      }
-      r.outputs.push_back(name);
+  const std::string name(v.as_object().at("name").as_string());
+  const std::string where = "output '" + name + "'";
+  if (std::find(r.outputs.begin(), r.outputs.end(), name) != r.outputs.end()) {
+    return invalid(where + " is listed twice in 'outputs'");
+  }
+  for (const auto& kv : v.as_object()) {
+    if (kv.key() != "name" && kv.key() != "parameters") {
+      return invalid(where + ": unknown field '" + std::string(kv.key()) + "'");
     }
   }
+  auto op = parameters_of(v.as_object(), where);
+  if (!op.ok()) return std::move(op).error();
+  if (const json::object* p = *op) {
+    json::object rest = *p;
+    if (const json::value* b = p->if_contains("binary_data")) {
+      auto flag = bool_parameter(*b, where, "binary_data");
+      if (!flag.ok()) return std::move(flag).error();
+      if (*flag) r.binary_outputs.push_back(name);
+      rest.erase("binary_data");
+    }
+    if (Status st = refuse_unknown(&rest, where); !st.ok()) return st;
+  }
+  r.outputs.push_back(name);
+  return Status::Ok();
+}
+
+/// The request's optional "outputs".
+Status decode_outputs(const json::object& o, TensorInferRequest& r) {
+  const json::value* outputs = o.if_contains("outputs");
+  if (outputs == nullptr || outputs->is_null()) return Status::Ok();
+  if (!outputs->is_array()) return invalid("'outputs' must be an array of {name}");
+  for (const json::value& v : outputs->as_array()) {
+    if (Status st = decode_output(v, r); !st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TensorInferRequest> decode_tensor_infer_request(std::string_view body, const std::string& model,
+                                                       std::optional<std::string_view> header_length) {
+  auto parts = split_body(body, header_length);
+  if (!parts.ok()) return std::move(parts).error();
+  const auto [header, binary] = *parts;
+  auto root = parse_request_json(header, header_length.has_value());
+  if (!root.ok()) return std::move(root).error();
+  const json::object& o = root->as_object();
+  TensorInferRequest r;
+  r.model = model;
+  if (const json::value* id = o.if_contains("id"); id != nullptr && !id->is_null()) {
+    if (!id->is_string()) return invalid("'id' must be a string");
+    r.id = std::string(id->as_string());
+  }
+  if (Status st = decode_request_parameters(o, r); !st.ok()) return st.error();
+  BinaryData data{binary, header_length.has_value()};
+  if (Status st = decode_inputs(o, data, r); !st.ok()) return st.error();
+  if (Status st = decode_outputs(o, r); !st.ok()) return st.error();
   return r;
 }
 
