@@ -58,6 +58,10 @@ struct Counters {
     for (std::size_t i = 0; i < kCounterCount; ++i) values[i] += other.values[i];
     return *this;
   }
+  Counters& operator-=(const Counters& other) {
+    for (std::size_t i = 0; i < kCounterCount; ++i) values[i] -= other.values[i];
+    return *this;
+  }
   bool operator==(const Counters&) const = default;
 };
 

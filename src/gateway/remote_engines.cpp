@@ -240,6 +240,11 @@ bool RemoteService::attach(Slot& s, int fd, wire::EngineHello hello) {
     ++open_channels_;
     s.connect_error.clear();
     if (hello.started_at > 0) s.process.started_at = hello.started_at;
+    if (hello.pid > 0 && hello.pid == s.carried_pid && hello.started_at == s.carried_started_at) {
+      s.carried -= s.carried_last;  // the same process again: its state still holds them
+    }
+    s.carried_last = Counters{};
+    s.carried_pid = 0;
     s.models = std::move(hello.models);
     s.tensor_models = std::move(hello.tensor_models);
     s.devices = std::move(hello.devices);
@@ -284,15 +289,18 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     s->link.reset();
     // Counters of this process carry over to the next one; while it is
     // away only its devices are shown, so nothing is counted twice.
-    s->carried += s->unreported;
+    s->carried_last = s->unreported;
     s->unreported = Counters{};
+    s->carried_pid = s->process.pid;
+    s->carried_started_at = s->process.started_at;
     if (s->last_state) {
-      s->carried += s->last_state->counters;
+      s->carried_last += s->last_state->counters;
       AdmissionState shown;
       shown.policy = s->last_state->policy;
       shown.devices = std::move(s->last_state->devices);
       s->last_state = std::move(shown);
     }
+    s->carried += s->carried_last;
     const bool restarts = (s->supervised() || !s->process.has_process()) && !stopping_;
     set_state(*s, restarts ? EngineState::kRestarting : EngineState::kGone);
     if (s->supervised() && !s->process.child && s->process.has_process() && !stopping_) {

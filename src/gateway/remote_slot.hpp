@@ -41,6 +41,13 @@ struct RemoteService::Slot {
   MetricsMirror mirror;
   // Admission counters of the engine's earlier processes, and its last state.
   Counters carried;
+  /// What its last close moved into `carried`, and the process it came
+  /// from (pid, started_at): when that same process connects again (its
+  /// link closed, the process lived on), its next state counts them again,
+  /// so they leave `carried`.
+  Counters carried_last;
+  std::int64_t carried_pid = 0;
+  double carried_started_at = 0;
   std::optional<AdmissionState> last_state;
   bool connecting = false;
   std::string connect_error;  // why the last connection attempt failed; empty: none failed
