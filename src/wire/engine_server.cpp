@@ -213,6 +213,24 @@ void EngineServer::accept_loop() {
   }
 }
 
+namespace {
+
+/// Answers a submit or infer whose request the decoder refused (a field
+/// outside the wire's range) as that request's own 400, so the connection
+/// and the gateway's other requests go on. False: not such a message (no
+/// request number): the caller closes the connection.
+bool refuse_request(EngineServer::Conn& conn, const DecodeError& e) {
+  if (e.rid == 0 || (e.type != "submit" && e.type != "infer")) return false;
+  const std::string prefix = "bad " + e.type + ": ";
+  std::string why = e.message.rfind(prefix, 0) == 0 ? e.message.substr(prefix.size()) : e.message;
+  Error error(ErrorCode::kInvalidRequest, "the engine refused the request: " + why);
+  spdlog::warn("engine: request {} of gateway {} refused: {}", e.rid, conn.peer, why);
+  conn.channel->send(encode_frame(SubmitRejected{e.rid, std::move(error)}), Send::kDirect);
+  return true;
+}
+
+}  // namespace
+
 void EngineServer::serve(std::shared_ptr<Conn> conn) {
   std::weak_ptr<Conn> weak = conn;
   conn->channel->start(
@@ -222,7 +240,7 @@ void EngineServer::serve(std::shared_ptr<Conn> conn) {
         Decoded<ToEngine> m = decode_to_engine(payload);
         if (m.ok()) {
           handle(c, std::move(m).value());
-        } else {
+        } else if (!refuse_request(*c, m.error())) {
           spdlog::warn("engine: closing the connection of gateway {}: {}", c->peer, m.error().message);
           c->channel->close(m.error().message);
         }

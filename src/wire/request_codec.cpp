@@ -2,6 +2,7 @@
 // state (see codec.hpp).
 #include "wire/codec.hpp"
 
+#include <limits>
 #include <string>
 #include <variant>
 
@@ -44,7 +45,8 @@ SamplingParams decode_sampling(const json::object& o) {
   }
   s.presence_penalty = number(o, "presence_penalty", -2, 2, 0);
   s.frequency_penalty = number(o, "frequency_penalty", -2, 2, 0);
-  s.repetition_penalty = number(o, "repetition_penalty", 1e-300, 100, 1.0);
+  // (0, 100], as the HTTP layer accepts it: any positive double.
+  s.repetition_penalty = number(o, "repetition_penalty", std::numeric_limits<double>::denorm_min(), 100, 1.0);
   if (const json::array* a = array(o, "logit_bias", kMaxSmallList)) {
     for (const json::value& e : *a) {
       if (!e.is_array() || e.as_array().size() != 2 || !e.as_array()[0].is_int64()) fail("bad \"logit_bias\" entry");

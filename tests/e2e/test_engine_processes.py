@@ -403,20 +403,28 @@ def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
         # process through a pipe, a moment later.
         wait_until(lambda: "wrong or missing secret" in s.logs() and "protocol version mismatch" in s.logs(),
                    what="the refusals in the engine's log")
-        # A good gateway connection with a bad message after the hello is closed too.
+        # On a good gateway connection, a submit whose request the wire refuses is that request's 400,
+        # and the connection stays; a message that is no request (an unknown type) closes it.
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.settimeout(10)
         c.connect(sock_path)
         c.sendall(frame({"t": "hello", "v": 3, "secret": open(sock_path + ".secret").read()}))
         assert read_frame(c)["t"] == "hello"
         c.sendall(frame({"t": "submit", "rid": 7, "request": {"prompt": "x", "max_tokens": -5}}))
+        m = read_frame(c)
+        while m is not None and m["t"] == "status":
+            m = read_frame(c)
+        assert m is not None and m["t"] == "rejected" and m["rid"] == 7, m
+        assert m["error"]["type"] == "invalid_request" and "max_tokens" in m["error"]["message"], m
+        c.sendall(frame({"t": "bogus"}))
         while True:
             m = read_frame(c)
             if m is None:
                 break
             assert m["t"] == "status", m
         c.close()
-        wait_until(lambda: "bad submit" in s.logs(), what="the bad submit in the engine's log")
+        wait_until(lambda: "refused: \"max_tokens\"" in s.logs() and "unknown message type" in s.logs(),
+                   what="the refused submit and the unknown message in the engine's log")
         # The engine never went down.
         assert engines(s)[0]["restarts"] == 0
         assert complete(s, "Hello", False, 4)[0] == 200

@@ -467,6 +467,26 @@ def test_padded_batches_give_each_request_what_it_gets_alone(models, make_server
     assert st["out_of_memory"] == 0 and st["devices"][0]["reserved_bytes"] == 0, st
 
 
+def test_a_shape_the_wire_refuses_is_a_400_and_the_engine_keeps_its_gateway(models, make_server):
+    # A dimension the HTTP layer passes but the wire's decoder refuses: the engine answers that request
+    # with a 400 instead of closing the gateway's connection (which would fail or resume every other
+    # request on it and count the engine's counters twice on the reconnect).
+    s = make_server("--device", "virt:0=64MiB", *BIG_BODY, model_dir=str(models / "audio_enhancer"))
+    ok = {"inputs": [{"name": "audio", "shape": [1, 24000], "datatype": "FP32", "data": [0.0] * 24000}]}
+    assert s.post("/v2/models/audio_enhancer/infer", ok).status_code == 200
+    before = s.admission()
+    r = s.post("/v2/models/audio_enhancer/infer",
+               {"inputs": [{"name": "audio", "shape": [1, 1099511627776], "datatype": "FP32", "data": [1, 2, 3]}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request", r.text
+    assert s.post("/v2/models/audio_enhancer/infer", ok).status_code == 200
+    after = s.admission()
+    for key in ("completed", "failed", "cancelled"):
+        assert after[key] - before[key] == (1 if key == "completed" else 0), (key, before, after)
+    engines = s.get("/v1/engines").json()["data"]
+    assert all(e["restarts"] == 0 for e in engines), engines
+
+
 def test_padded_batches_stay_within_the_budget(models, make_server):
     # A device whose budget holds a few long passes: padding a short request up to a long one must be
     # paid for from the free budget, so batches are smaller than --max-batch and never pass it.

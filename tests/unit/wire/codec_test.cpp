@@ -64,6 +64,21 @@ TEST(Codec, CompletionRequestRoundTrips) {
   EXPECT_EQ(back->retry.attempt, RetryAttempt::kFirst);  // the engine must not match it by body
 }
 
+TEST(Codec, AnyPositiveRepetitionPenaltyCrossesTheWireAsHttpAcceptsIt) {
+  for (double penalty : {1e-320, 1e-300, 0.5, 100.0}) {
+    CompletionRequest r;
+    r.prompt = std::vector<std::int32_t>{1};
+    r.sampling.repetition_penalty = penalty;
+    auto back = decode_completion_request(json::value(encode(r)));
+    ASSERT_TRUE(back.ok()) << penalty << ": " << back.error().message;
+    EXPECT_EQ(back->sampling.repetition_penalty, penalty);
+  }
+  CompletionRequest zero;
+  zero.prompt = std::vector<std::int32_t>{1};
+  zero.sampling.repetition_penalty = 0;
+  EXPECT_FALSE(decode_completion_request(json::value(encode(zero))).ok());
+}
+
 TEST(Codec, RefusesOutOfRangeFields) {
   CompletionRequest r;
   r.prompt = std::string("x");
