@@ -374,6 +374,40 @@ def read_frame(sock):
     return json.loads(body)
 
 
+def test_a_reconnect_to_the_same_engine_process_counts_nothing_twice(tmp_path):
+    # A stopped engine given with --engine is not killed: its gateway closes the link after the heartbeat
+    # timeout and connects again once it runs. Its counters, carried over at the close, must leave the
+    # carried sum when the same process reports them again.
+    sock = str(tmp_path / "e.sock")
+    os.chmod(tmp_path, 0o700)
+    proc = subprocess.Popen([BIN, "engine", "--model-dir", MODEL_DIR, "--device", "virt:0=64MiB", "--threads", "1",
+                             "--listen", "unix:" + sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: os.path.exists(sock) and os.path.exists(sock + ".secret"), what="engine socket and secret")
+        g = Server("--engine", "unix:" + sock, "--engine-heartbeat-timeout", "1")
+        try:
+            for _ in range(3):
+                assert complete(g, "Hello", False, 4)[0] == 200
+            wait_until(lambda: g.admission()["completed"] == 3, what="3 completed")
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                wait_until(lambda: engines(g)[0]["state"] != "ready", what="the gateway to leave the stopped engine")
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            wait_until(lambda: engines(g)[0]["state"] == "ready", what="the same engine connected again")
+            assert engines(g)[0]["pid"] == proc.pid
+            assert complete(g, "Hello", False, 4)[0] == 200
+            wait_until(lambda: g.admission()["completed"] >= 4, what="the fourth completion counted")
+            st = g.admission()
+            assert (st["admitted"], st["completed"], st["failed"], st["cancelled"]) == (4, 4, 0, 0), st
+        finally:
+            assert g.stop() == 0
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
 def test_engine_socket_refuses_a_wrong_secret_and_bad_frames():
     s = Server()
     try:
