@@ -131,10 +131,34 @@ void QueueService::refresh_registry() {
   if (span >= 1.0) rate = static_cast<double>(finished_total_ - finished_samples_.front().second) / span;
   std::lock_guard lk(mu_);
   drain_rate_ = rate;
+  tally_engines(fresh);
   for (const Engine& e : fresh) {
     for (const ModelInfo& m : e.models) seen_models_.insert(m.id);
   }
   engines_ = std::move(fresh);
+}
+
+void QueueService::tally_engines(const std::vector<Engine>& registered) {
+  std::set<std::string> listed;
+  for (const Engine& e : registered) {
+    listed.insert(e.id);
+    EngineTally& t = tallies_[e.id];
+    if (t.pid != e.pid || t.started_at != e.started_at) {  // another process under this id: the last one ended
+      retired_counters_ += t.counters;
+      t = EngineTally{e.pid, e.started_at, {}};
+    }
+    for (std::size_t i = 0; i < kCounterCount; ++i) {
+      t.counters.values[i] = std::max(t.counters.values[i], e.admission.counters.values[i]);
+    }
+  }
+  for (auto it = tallies_.begin(); it != tallies_.end();) {
+    if (listed.count(it->first)) {
+      ++it;
+    } else {
+      retired_counters_ += it->second.counters;
+      it = tallies_.erase(it);
+    }
+  }
 }
 
 void QueueService::check_run_id() {

@@ -169,8 +169,10 @@ AdmissionState QueueService::admission_state() const {
     st.queue_depth += a.queue_depth;
     st.queued += a.queued;
     st.running += a.running;
-    st.counters += a.counters;
   }
+  // Counters of every engine process that registered, stale or ended ones included.
+  for (const auto& [id, t] : tallies_) st.counters += t.counters;
+  st.counters += retired_counters_;
   int waiting = 0;
   for (const auto& [rid, r] : reqs_) {
     if (!r->taken) ++waiting;

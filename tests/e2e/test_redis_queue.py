@@ -231,6 +231,10 @@ def test_an_engine_killed_mid_stream_is_resumed_by_another(redis, cluster):
     assert took < 30, took
     # The survivor serves new work too.
     assert g.post("/v1/completions", greedy(prompts[0], 8)).status_code == 200
+    # The counters keep what the dead engine counted: the two references, the two resumed streams and
+    # the last request, wherever each ran.
+    wait_until(lambda: g.get("/v1/admission").json()["completed"] >= 5, timeout=10,
+               what="5 completed, the dead engine's included")
 
 
 def test_a_stalled_engine_is_fenced_out_and_each_stream_is_one_answer(redis, cluster):
