@@ -218,9 +218,14 @@ namespace {
 /// Answers a submit or infer whose request the decoder refused (a field
 /// outside the wire's range) as that request's own 400, so the connection
 /// and the gateway's other requests go on. False: not such a message (no
-/// request number): the caller closes the connection.
+/// request number, or one in use, which register_request() also closes
+/// the connection for): the caller closes the connection.
 bool refuse_request(EngineServer::Conn& conn, const DecodeError& e) {
   if (e.rid == 0 || (e.type != "submit" && e.type != "infer")) return false;
+  {
+    std::lock_guard lk(conn.mu);
+    if (conn.closed || conn.requests.count(e.rid)) return false;
+  }
   const std::string prefix = "bad " + e.type + ": ";
   std::string why = e.message.rfind(prefix, 0) == 0 ? e.message.substr(prefix.size()) : e.message;
   Error error(ErrorCode::kInvalidRequest, "the engine refused the request: " + why);
