@@ -12,6 +12,12 @@ set(VG_CUDART_LIBRARY "" CACHE FILEPATH "With VG_TORCH_DIR and a CUDA torch: lib
 set(VG_TORCH_HAS_CUDA OFF)
 if(VG_TORCH_DIR)
   set(TORCH_INCLUDE_DIRS "${VG_TORCH_DIR}/include" "${VG_TORCH_DIR}/include/torch/csrc/api/include")
+  # Kineto's headers, where the wheel ships them: the profiler headers the
+  # step profiler includes name none of them today (they forward-declare
+  # Kineto's types), but a later torch may.
+  if(EXISTS "${VG_TORCH_DIR}/include/kineto")
+    list(APPEND TORCH_INCLUDE_DIRS "${VG_TORCH_DIR}/include/kineto")
+  endif()
   set(_vg_libs "")
   foreach(lib torch torch_cpu c10)
     find_library(VG_TORCH_LIB_${lib} ${lib} PATHS "${VG_TORCH_DIR}/lib" NO_DEFAULT_PATH REQUIRED)

@@ -24,12 +24,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 # Packages whose headers the target machine provides itself or must not get
-# from here: the C library and kernel headers, the compiler's, libtorch's.
+# from here: the C library and kernel headers, the compiler's, libtorch's,
+# CUDA's (a toolkit under /usr/local is outside /usr/include and left out anyway).
 SYSTEM_PACKAGES = ("libc6-dev", "linux-libc-dev", "libstdc++", "libgcc", "gcc-", "libtorch", "libc10",
-                   "libgoogle-glog-dev", "libgflags-dev")  # the last two: libtorch's own dependencies
+                   "libgoogle-glog-dev", "libgflags-dev",  # libtorch's own dependencies
+                   "nvidia-cuda", "libcudart", "nvidia-cuda-toolkit")  # a Debian CUDA toolkit: the GPU machine has its own
 # Defines of the VG_BUNDLED_DEPS configuration (cmake/bundled_deps.cmake).
 BUNDLED_DEFINES = ["-DFMT_HEADER_ONLY", "-DSPDLOG_FMT_EXTERNAL", "-DTOML_HEADER_ONLY=1"]
 STATIC_LIBS = ["libpcre2-8.a", "libcrypto.a"]
@@ -47,10 +50,40 @@ def project_files(root):
             yield rel
 
 
-def headers_of(root, source):
-    cmd = ["g++", "-std=c++20", "-M", "-MT", "x", "-I" + os.path.join(root, "src"),
-           "-I/usr/include/torch/csrc/api/include", *BUNDLED_DEFINES, source]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def cuda_include_dirs(scratch):
+    """The include folders a file that includes libtorch's CUDA headers needs
+    here, as the build's `cuda_syntax_check` gives them (cmake/torch.cmake):
+    the CUDA runtime's headers ($CUDA_HOME, /usr/local/cuda) and, where
+    Debian's libtorch lacks it, a stand-in for c10/cuda/impl/cuda_cmake_macros.h
+    written under `scratch`. None when no CUDA runtime header is found."""
+    cuda = next((d for d in (os.path.join(os.environ.get("CUDA_HOME", "/nonexistent"), "include"),
+                             "/usr/local/cuda/include", "/usr/include")
+                 if os.path.isfile(os.path.join(d, "cuda_runtime_api.h"))), None)
+    if cuda is None:
+        return None
+    dirs = []
+    if not os.path.isfile("/usr/include/c10/cuda/impl/cuda_cmake_macros.h"):
+        stub = os.path.join(scratch, "c10", "cuda", "impl", "cuda_cmake_macros.h")
+        os.makedirs(os.path.dirname(stub), exist_ok=True)
+        with open(stub, "w") as f:
+            f.write("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        dirs.append(scratch)
+    return dirs + [cuda]
+
+
+def headers_of(root, source, cuda_dirs):
+    """The /usr headers `g++ -M` lists for `source`. A file that cannot be
+    preprocessed for want of a CUDA header is preprocessed again with
+    `cuda_dirs` (the CUDA-only files: cuda_device.cpp, cuda_graph.cpp and any
+    later one), so no file is left out of the scan and none needs naming here."""
+    base = ["g++", "-std=c++20", "-M", "-MT", "x", "-I" + os.path.join(root, "src")]
+    tail = ["-I/usr/include/torch/csrc/api/include", *BUNDLED_DEFINES, source]
+    r = subprocess.run(base + tail, capture_output=True, text=True)
+    if r.returncode != 0 and re.search(r"cuda\w*\.h: No such file", r.stderr):
+        if cuda_dirs is None:
+            raise RuntimeError(f"{source} needs the CUDA runtime headers, and none were found "
+                               "(set CUDA_HOME to a CUDA toolkit, or install one in /usr/local/cuda)")
+        r = subprocess.run(base + [f"-I{d}" for d in cuda_dirs] + tail, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"g++ -M {source} failed:\n{r.stderr[-3000:]}")
     deps = r.stdout.replace("\\\n", " ").split()[1:]
@@ -157,13 +190,14 @@ def main():
         shutil.rmtree(out)
 
     files = list(project_files(root))
-    sources = [os.path.join(root, f) for f in files if f.startswith("src/") and f.endswith(".cpp")
-               and not f.endswith("/cuda_device.cpp")]  # needs CUDA headers; includes nothing else bundled
+    sources = [os.path.join(root, f) for f in files if f.startswith("src/") and f.endswith(".cpp")]
     sources.append(os.path.join(root, "cmake", "boost_json_src.cpp"))
     used = set()
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for headers in pool.map(lambda s: headers_of(root, s), sources):
-            used |= headers
+    with tempfile.TemporaryDirectory(prefix="gpu-bundle-scan-") as scratch:
+        cuda_dirs = cuda_include_dirs(scratch)
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for headers in pool.map(lambda s: headers_of(root, s, cuda_dirs), sources):
+                used |= headers
     used = {h for h in used if include_relative(h)}
     pkg_of = owners(used)
     unowned = sorted(h for h in used if h not in pkg_of)
