@@ -361,7 +361,8 @@ struct Engine::Impl {
   /// for them ended: held here, so that leases always cover the blocks in use.
   std::optional<Lease> kv_orphans;
   std::int64_t kv_pool_max_blocks = 0;  // the pool at start-up: it never grows past it
-  TimePoint kv_pool_grow_after{};       // a failed growth of the pool is retried after this
+  TimePoint kv_pool_grow_after{};       // after a failed resize, the pool is resized again only after this
+  std::optional<TimePoint> kv_pool_lost_retry;  // the pool lost its storage: the next turn, at the latest
   // Watchdog heartbeats: start of the step in progress (Clock ticks), or
   // kIdle; of the engine thread and of the prefill worker.
   std::atomic<std::int64_t> step_started{engine_detail::kIdle};
@@ -472,8 +473,14 @@ struct Engine::Impl {
   void grow_for_step(TimePoint now);
   /// Makes the pool as large as the effective budget (smaller after a cut,
   /// once shedding freed the blocks; larger again, up to its start-up size,
-  /// when it rises).
-  void fit_kv_pool(TimePoint now);
+  /// when it rises by enough: kv_pool_target). A failed resize is tried
+  /// again a second later; one that lost the pool's storage preempts every
+  /// sequence (their keys and values are gone) and is tried again at the
+  /// next turn. False while the pool has no storage: nothing may step.
+  bool fit_kv_pool(TimePoint now);
+  /// One turn's work once the pool (if any) can be stepped: admission,
+  /// prefill hand-offs, growth, the step, and retiring what ended.
+  void admit_and_step();
   std::int64_t kv_used_blocks() const;
   /// `s`'s blocks changed from `before` used blocks in the pool: its lease follows.
   void charge_blocks(Sequence& s, std::int64_t before);

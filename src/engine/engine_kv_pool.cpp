@@ -16,6 +16,7 @@
 
 #include "device/device.hpp"
 #include "engine/engine_impl.hpp"
+#include "engine/kv_pool_fit.hpp"
 
 namespace vg {
 
@@ -23,8 +24,11 @@ namespace {
 // The admission source id of the pool's bound on a device's effective
 // budget (set_effective_budget): apart from the engines' own OOM governors.
 constexpr int kPoolSource = 1 << 20;
-// How long a pool that could not grow waits before it tries again.
+// How long a pool that could not be resized waits before it tries again.
 constexpr Duration kPoolGrowRetry = std::chrono::seconds(1);
+// How soon a pool that lost its storage tries to allocate one again (the
+// engine takes no work meanwhile).
+constexpr Duration kPoolLostRetry = std::chrono::milliseconds(20);
 }  // namespace
 
 std::int64_t Engine::Impl::pool_cost(int context_tokens, int max_more) const {
@@ -139,30 +143,34 @@ void Engine::Impl::grow_for_step(TimePoint now) {
   }
 }
 
-void Engine::Impl::fit_kv_pool(TimePoint now) {
+bool Engine::Impl::fit_kv_pool(TimePoint now) {
   const std::optional<KvBlockCounts> counts = model.kv_pool_counts();
   const std::int64_t block_bytes = options.kv_pool->geometry.block_bytes;
-  if (!counts || block_bytes <= 0) return;
-  const std::int64_t target = std::min(kv_pool_max_blocks, oom_budget->effective() / block_bytes);
-  const std::int64_t to = std::max({target, counts->used, std::int64_t{1}});
-  if (to == counts->total || (to > counts->total && now < kv_pool_grow_after)) return;
+  if (!counts || block_bytes <= 0) return true;
+  const std::int64_t to = kv_pool_target(
+      KvPoolFitInputs{*counts, kv_pool_max_blocks, oom_budget->effective() / block_bytes, now < kv_pool_grow_after});
+  if (to == counts->total && !counts->lost) return true;
   const Status st = model.resize_kv_pool(to);
   if (!st.ok()) {
     spdlog::warn("{}: the KV block pool stays at {} blocks (resizing to {} failed: {})", device.name(), counts->total,
                  to, st.error().message);
-    if (to > counts->total) {
-      kv_pool_grow_after = now + kPoolGrowRetry;
-      return;
+    const std::optional<KvBlockCounts> after = model.kv_pool_counts();
+    if (!after || !after->lost) {
+      kv_pool_grow_after = now + kPoolGrowRetry;  // its blocks as they were: tried again in a while
+      return true;
     }
-    // A failed shrink may leave the pool without storage: every sequence
-    // starts again from its tokens, and the next turn tries again.
-    for (Sequence* s : preemption_order()) preempt_or_refuse(*s, now, "the KV cache pool could not be resized");
-    return;
+    // The storage is lost: every sequence starts again from its tokens,
+    // and the turn after a short wait allocates a new one.
+    for (Sequence* s : preemption_order()) preempt_or_refuse(*s, now, "the KV cache pool lost its storage");
+    kv_pool_lost_retry = now + kPoolLostRetry;
+    return false;
   }
+  kv_pool_lost_retry.reset();
   if (to < counts->total) device.release_cached_memory();
   spdlog::info("{}: KV block pool resized from {} to {} blocks ({} bytes each) for an effective budget of {} bytes",
                device.name(), counts->total, to, block_bytes, oom_budget->effective());
   admission->set_effective_budget(to * block_bytes, device_index, kPoolSource + index);
+  return true;
 }
 
 void Engine::Impl::publish_kv_pool(EngineStats& stats) const {

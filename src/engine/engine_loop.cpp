@@ -32,15 +32,8 @@ void Engine::Impl::run() {
       if (!options.test_foreign_bytes.file.empty()) follow_foreign_bytes_file();
       oom_budget->on_tick(Clock::now());
       shed_over_budget(Clock::now());
-      if (pooled()) fit_kv_pool(Clock::now());
-      admit(Clock::now());
-      if (prefill) collect_prefills(Clock::now());
-      sweep_running(Clock::now());
-      retire_done();
-      if (prefill) hand_off_prefills();
-      if (on_demand()) grow_for_step(Clock::now());
-      if (!running.empty()) run_step();
-      retire_done();
+      // A pool without storage (a resize lost it) takes no work this turn.
+      if (!pooled() || fit_kv_pool(Clock::now())) admit_and_step();
       publish();
     }
     if (options.step_delay_ms > 0 && !running.empty()) {
@@ -53,12 +46,24 @@ void Engine::Impl::run() {
   publish();
 }
 
+void Engine::Impl::admit_and_step() {
+  admit(Clock::now());
+  if (prefill) collect_prefills(Clock::now());
+  sweep_running(Clock::now());
+  retire_done();
+  if (prefill) hand_off_prefills();
+  if (on_demand()) grow_for_step(Clock::now());
+  if (!running.empty()) run_step();
+  retire_done();
+}
+
 // Sleeps until there is something to do: running sequences, a wake-up
 // (submit, cancel, lease release), the admission controller's next timer or
 // the OOM governor's next raise. False when the engine is stopping.
 bool Engine::Impl::wait_for_work() {
   auto next = admission->next_wakeup(Clock::now());
   if (auto raise = oom_budget->next_change(); raise && (!next || *raise < *next)) next = raise;
+  if (kv_pool_lost_retry && (!next || *kv_pool_lost_retry < *next)) next = kv_pool_lost_retry;
   // Other processes' bytes are measured at each turn: at least one a second.
   if (options.budget_inputs || !options.test_foreign_bytes.file.empty()) {
     const TimePoint poll = Clock::now() + kForeignBytesPoll;

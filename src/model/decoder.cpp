@@ -139,12 +139,17 @@ Status DecoderModel::read_weights(const Checkpoint& checkpoint, std::string pref
 
 Status DecoderModel::validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const {
   std::unordered_set<const KvCache*> seen;
+  const bool pool_lost = pool_ && pool_->lost();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const StepInput& in = inputs[i];
     const std::string which = "step input " + std::to_string(i) + ": ";
     auto* cache = dynamic_cast<DecoderCache*>(in.cache);
     if (cache == nullptr || cache->owner() != this) {
       return Error{ErrorCode::kInvalidRequest, which + "no KV cache of this model"};
+    }
+    if (pool_lost && cache->pool_ptr() == pool_) {
+      return Error{ErrorCode::kOutOfMemory, which + "the KV block pool of " + device_->name() +
+                                                " lost its storage in a failed resize; its caches start again"};
     }
     if (!seen.insert(cache).second) return Error{ErrorCode::kInvalidRequest, which + "KV cache used twice in one step"};
     if (in.tokens.empty()) return Error{ErrorCode::kInvalidRequest, which + "no tokens"};

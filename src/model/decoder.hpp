@@ -113,20 +113,34 @@ class KvPool {
   void attach(DecoderCache* cache);
   void detach(DecoderCache* cache);
   /// Makes it a pool of `blocks` blocks: the blocks in use (and as many
-  /// cached ones as fit) are copied through host memory into a new storage
-  /// from `allocate(slots)`, renumbered from 0 in every attached cache; the
-  /// old storage is freed before the new one is allocated. Errors:
-  /// kInvalidRequest when more than `blocks` are in use; when `allocate`
-  /// throws, the old size is allocated again with the same contents and the
-  /// exception is passed on (the callers turn it into an Error). No step may
-  /// run on the pool meanwhile.
+  /// cached ones as fit) are copied into host memory, the old storage is
+  /// freed, a new one is allocated by `allocate(slots)` and the blocks are
+  /// copied into it, renumbered from 0 in every attached cache. Every copy
+  /// between the device and the host is of one layer's K or V of a run of
+  /// consecutive blocks, contiguous on both sides, so it needs no device
+  /// memory of its own (a copy of a strided slice would make a device
+  /// temporary as large as the blocks kept, when memory is short).
+  /// Errors: kInvalidRequest when more than `blocks` are in use; when
+  /// `allocate` or a copy into the new storage throws, the old size is
+  /// allocated again with the same contents and the exception is passed on
+  /// (the callers turn it into an Error); if that fails too, the storage is
+  /// lost (KvBlockCounts::lost: nothing is published any more, and the
+  /// next resize allocates afresh) and that exception is passed on. No
+  /// step may run on the pool meanwhile.
   Status resize(std::int64_t blocks, const std::function<at::Tensor(std::int64_t)>& allocate);
+  /// Whether the storage was lost (see resize()).
+  bool lost() const;
 
  private:
   void set_storage(at::Tensor storage);
+  void clear_storage();
+  /// Allocates `blocks` blocks and copies `saved` (the kept blocks, in
+  /// new-id order) into blocks `to` of it (a libtorch error escapes).
+  void fill_new_storage(std::int64_t blocks, const std::function<at::Tensor(std::int64_t)>& allocate,
+                        const at::Tensor& saved, std::span<const std::int32_t> to);
   /// Copies blocks `from[i]` of `src` to blocks `to[i]` of `dst` (tensors
   /// [n_layer, 2, blocks, block_tokens, n_kv_head, head_dim]), a run of
-  /// consecutive ids at a time.
+  /// consecutive ids of one layer's K or V at a time.
   static void copy_blocks(const at::Tensor& src, std::span<const std::int32_t> from, const at::Tensor& dst,
                           std::span<const std::int32_t> to);
   /// The storage viewed as [n_layer, 2, blocks, block_tokens, n_kv_head, head_dim].
@@ -136,8 +150,11 @@ class KvPool {
   std::vector<at::Tensor> k_, v_;
   std::int64_t block_tokens_;
   std::int64_t block_bytes_;
+  std::vector<std::int64_t> shape_;  ///< the storage's [n_layer, 2, slots, n_kv_head, head_dim], kept when it is lost
+  at::ScalarType dtype_;
   bool shared_;
   bool prefix_cache_;
+  bool lost_ = false;  ///< guarded by mutex_
   mutable std::mutex mutex_;
   KvBlockAllocator blocks_;  ///< guarded by mutex_
   std::unordered_set<DecoderCache*> caches_;  ///< guarded by mutex_

@@ -20,6 +20,8 @@ namespace vg::detail {
 KvPool::KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared, bool prefix_cache)
     : block_tokens_(block_tokens),
       block_bytes_(storage.numel() * storage.element_size() / (storage.size(2) / block_tokens)),
+      shape_(storage.sizes().begin(), storage.sizes().end()),
+      dtype_(storage.scalar_type()),
       shared_(shared),
       prefix_cache_(prefix_cache),
       blocks_(storage.size(2) / block_tokens) {
@@ -27,13 +29,18 @@ KvPool::KvPool(at::Tensor storage, std::int64_t block_tokens, bool shared, bool 
 }
 
 void KvPool::set_storage(at::Tensor storage) {
+  clear_storage();
   storage_ = std::move(storage);
-  k_.clear();
-  v_.clear();
   for (std::int64_t l = 0; l < storage_.size(0); ++l) {
     k_.push_back(storage_.select(0, l).select(0, 0));
     v_.push_back(storage_.select(0, l).select(0, 1));
   }
+}
+
+void KvPool::clear_storage() {
+  k_.clear();
+  v_.clear();
+  storage_ = at::Tensor();
 }
 
 at::Tensor KvPool::by_block(const at::Tensor& storage) const {
@@ -50,7 +57,15 @@ void KvPool::copy_blocks(const at::Tensor& src, std::span<const std::int32_t> fr
       ++n;
     }
     const auto len = static_cast<std::int64_t>(n);
-    dst.narrow(2, to[i], len).copy_(src.narrow(2, from[i], len));
+    // One layer's K or V of consecutive blocks is contiguous in both layouts.
+    for (std::int64_t l = 0; l < src.size(0); ++l) {
+      for (std::int64_t kv = 0; kv < 2; ++kv) {
+        dst.select(0, l)
+            .select(0, kv)
+            .narrow(0, to[i], len)
+            .copy_(src.select(0, l).select(0, kv).narrow(0, from[i], len));
+      }
+    }
     i += n;
   }
 }
@@ -65,6 +80,14 @@ void KvPool::detach(DecoderCache* cache) {
   caches_.erase(cache);
 }
 
+void KvPool::fill_new_storage(std::int64_t blocks, const std::function<at::Tensor(std::int64_t)>& allocate,
+                              const at::Tensor& saved, std::span<const std::int32_t> to) {
+  set_storage(allocate(blocks * block_tokens_));
+  std::vector<std::int32_t> order(to.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+  copy_blocks(saved, order, by_block(storage_), to);
+}
+
 Status KvPool::resize(std::int64_t blocks, const std::function<at::Tensor(std::int64_t)>& allocate) {
   const std::lock_guard lock(mutex_);
   std::optional<KvBlockAllocator::Compacted> c = blocks_.compacted(blocks);
@@ -72,30 +95,43 @@ Status KvPool::resize(std::int64_t blocks, const std::function<at::Tensor(std::i
     return Error{ErrorCode::kInvalidRequest, "a KV block pool of " + std::to_string(blocks) + " blocks cannot hold the " +
                                                  std::to_string(blocks_.counts().used) + " blocks in use"};
   }
-  const std::int64_t old_blocks = storage_.size(2) / block_tokens_;
-  const auto kept = static_cast<std::int64_t>(c->moved.size());
-  // Kept blocks in host memory outside the device's allocator, in new-id order.
-  std::vector<std::int32_t> order(c->moved.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+  const std::int64_t old_blocks = blocks_.counts().total;
+  // Kept blocks in host memory outside the device's allocator, in new-id
+  // order (none when the storage was lost: there is nothing to keep).
+  const auto kept = lost_ ? std::int64_t{0} : static_cast<std::int64_t>(c->moved.size());
   std::vector<std::byte> host(static_cast<std::size_t>(kept * block_bytes_));
-  const at::Tensor saved =
-      at::from_blob(host.data(), {storage_.size(0), 2, kept, block_tokens_, storage_.size(3), storage_.size(4)},
-                    at::TensorOptions().dtype(storage_.scalar_type()));
-  copy_blocks(by_block(storage_), c->moved, saved, order);
-  set_storage(at::Tensor());
+  const at::Tensor saved = at::from_blob(host.data(), {shape_[0], 2, kept, block_tokens_, shape_[3], shape_[4]},
+                                         at::TensorOptions().dtype(dtype_));
+  std::vector<std::int32_t> order(static_cast<std::size_t>(kept));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+  const std::span<const std::int32_t> moved(c->moved.data(), order.size());
+  if (!lost_) copy_blocks(by_block(storage_), moved, saved, order);
+  clear_storage();
   try {
-    set_storage(allocate(blocks * block_tokens_));
+    fill_new_storage(blocks, allocate, saved, order);
   } catch (...) {
-    set_storage(allocate(old_blocks * block_tokens_));
-    copy_blocks(saved, order, by_block(storage_), c->moved);
+    try {
+      fill_new_storage(old_blocks, allocate, saved, moved);
+    } catch (...) {
+      clear_storage();
+      lost_ = true;
+      blocks_.forget_published();
+      throw;
+    }
+    if (lost_) blocks_.forget_published();  // a lost storage made anew: still no keys and values
     throw;
   }
-  copy_blocks(saved, order, by_block(storage_), order);
+  lost_ = false;
   blocks_ = std::move(c->blocks);
   for (DecoderCache* cache : caches_) {
     for (std::int32_t& b : cache->blocks()) b = c->to[static_cast<std::size_t>(b)];
   }
   return Status::Ok();
+}
+
+bool KvPool::lost() const {
+  const std::lock_guard lock(mutex_);
+  return lost_;
 }
 
 bool KvPool::take(std::int64_t count, std::vector<std::int32_t>& out) {
@@ -125,7 +161,9 @@ std::optional<std::int32_t> KvPool::find(std::uint64_t parent, std::span<const s
 
 KvBlockCounts KvPool::counts() const {
   const std::lock_guard lock(mutex_);
-  return blocks_.counts();
+  KvBlockCounts c = blocks_.counts();
+  c.lost = lost_;
+  return c;
 }
 
 std::int64_t KvPool::evicted() const {
@@ -307,6 +345,12 @@ Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
       resized = current_exception_error("resizing the KV block pool to " + std::to_string(blocks) + " blocks on " +
                                         device_->name());
     }
+  }
+  if (pool_->lost()) {
+    if (resized.ok()) return resized;
+    Error lost = resized.error();
+    lost.message += "; not even its old size could be allocated again: its keys and values are lost";
+    return lost;  // no graphs over a storage that is gone: the next resize records them
   }
   record_again();
   return resized;

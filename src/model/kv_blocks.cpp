@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 
 namespace vg {
 
@@ -106,6 +107,15 @@ void KvBlockAllocator::unpublish(std::int32_t block) {
   const auto b = static_cast<std::size_t>(block);
   by_key_.erase(key_[b]);
   published_[b].reset();
+}
+
+void KvBlockAllocator::forget_published() {
+  for (const std::int32_t block : cached_) free_.push_back(block);
+  evicted_ += static_cast<std::int64_t>(cached_.size());
+  cached_.clear();
+  std::sort(free_.begin(), free_.end(), std::greater<>());  // lowest id taken first again
+  by_key_.clear();
+  for (auto& p : published_) p.reset();
 }
 
 std::optional<KvBlockAllocator::Compacted> KvBlockAllocator::compacted(std::int64_t total) const {

@@ -22,6 +22,11 @@ struct KvBlockCounts {
   std::int64_t used = 0;    ///< held by at least one sequence
   std::int64_t cached = 0;  ///< held by none, kept for the prefix cache until a block is needed
   std::int64_t free = 0;    ///< neither: total - used - cached
+  /// The pool's storage was lost (a failed resize could not allocate even
+  /// its old size again): every block's keys and values are gone, the
+  /// caches that hold blocks must start again, and the next resize
+  /// allocates a new storage.
+  bool lost = false;
   /// Blocks a request can be given: free + cached.
   std::int64_t available() const { return free + cached; }
 };
@@ -78,6 +83,11 @@ class KvBlockAllocator {
   /// blocks are used.
   struct Compacted;
   std::optional<Compacted> compacted(std::int64_t total) const;
+
+  /// Unpublishes every block: cached ones become free (counted as
+  /// evicted), held ones stay held but are never found again. For a pool
+  /// whose keys and values are gone.
+  void forget_published();
 
   /// Holders of `block` (0: free or cached).
   std::int32_t holders(std::int32_t block) const { return holders_[static_cast<std::size_t>(block)]; }

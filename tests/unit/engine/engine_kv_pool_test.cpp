@@ -206,5 +206,26 @@ TEST_F(KvPoolEngineTest, ThePoolShrinksWithAnOutOfMemoryCutAndGrowsBackAfterTheQ
   ASSERT_TRUE(eventually([&] { return engine->admission().effective_budget_bytes == 16 * kBlockBytes; }));
 }
 
+// A resize that loses the pool's storage (not even its old size could be
+// allocated again): nothing steps on it, every sequence starts again from
+// its tokens, and a new storage is allocated at a later turn.
+TEST_F(KvPoolEngineTest, APoolThatLostItsStorageStepsNothingAndItsSequencesStartAgain) {
+  Engine::Options o = pool_options(16, KvReservation::kOnDemand);
+  o.oom_governor.quiet_period = std::chrono::milliseconds(20);
+  o.oom_governor.increase_step = 1.0;
+  auto engine = make(o);
+  model_.pool()->lose_at_next_resize();
+  model_.fail_at_step(3);  // the cut moves the pool, and the move loses it
+  auto c = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(10, "abc"), c).ok());
+  ASSERT_TRUE(c->wait_done());
+  ASSERT_TRUE(c->finished()) << (c->failed() ? c->failed()->message : "");
+  EXPECT_EQ(c->text(), continuation(3, 10));
+  EXPECT_EQ(model_.steps_on_lost_pool(), 0);
+  EXPECT_FALSE(model_.pool()->lost());
+  EXPECT_GE(model_.pool_resizes(), 2);
+  EXPECT_EQ(engine->admission().reserved_bytes, 0);
+}
+
 }  // namespace
 }  // namespace vg

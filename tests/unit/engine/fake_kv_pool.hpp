@@ -46,7 +46,20 @@ class FakePool {
   std::int64_t block_bytes() const { return options_.block_tokens * kBytesPerToken; }
   KvBlockCounts counts() const {
     std::lock_guard lk(mu_);
-    return blocks_.counts();
+    KvBlockCounts c = blocks_.counts();
+    c.lost = lost_;
+    return c;
+  }
+  /// The next resize fails and loses the storage (as the decoder's pool
+  /// does when not even its old size can be allocated again); the one
+  /// after succeeds.
+  void lose_at_next_resize() {
+    std::lock_guard lk(mu_);
+    lose_next_ = true;
+  }
+  bool lost() const {
+    std::lock_guard lk(mu_);
+    return lost_;
   }
   std::int64_t evicted() const {
     std::lock_guard lk(mu_);
@@ -119,8 +132,15 @@ class FakePool {
   }
   Status resize(std::int64_t total) {
     std::lock_guard lk(mu_);
+    if (lose_next_) {
+      lose_next_ = false;
+      lost_ = true;
+      blocks_.forget_published();
+      return Error(ErrorCode::kOutOfMemory, "the fake KV block pool lost its storage");
+    }
     auto c = blocks_.compacted(total);
     if (!c) return Error(ErrorCode::kInvalidRequest, "fewer blocks than are in use");
+    lost_ = false;
     blocks_ = std::move(c->blocks);
     for (FakeCache* cache : caches_) {
       for (std::int32_t& b : cache->blocks_) b = c->to[static_cast<std::size_t>(b)];
@@ -142,6 +162,8 @@ class FakePool {
   mutable std::mutex mu_;
   KvBlockAllocator blocks_;      // guarded by mu_
   std::set<FakeCache*> caches_;  // guarded by mu_
+  bool lose_next_ = false;       // guarded by mu_
+  bool lost_ = false;            // guarded by mu_
 };
 
 inline FakeCache::~FakeCache() {

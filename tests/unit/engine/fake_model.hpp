@@ -66,9 +66,20 @@ class FakeModel final : public Model {
     std::lock_guard lk(mu_);
     return pool_resizes_;
   }
+  FakePool* pool() { return pool_.get(); }
+  /// Steps asked for while the pool had lost its storage (refused).
+  int steps_on_lost_pool() {
+    std::lock_guard lk(mu_);
+    return steps_on_lost_pool_;
+  }
 
   Result<std::vector<std::vector<float>>> step(std::span<const StepInput> inputs) override {
     std::optional<Error> fail;
+    if (pool_ && pool_->lost()) {
+      std::lock_guard lk(mu_);
+      ++steps_on_lost_pool_;
+      return Error(ErrorCode::kOutOfMemory, "the fake KV block pool has no storage");
+    }
     {
       std::unique_lock lk(mu_);
       ++steps_;
@@ -244,6 +255,7 @@ class FakeModel final : public Model {
   std::optional<int> nan_at_;
   int cache_copies_ = 0;
   int pool_resizes_ = 0;
+  int steps_on_lost_pool_ = 0;
   std::unique_ptr<FakePool> pool_;  // null without use_kv_pool; its caches never outlive the model
 };
 
