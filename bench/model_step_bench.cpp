@@ -25,7 +25,13 @@
 // as they are (the server sets them: retain_freed_host_memory);
 // `--kv-pool=TOKENS` takes every cache from one shared block pool of
 // TOKENS-token blocks (Model::use_kv_pool; the tensor path then gathers a
-// decode step's keys from the pool) instead of a pool of its own; other
+// decode step's keys from the pool, and BM_SampledDecodeStep's steps are
+// static-shape ones) instead of a pool of its own; the default is the
+// server's, 16 on the tensor path (where the engine always has a pool but
+// for several models on a device, --prefill-worker or --admission
+// fixed|none) and none on the host path; `--kv-pool=0` gives every cache
+// storage of its own (a decode step then gathers each sequence's keys
+// apart, two ops per sequence and layer: its ops grow with the batch); other
 // flags go to Google Benchmark.
 //
 // What the machine can do, in the same run and on the same threads:
@@ -480,7 +486,7 @@ int main(int argc, char** argv) {
   bool host_kernel = true;
   bool malloc_defaults = false;
   int threads = 1;
-  int pool_block_tokens = 0;
+  int pool_block_tokens = -1;  // default: the server's 16 on the tensor path, none on the host path
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -513,6 +519,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (pool_block_tokens < 0) pool_block_tokens = host_kernel ? 0 : 16;
   if (!malloc_defaults) vg::retain_freed_host_memory();  // as the server does
   vg::set_compute_threads(threads);
   vg::g_device = std::move(vg::VirtualDevice::create(0, 4LL << 30)).value();

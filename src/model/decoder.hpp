@@ -222,9 +222,9 @@ struct Segment {
 };
 
 /// Decode segments of a step on the tensor path that attend together: per
-/// layer, their keys are gathered into a padded [n_kv_head, rows, 1, keys,
+/// layer, their keys are gathered into a padded [n_kv_head * rows, keys,
 /// head_dim] batch and attended with one pair of batched matrix products and
-/// a masked softmax. When every decode segment's cache is in one pool
+/// a masked softmax (attend_grouped). When every decode segment's cache is in one pool
 /// (DecodeBatch::pool), the new keys are first written to the pool and
 /// `gather` lists pool slots; otherwise the cached keys of its segments and
 /// the new keys are concatenated ([sum of lengths + rows, n_kv_head,
@@ -234,7 +234,7 @@ struct DecodeGroup {
   std::int64_t rows = 0;
   std::int64_t keys = 0;  ///< padded key count: its longest sequence's length + 1
   at::Tensor gather;      ///< [rows * keys] int64: pool slot or row of the concatenation for each padded key (a valid one for padding)
-  at::Tensor pad;         ///< [1, rows, 1, 1, keys] bool: true past a sequence's length + 1 keys
+  at::Tensor pad;         ///< [1, rows, 1, keys] bool: true past a sequence's length + 1 keys
 };
 
 /// The decode segments of a step on the tensor path: one group, or in host
@@ -268,7 +268,7 @@ struct StaticDecode {
   std::int64_t bucket = 0;  ///< rows after padding
   std::int64_t keys = 0;    ///< keys each row reads, padded (table blocks x block_tokens)
   at::Tensor slots;         ///< [bucket * keys] int64: the pool slot of each padded key
-  at::Tensor pad;           ///< [1, bucket, 1, 1, keys] bool: true past a row's position
+  at::Tensor pad;           ///< [1, bucket, 1, keys] bool: true past a row's position
   at::Tensor write;         ///< [bucket] int64: the slot each row's new K and V go to
   at::Tensor padding;       ///< [bucket, 1, 1] bool: true for padding rows
 };
@@ -437,6 +437,13 @@ class DecoderModel : public Model {
   /// k and v [bucket, n_kv_head, head_dim] -> [bucket, n_head * head_dim].
   at::Tensor attend_static(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
                            const Plan& plan) const;
+  /// Decode attention of `n` rows over padded keys and values [n_kv_head *
+  /// n, keys, head_dim] (KV head-major): q [n, n_head, head_dim], pad [1, n,
+  /// 1, keys] (true: masked) -> [n, n_head * head_dim]. Query head h reads KV
+  /// head h / (n_head / n_kv_head); the query heads of one KV head are the
+  /// rows of one product, so grouped-query attention reads K and V once.
+  at::Tensor attend_grouped(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                            const at::Tensor& pad, std::int64_t n) const;
   /// The tensor-path DecodeGroups of `p`'s first n_decode segments (the
   /// first `n_small` of them in a group of their own): appends each group's
   /// gather and pad, then (in one pool) the decode write slots, to `host`.

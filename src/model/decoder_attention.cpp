@@ -44,7 +44,8 @@ at::Tensor read_positions(const at::Tensor& pool, const Segment& s, std::int64_t
 /// libtorch's CPU batched matrix product runs a small-matrix kernel (float
 /// accumulation) when contraction x rows x columns is below this, BLAS-style
 /// kernels otherwise (aten/src/ATen/native/LinearAlgebra.cpp,
-/// bmm_out_or_baddbmm_); a decode's two products are head_dim x 1 x keys.
+/// bmm_out_or_baddbmm_); a decode's two products are head_dim x per_kv x keys
+/// (attend_grouped: the query heads of one KV head are the rows).
 constexpr std::int64_t kSmallMatrixProduct = 400;
 
 }  // namespace
@@ -57,10 +58,11 @@ Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCach
   // small-matrix kernel come before the others and attend as their own
   // DecodeGroup, so that each gets the arithmetic it gets alone.
   const bool small_group = !p.host_decode && torch_device().is_cpu();
+  const std::int64_t per_kv = config_.n_head / config_.n_kv_head;
   const auto pass_of = [&](std::size_t i) {
     if (caches[i] == nullptr || inputs[i].tokens.size() != 1) return 2;
     const std::int64_t keys = caches[i]->length() + 1;
-    return small_group && keys * config_.head_dim < kSmallMatrixProduct ? 0 : 1;
+    return small_group && keys * config_.head_dim * per_kv < kSmallMatrixProduct ? 0 : 1;
   };
   std::vector<std::size_t> order;
   std::int64_t n_small = 0;
@@ -113,7 +115,7 @@ Plan DecoderModel::plan(std::span<const StepInput> inputs, std::span<DecoderCach
   for (DecodeGroup& g : p.decode.groups) {
     const std::int64_t size = g.rows * g.keys;
     g.gather = on_device.narrow(0, offset, size);
-    g.pad = on_device.narrow(0, offset + size, size).view({1, g.rows, 1, 1, g.keys}).ne(0);
+    g.pad = on_device.narrow(0, offset + size, size).view({1, g.rows, 1, g.keys}).ne(0);
     offset += 2 * size;
   }
   if (p.decode.pool != nullptr) {
@@ -292,16 +294,15 @@ at::Tensor DecoderModel::attend_decode_group(const at::Tensor& q, const at::Tens
   const std::int64_t n = group.rows;
   const std::int64_t keys = group.keys;
   const std::int64_t kv_heads = config_.n_kv_head;
-  const std::int64_t per_kv = config_.n_head / kv_heads;
   const std::int64_t head_dim = config_.head_dim;
   // Rows are gathered whole (contiguous [kv_heads * head_dim] each), then laid
-  // out head-major in one copy: [kv_heads, n, 1, keys, head_dim].
+  // out head-major in one copy: [kv_heads * n, keys, head_dim].
   const auto padded = [&](const at::Tensor& rows) {
     return rows.index_select(0, group.gather)
         .view({n, keys, kv_heads, head_dim})
         .permute({2, 0, 1, 3})
         .contiguous()
-        .view({kv_heads, n, 1, keys, head_dim});
+        .view({kv_heads * n, keys, head_dim});
   };
   // From one pool (the new keys already in it), or from [cached keys of each
   // sequence..., new keys].
@@ -318,19 +319,10 @@ at::Tensor DecoderModel::attend_decode_group(const at::Tensor& q, const at::Tens
     parts.push_back(values ? v_new : k_new);
     return at::cat(parts, 0);
   };
-  const at::Tensor keys_padded = padded(rows(false));
-  const at::Tensor values_padded = padded(rows(true));
-  // The products have the shapes and layouts of attend()'s for one sequence,
-  // with the sequences as one more batch dimension, so each sequence's
-  // arithmetic is the one it gets alone: query head h reads KV head h / per_kv,
-  // q [kv_heads, n, per_kv, 1, head_dim] against k^T [kv_heads, n, 1,
-  // head_dim, keys] (a transposed view) and v [kv_heads, n, 1, keys, head_dim].
-  const at::Tensor qg = q.reshape({n, kv_heads, per_kv, 1, head_dim}).permute({1, 0, 2, 3, 4});
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  at::Tensor scores = at::matmul(qg, keys_padded.transpose(3, 4)).mul_(scale);  // [kv_heads, n, per_kv, 1, keys]
-  scores.masked_fill_(group.pad, -std::numeric_limits<double>::infinity());
-  const at::Tensor y = at::matmul(at::softmax(scores, -1), values_padded);  // [kv_heads, n, per_kv, 1, head_dim]
-  return y.permute({1, 0, 2, 3, 4}).reshape({n, config_.n_head * head_dim});
+  // The products have the same shapes for every sequence of the group, with
+  // the sequences as one more batch dimension, so each sequence's arithmetic
+  // is the one it gets alone (attend_grouped).
+  return attend_grouped(q, padded(rows(false)), padded(rows(true)), group.pad, n);
 }
 
 

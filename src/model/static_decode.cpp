@@ -87,7 +87,7 @@ Plan DecoderModel::static_views(const at::Tensor& buffer, const StaticShape& sha
   f.padding = buffer.narrow(0, shape.at(Part::kPadding), b).ne(0).view({b, 1, 1});
   const at::Tensor block_table = buffer.narrow(0, shape.at(Part::kTable), b * shape.blocks).view({b, shape.blocks, 1});
   f.slots = block_table.mul(bt).add(at::arange(bt, device_long)).view({b * f.keys});
-  f.pad = at::arange(f.keys, device_long).view({1, f.keys}).gt(p.positions.view({b, 1})).view({1, b, 1, 1, f.keys});
+  f.pad = at::arange(f.keys, device_long).view({1, f.keys}).gt(p.positions.view({b, 1})).view({1, b, 1, f.keys});
   return p;
 }
 
@@ -102,8 +102,11 @@ at::Tensor DecoderModel::static_logits(std::span<const StepInput> inputs, std::s
     return graphs_->logits.narrow(0, 0, shape.rows);
   }
   if (graphs_) ++graph_stats_.eager;
+  // The LM head on every padded row, as a replay runs it: the same shapes
+  // give the same kernels (cuBLAS picks by shape and is not batch-invariant
+  // across them), so a step's logits do not depend on whether a graph ran it.
   const at::Tensor x = hidden(static_views(on_host.to(torch_device()), shape));
-  return head(x.narrow(0, 0, shape.rows));
+  return head(x).narrow(0, 0, shape.rows);
 }
 
 at::Tensor DecoderModel::attend_static(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
@@ -112,27 +115,40 @@ at::Tensor DecoderModel::attend_static(const at::Tensor& q, const at::Tensor& k,
   const std::int64_t n = f.bucket;
   const std::int64_t keys = f.keys;
   const std::int64_t kv_heads = config_.n_kv_head;
-  const std::int64_t per_kv = config_.n_head / kv_heads;
   const std::int64_t head_dim = config_.head_dim;
   const at::Tensor& pool_k = f.pool->k(layer);
   const at::Tensor& pool_v = f.pool->v(layer);
   // New keys and values to their slots (padding rows write back what is there).
   pool_k.index_copy_(0, f.write, at::where(f.padding, pool_k.index_select(0, f.write), k));
   pool_v.index_copy_(0, f.write, at::where(f.padding, pool_v.index_select(0, f.write), v));
-  // [bucket * keys] slots -> [kv_heads, bucket, 1, keys, head_dim], as attend_decode_group lays them out.
+  // [bucket * keys] slots -> [kv_heads * bucket, keys, head_dim], as attend_decode_group lays them out.
   const auto padded = [&](const at::Tensor& pool) {
     return pool.index_select(0, f.slots)
         .view({n, keys, kv_heads, head_dim})
         .permute({2, 0, 1, 3})
         .contiguous()
-        .view({kv_heads, n, 1, keys, head_dim});
+        .view({kv_heads * n, keys, head_dim});
   };
-  const at::Tensor qg = q.reshape({n, kv_heads, per_kv, 1, head_dim}).permute({1, 0, 2, 3, 4});
+  return attend_grouped(q, padded(pool_k), padded(pool_v), f.pad, n);
+}
+
+at::Tensor DecoderModel::attend_grouped(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                        const at::Tensor& pad, std::int64_t n) const {
+  const std::int64_t kv_heads = config_.n_kv_head;
+  const std::int64_t per_kv = config_.n_head / kv_heads;
+  const std::int64_t head_dim = config_.head_dim;
+  const std::int64_t width = keys.size(1);
+  // Query head h reads KV head h / per_kv: the per_kv query heads of a KV
+  // head are the rows of one product with that head's keys, so K and V are
+  // read once, not copied per query head (a broadcast product would expand
+  // them to [.., per_kv, ..] first).
+  const at::Tensor qg =
+      q.reshape({n, kv_heads, per_kv, head_dim}).permute({1, 0, 2, 3}).reshape({kv_heads * n, per_kv, head_dim});
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  at::Tensor scores = at::matmul(qg, padded(pool_k).transpose(3, 4)).mul_(scale);  // [kv_heads, n, per_kv, 1, keys]
-  scores.masked_fill_(f.pad, -std::numeric_limits<double>::infinity());
-  const at::Tensor y = at::matmul(at::softmax(scores, -1), padded(pool_v));  // [kv_heads, n, per_kv, 1, head_dim]
-  return y.permute({1, 0, 2, 3, 4}).reshape({n, config_.n_head * head_dim});
+  at::Tensor scores = at::bmm(qg, keys.transpose(1, 2)).mul_(scale);  // [kv_heads * n, per_kv, keys]
+  scores.view({kv_heads, n, per_kv, width}).masked_fill_(pad, -std::numeric_limits<double>::infinity());
+  const at::Tensor y = at::bmm(at::softmax(scores, -1), values);  // [kv_heads * n, per_kv, head_dim]
+  return y.view({kv_heads, n, per_kv, head_dim}).permute({1, 0, 2, 3}).reshape({n, config_.n_head * head_dim});
 }
 
 at::Tensor DecoderModel::ragged_logits(std::span<const StepInput> inputs, std::span<DecoderCache* const> caches) const {
