@@ -16,6 +16,8 @@
 
 namespace vg {
 
+class VirtualDevice;
+
 /// A device's memory counters, in bytes. `used` is everything in use on the
 /// device: on a virtual device the bytes its allocator charged plus the
 /// simulated bytes of other processes (set_test_foreign_bytes); on CUDA the
@@ -86,6 +88,9 @@ class Device {
   /// capacity with them. CUDA: memory taken with cudaMalloc outside the
   /// caching allocator. Any thread.
   virtual std::int64_t set_test_foreign_bytes(std::int64_t bytes) = 0;
+  /// This device as a VirtualDevice, or nullptr (emulations that charge a
+  /// virtual device what CUDA would cost a GPU: device/step_graph.hpp).
+  virtual VirtualDevice* as_virtual() { return nullptr; }
 };
 
 /// CPU memory with an enforced capacity (bytes).
@@ -104,6 +109,14 @@ class VirtualDevice final : public Device {
   /// Charges `bytes` (capacity permitting) and never releases them.
   void hold_test_bytes(std::int64_t bytes) override { (void)try_charge(bytes); }
   std::int64_t set_test_foreign_bytes(std::int64_t bytes) override;
+  VirtualDevice* as_virtual() override { return this; }
+
+  /// Bytes this process holds outside the allocator, as a CUDA library's
+  /// own allocations (graph executables) are: counted in `used` and, as a
+  /// GPU's free memory shows them, in `foreign`. Taken whatever the
+  /// capacity (CUDA's are not asked for either); released by the holder.
+  void hold_outside_allocator(std::int64_t bytes);
+  void release_outside_allocator(std::int64_t bytes);
 
   /// Called by the allocator: true once after inject_device_fault().
   bool take_injected_fault() {
@@ -123,6 +136,7 @@ class VirtualDevice final : public Device {
   // holds. Both change by compare-exchange on used_ first, so capacity holds.
   std::atomic<std::int64_t> used_{0};
   std::atomic<std::int64_t> foreign_{0};
+  std::atomic<std::int64_t> outside_{0};   // hold_outside_allocator(): in used_, shown as foreign
   std::atomic<std::int64_t> peak_{0};      // of used_
   std::atomic<std::int64_t> peak_own_{0};  // of used_ - foreign_
   std::atomic<bool> inject_oom_{false};

@@ -11,6 +11,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/Device.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include <cstddef>
@@ -74,6 +75,71 @@ inline void begin_graph_capture(at::cuda::CUDAGraph& graph, const GraphPool& poo
 #else
   graph.capture_begin(pool);
 #endif
+}
+
+namespace detail {
+// The allocator calls that end a capture's routing of allocations to its
+// pool and drop the pool's use count, under the names each libtorch gives
+// them (2.2 and later: endAllocateToPool(device, pool); 2.0 and 2.1:
+// endAllocateStreamToPool(device, stream); releasePool throughout 2.x; 1.x
+// keys them by a capture id that CUDAGraph keeps private: none). `A` is the
+// type get() returns, so a name this libtorch lacks is a false requirement,
+// not an error.
+template <class A>
+bool end_capture_routing(A* allocator, c10::DeviceIndex device, const GraphPool& pool, cudaStream_t stream) {
+  if constexpr (requires { allocator->endAllocateToPool(device, pool); }) {
+    allocator->endAllocateToPool(device, pool);
+    return true;
+  } else if constexpr (requires { allocator->endAllocateStreamToPool(device, stream); }) {
+    allocator->endAllocateStreamToPool(device, stream);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+template <class A>
+bool release_graph_pool(A* allocator, c10::DeviceIndex device, const GraphPool& pool) {
+  if constexpr (requires { allocator->releasePool(device, pool); }) {
+    allocator->releasePool(device, pool);
+    return true;
+  } else {
+    return false;
+  }
+}
+}  // namespace detail
+
+/// After `graph.capture_end()` threw: undoes what libtorch leaves of the
+/// capture. CUDAGraph::capture_end calls cudaStreamEndCapture first and
+/// ends the allocator's routing of the capture's allocations to `pool`
+/// only after it succeeded, and the graph's destructor releases the pool's
+/// use count only for a capture that ended (aten/src/ATen/cuda/CUDAGraph.cpp);
+/// a routing left in place makes the allocator count a capture as underway,
+/// and its next emptyCache fails TORCH_INTERNAL_ASSERT(captures_underway.empty())
+/// (CUDACachingAllocator.cpp, synchronize_and_free_events). Here: when the
+/// capture did not end (graph.pool() refuses), the routing is ended (unless
+/// capture_end got that far: then the allocator says it is not routing, which
+/// is ignored) and the pool released once. Returns false when this libtorch
+/// has no such calls or one of them failed otherwise: the allocator's state
+/// is then unknown.
+inline bool undo_failed_capture(at::cuda::CUDAGraph& graph, int device, const GraphPool& pool, cudaStream_t stream) {
+  try {
+    (void)graph.pool();
+    return true;  // the capture ended (instantiation failed): the graph's destructor releases the pool
+  } catch (const c10::Error&) {
+  }
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  auto* allocator = detail::cca::get();
+  try {
+    if (!detail::end_capture_routing(allocator, index, pool, stream)) return false;
+  } catch (const c10::Error&) {
+    // Not routing to `pool`: capture_end ended the routing before it failed.
+  }
+  try {
+    return detail::release_graph_pool(allocator, index, pool);
+  } catch (const c10::Error&) {
+    return false;
+  }
 }
 
 }  // namespace vg::compat::cuda

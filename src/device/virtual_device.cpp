@@ -122,7 +122,7 @@ VirtualDevice::VirtualDevice(int index, std::int64_t capacity_bytes)
 DeviceMemory VirtualDevice::memory() const {
   DeviceMemory m;
   m.capacity = capacity_;
-  m.foreign = foreign_.load(std::memory_order_relaxed);
+  m.foreign = foreign_.load(std::memory_order_relaxed) + outside_.load(std::memory_order_relaxed);
   m.used = std::max(m.foreign, used_.load(std::memory_order_relaxed));
   m.peak = std::max(m.used, peak_.load(std::memory_order_relaxed));
   // Nothing is cached: every charged byte belongs to a live tensor.
@@ -148,10 +148,21 @@ std::int64_t VirtualDevice::set_test_foreign_bytes(std::int64_t bytes) {
   return after;
 }
 
+void VirtualDevice::hold_outside_allocator(std::int64_t bytes) {
+  outside_.fetch_add(bytes, std::memory_order_relaxed);
+  used_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void VirtualDevice::release_outside_allocator(std::int64_t bytes) {
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  outside_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
 void VirtualDevice::reset_peak() {
   const std::int64_t used = used_.load(std::memory_order_relaxed);
   peak_.store(used, std::memory_order_relaxed);
-  peak_own_.store(used - foreign_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  peak_own_.store(used - foreign_.load(std::memory_order_relaxed) - outside_.load(std::memory_order_relaxed),
+                  std::memory_order_relaxed);
 }
 
 namespace {
@@ -169,7 +180,8 @@ bool VirtualDevice::try_charge(std::int64_t bytes) {
     if (bytes > capacity_ - used) return false;
   } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   raise_to(peak_, used + bytes);
-  raise_to(peak_own_, used + bytes - foreign_.load(std::memory_order_relaxed));
+  raise_to(peak_own_,
+           used + bytes - foreign_.load(std::memory_order_relaxed) - outside_.load(std::memory_order_relaxed));
   return true;
 }
 

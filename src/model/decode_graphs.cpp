@@ -41,13 +41,23 @@ void DecoderModel::record_graphs(DecodeGraphs& g) const {
       graph.inputs.narrow(0, shape.at(StaticShape::Part::kPadding), bucket).fill_(1);
       const at::Tensor inputs = graph.inputs;
       const at::Tensor out = g.logits.narrow(0, 0, bucket);
+      // Run on the recorder's thread (and replayed, emulated, on the
+      // engine's): inference mode is per thread.
       graph.graph = recorder_->record([this, inputs, out, shape] {
+        const c10::InferenceMode inference;
         const Plan p = static_views(inputs, shape);
         out.copy_(head(hidden(p)));
       });
       g.graphs.emplace(std::pair{bucket, blocks}, std::move(graph));
     }
   }
+}
+
+std::unique_ptr<StepGraphRecorder> DecoderModel::make_recorder(DecodeGraphKind kind) const {
+  std::unique_ptr<StepGraphRecorder> inner =
+      kind == DecodeGraphKind::kCuda ? make_cuda_graph_recorder(torch_device().index())
+                                     : make_emulated_graph_recorder(device_->as_virtual(), kEmulatedGraphCosts);
+  return inner ? record_on_one_thread(std::move(inner), device_) : nullptr;
 }
 
 Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOptions& options) {
@@ -61,11 +71,15 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
   if (options.kind == DecodeGraphKind::kCuda && !cuda) {
     return Error{ErrorCode::kInvalidRequest, "CUDA graphs need a CUDA device, not " + device_->name()};
   }
-  // One recorder per model, kept: on CUDA its side stream's cuBLAS
-  // workspace is made once, and counted by the first recording only.
+  if (recorder_ && recorder_->broken()) {
+    return Error{ErrorCode::kInternal,
+                 "decode graphs on " + device_->name() + ": an earlier recording failed and could not be undone"};
+  }
+  // One recorder per model, kept, recording on a thread of its own: on CUDA
+  // that thread's side-stream cuBLAS workspace is made once, and counted by
+  // the first recording only, whichever thread asks for a recording later.
   if (!recorder_ || recorder_kind_ != options.kind) {
-    recorder_ = options.kind == DecodeGraphKind::kCuda ? make_cuda_graph_recorder(torch_device().index())
-                                                       : make_emulated_graph_recorder();
+    recorder_ = make_recorder(options.kind);
     recorder_kind_ = options.kind;
   }
   if (!recorder_) return Error{ErrorCode::kInvalidRequest, "this build's libtorch has no CUDA graphs"};
@@ -77,17 +91,21 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
   c10::InferenceMode inference;
   // Cached blocks released on both sides: what stays is what the graphs hold.
   device_->release_cached_memory();
-  const std::int64_t before = device_->memory().own;
+  const DeviceMemory before = device_->memory();
   try {
     record_graphs(*g);
   } catch (...) {
     g.reset();
-    device_->release_cached_memory();
+    // A capture that could not be undone leaves the allocator counting it
+    // as underway: its cache is not touched again.
+    if (!recorder_->broken()) device_->release_cached_memory();
     return current_exception_error("recording decode graphs on " + device_->name());
   }
   device_->release_cached_memory();
+  const DeviceMemory after = device_->memory();
   graph_stats_.graphs = static_cast<int>(g->graphs.size());
-  graph_stats_.bytes = std::max<std::int64_t>(0, device_->memory().own - before);
+  graph_stats_.bytes = std::max<std::int64_t>(0, after.own - before.own);
+  graph_stats_.outside_bytes = std::max<std::int64_t>(0, after.foreign - before.foreign);
   ++graph_stats_.records;
   graphs_ = std::move(g);
   return graph_stats_;
@@ -113,9 +131,12 @@ void DecoderModel::record_again() {
   if (!graphs_wanted_) return;
   Result<DecodeGraphStats> again = record_decode_graphs(*graphs_wanted_);
   if (!again.ok()) {
-    log_line(LogLevel::kWarn, "decode graphs on " + device_->name() + " not recorded again after the KV block pool " +
-                                  "moved (" + again.error().message +
-                                  "): decode steps run eagerly until the pool moves again");
+    // Never again in this process: a failed capture may have left libtorch's
+    // allocator in a state that only eager work is known to be safe with.
+    graphs_wanted_.reset();
+    log_line(LogLevel::kError, "decode graphs on " + device_->name() + " not recorded again after the KV block pool " +
+                                   "moved (" + again.error().message +
+                                   "): decode steps run eagerly from now on, for the life of this process");
     return;
   }
   log_line(LogLevel::kInfo, "decode graphs on " + device_->name() + " recorded again after the KV block pool moved: " +

@@ -424,8 +424,15 @@ class DecoderModel : public Model {
   /// escapes).
   void record_graphs(DecodeGraphs& g) const;
   /// After the pool moved: records the graphs last asked for again (if
-  /// any, even where the last try failed), logging either way.
+  /// any), logging either way; when that fails, none is asked for again.
   void record_again();
+  /// The recorder of `kind`, recording on a thread of its own; nullptr
+  /// where this libtorch has no CUDA graphs.
+  std::unique_ptr<StepGraphRecorder> make_recorder(DecodeGraphKind kind) const;
+  /// What an emulated recording costs a virtual device (a small cuBLAS
+  /// workspace per recording thread, an executable per graph), so that CPU
+  /// tests see what a GPU would.
+  static constexpr EmulatedGraphCosts kEmulatedGraphCosts{256 << 10, 4 << 10};
   /// Frees the graphs held, keeping graphs_wanted_.
   void free_graphs();
   /// The logits [rows, vocab] (on the device) of a static-shape step:

@@ -37,7 +37,12 @@ struct DecodeGraphOptions {
 /// What a model's decode graphs hold.
 struct DecodeGraphStats {
   int graphs = 0;            ///< recorded graphs
-  std::int64_t bytes = 0;    ///< device bytes they took when recorded
+  std::int64_t bytes = 0;    ///< device bytes they took from this process's allocator when recorded
+  /// Device bytes that appeared outside the allocator while they were
+  /// recorded (graph executables, kernels loaded at their first use, a
+  /// recording thread's library state): other processes' memory to a
+  /// device that measures what is free (DeviceMemory::foreign).
+  std::int64_t outside_bytes = 0;
   std::int64_t replays = 0;  ///< decode steps that replayed a graph (since the model loaded)
   std::int64_t eager = 0;    ///< decode steps that ran eagerly while graphs were held
   std::int64_t records = 0;  ///< times the graphs were recorded (again after a pool resize)
@@ -239,11 +244,18 @@ class Model {
   /// read its addresses: resize_kv_pool() records them again). decode_step()
   /// then copies a step's inputs into its graph's buffers and replays it
   /// where one matches; other steps run eagerly. Replaces graphs recorded
-  /// before. Returns what the graphs hold; DecodeGraphStats::bytes is the
-  /// device memory they took (the graphs' pool and buffers), which the
-  /// caller charges to the budget. Errors: kInvalidRequest without a pool
-  /// or off the tensor path; the device's error (kOutOfMemory, ...) while
-  /// recording, with no graph kept. The default refuses (kInvalidRequest).
+  /// before. Every recording runs on one thread of the model's, whichever
+  /// thread calls (device/step_graph.hpp, record_on_one_thread). Returns
+  /// what the graphs hold; DecodeGraphStats::bytes is the device memory they
+  /// took from the allocator (the graphs' pool and buffers, the recording
+  /// thread's workspace the first time), which the caller charges to the
+  /// budget, and outside_bytes what appeared outside it. Errors:
+  /// kInvalidRequest without a pool or off the tensor path; kInternal after
+  /// a recording that failed and could not be undone (none is tried again);
+  /// the device's error (kOutOfMemory, ...) while recording, with no graph
+  /// kept. After the pool moved, a recording that fails is not tried again:
+  /// decode steps run eagerly for the life of the model. The default
+  /// refuses (kInvalidRequest).
   virtual Result<DecodeGraphStats> record_decode_graphs(const DecodeGraphOptions& options);
   /// Frees every recorded graph (decode steps run eagerly), and a later
   /// resize_kv_pool() records none. The default has none.

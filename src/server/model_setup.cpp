@@ -123,14 +123,28 @@ Error graphs_failed(const DeviceSetup& setup, const Error& error) {
 
 // The graphs' bytes, measured over the one-block pool (the graphs' shapes
 // do not depend on the pool's size) and charged as resident bytes before
-// the budget sizes the pool; the graphs are then dropped.
+// the budget sizes the pool; the graphs are then dropped. What appeared
+// outside the allocator while they were recorded (graph executables,
+// kernels loaded at their first use) is measured with them alive and taken
+// as foreign bytes into the budget, as the engine will measure it while
+// the graphs live: the start-up budget then already holds what the engine
+// sees, instead of the pool shrinking (and every graph being recorded
+// again) at its first turn.
 Result<std::int64_t> measure_decode_graphs(Model& model, const DecodeGraphOptions& options, DeviceSetup& setup) {
   Result<DecodeGraphStats> trial = model.record_decode_graphs(options);
   if (!trial.ok()) return graphs_failed(setup, trial.error());
+  const std::int64_t foreign = setup.device->memory().foreign;
   model.drop_decode_graphs();
   setup.resident_bytes += trial->bytes;
   setup.budget_inputs.resident_bytes = setup.resident_bytes;
+  const std::int64_t before = setup.budget_inputs.foreign_bytes;
+  setup.budget_inputs.foreign_bytes = foreign;
   setup.budget_bytes = device_budget(setup.budget_inputs);
+  spdlog::info(
+      "decode graphs on {}: {} from the allocator (charged as resident), {} outside it; foreign bytes "
+      "{} before they were recorded, {} with them (the budget's, now {})",
+      setup.device->name(), format_bytes(trial->bytes), format_bytes(trial->outside_bytes), format_bytes(before),
+      format_bytes(foreign), format_bytes(setup.budget_bytes));
   return trial->bytes;
 }
 

@@ -4,7 +4,9 @@ KV block table, with the picks made by the device sampler. Greedy and
 seeded answers are the host kernels' answers, logprobs within 1e-4, and
 requests decoded together in a padded batch answer as they do alone.
 Decode graphs, emulated on the CPU (--test-emulate-cuda-graphs), answer as
-eager steps do, their bytes are charged to the budget as resident, and an
+eager steps do, their bytes are charged to the budget as resident, what
+they hold outside the allocator is in the start-up budget's foreign bytes
+(so the first turns neither cut the budget nor move the pool), and an
 out-of-memory error that moves the KV pool has them recorded again."""
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +72,27 @@ def test_emulated_decode_graphs_answer_as_eager_steps_and_are_charged(make_serve
     without = eager.admission()["devices"][0]
     assert with_graphs["resident_bytes"] > without["resident_bytes"]
     assert with_graphs["budget_bytes"] < without["budget_bytes"]
+
+
+def test_what_graphs_hold_outside_the_allocator_is_in_the_start_up_budget(make_server):
+    # Emulated graph executables are bytes outside the allocator, as a GPU's
+    # are: measured after the budget, they would read as another process
+    # taking memory, cut the budget and move the pool at the first turns,
+    # wherever the foreign bytes bind the budget (here: utilization 1; on a
+    # GPU: beside another process, gpu-check's shared-device check).
+    server = make_server("--device", "virt:0=32MiB", "--host-kernels", "off", "--max-batch", "8",
+                         "--memory-utilization", "1", "--test-emulate-cuda-graphs", "--log-level", "info")
+    start = server.admission()["devices"][0]
+    assert start["foreign_bytes"] > 0, start
+    for prompt in PROMPTS:
+        complete(server, prompt)
+    d = server.admission()["devices"][0]
+    assert d["budget_changes"]["foreign_grew"] == 0, d
+    assert d["effective_budget_bytes"] == start["effective_budget_bytes"]
+    assert d["kv_blocks"]["total"] == start["kv_blocks"]["total"]
+    logs = server.logs()
+    assert "recorded again" not in logs
+    assert "outside it; foreign bytes 0 B before they were recorded" in logs, logs[-3000:]
 
 
 def test_out_of_memory_under_emulated_graphs_records_them_again_and_answers_stay_right(make_server):
