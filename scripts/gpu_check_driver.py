@@ -4,10 +4,14 @@ one device (cuda:0 on a GPU machine; any virt:N=SIZE works too, which is how
 the checks themselves are tried on a machine without a GPU). Standard library
 only: the GPU machine's Python may have nothing but torch.
 
-  load        serve with a budget that holds about FIT requests, drive CLIENTS
-              concurrent completions, and check: every request 200, no
-              out-of-memory error, leases (reserved bytes) never above the
-              budget, and reserved 0 / running 0 once all are done.
+  load        serve with a budget that holds about FIT requests (sized from a
+              probe server's /v1/admission: what its budget leaves out, models,
+              decode graphs, workspace and reserve, and a request's cost in KV
+              blocks; the check fails before sending when the budget holds
+              fewer), drive CLIENTS concurrent completions, and check: every
+              request 200, no out-of-memory error, leases (reserved bytes)
+              never above the budget, and reserved 0 / running 0 once all are
+              done (the most running at once is sampled and reported).
   inject-oom  serve with --test-inject-oom-step, drive concurrent completions
               through the failing step, and check: the process survives, the
               out-of-memory error was counted, every request completes (the
@@ -29,10 +33,11 @@ only: the GPU machine's Python may have nothing but torch.
   graphs      serve with decode graphs (--cuda-graphs on; on a virtual device
               the emulated graphs of --host-kernels off
               --test-emulate-cuda-graphs) and without, send the same greedy
-              completions from --graphs-clients clients to each, and check:
-              the answers are equal, the graphs were recorded (the start-up
-              log line), and their bytes were charged (resident bytes higher,
-              budget lower).
+              completions to each one at a time (--graphs-clients 1: both run
+              the same batches; some ask for n = 2, 4 or 8 choices, which
+              decode as one batch), and check: every choice's text is equal,
+              the graphs were recorded (the start-up log line), and their
+              bytes were charged (resident bytes higher, budget lower).
 
 Prints one summary line per check, `gpu-check <name>: PASS|FAIL ...`, and exits
 1 when a check fails. Numbers come from the server's own /v1/models and
@@ -42,6 +47,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -154,26 +160,75 @@ def gb(n):
     return f"{n / MiB:.1f} MiB"
 
 
-def check_load(args):
-    common = ["--device", args.device, "--model-dir", args.model_dir, "--threads", str(args.threads),
-              "--max-batch", "16", "--max-queue", "512", "--queue-timeout", "240"]
-    # Probe: the model's measured profile and the device's capacity.
-    probe = Server(args.binary, common)
+PROBE_UTILIZATION = 0.9
+
+
+def kv_cost(device, prompt_tokens, max_tokens):
+    """What admission charges one request at worst on a device with a KV
+    block pool (/v1/admission's kv_blocks): the blocks of its prompt and every
+    generated token but the last (src/engine/engine_kv_pool.cpp, pool_cost)."""
+    kv = device["kv_blocks"]
+    positions = prompt_tokens + max(0, max_tokens - 1)
+    return -(-positions // kv["block_tokens"]) * kv["block_bytes"]
+
+
+def usable_bytes(capacity, utilization, foreign):
+    """The start-up budget before what the server's models hold and set aside
+    (src/admission/memory_profile.cpp, device_budget): the least of capacity x
+    utilization and capacity less the foreign bytes rounded up to its grain."""
+    grain = max(1, capacity // 4096)
+    counted = min(capacity, -(-max(0, foreign) // grain) * grain)
+    return min(capacity * round(utilization * 1_000_000) // 1_000_000, capacity - counted)
+
+
+def load_utilization(args, common):
+    """The --memory-utilization that leaves a budget of about --fit requests:
+    a probe server of the same settings says what the budget formula takes
+    before the requests (models, decode graphs, workspace, reserve: its
+    usable bytes less its budget) and what one request costs."""
+    probe = Server(args.binary, [*common, "--memory-utilization", str(PROBE_UTILIZATION)])
     try:
         profile = probe.request("GET", "/v1/models")[1]["data"][0]
-        capacity = probe.admission()["devices"][0]["capacity_bytes"]
+        device = probe.admission()["devices"][0]
     finally:
         probe.stop()
-    tokens = args.prompt_tokens + args.max_tokens
-    cost = cost_of(profile, tokens)
-    target = args.fit * cost
-    util = (profile["resident_bytes"] + profile["workspace_bytes"] + target) / capacity
-    util = min(1.0, math.ceil(util * 1e6) / 1e6)
+    capacity = device["capacity_bytes"]
+    overhead = usable_bytes(capacity, PROBE_UTILIZATION, device["foreign_bytes"]) - device["budget_bytes"]
+    if device.get("kv_blocks"):
+        cost = kv_cost(device, args.prompt_tokens, args.max_tokens)
+    else:
+        cost = cost_of(profile, args.prompt_tokens + args.max_tokens)
+    # Half a request more than --fit: what rounding to whole blocks takes.
+    util = (overhead + args.fit * cost + cost // 2) / capacity
+    return min(1.0, math.ceil(util * 1e6) / 1e6), cost, capacity
+
+
+def budget_holds(device, cost):
+    """Requests of `cost` bytes the device's budget holds at once (in whole
+    KV blocks where it has a pool)."""
+    kv = device.get("kv_blocks")
+    if kv:
+        per_request = cost // kv["block_bytes"]
+        return (device["budget_bytes"] // kv["block_bytes"]) // per_request
+    return device["budget_bytes"] // cost
+
+
+def check_load(args):
+    common = ["--device", args.device, "--model-dir", args.model_dir, "--threads", str(args.threads),
+              "--max-batch", "16", "--max-queue", "512", "--queue-timeout", "240", *shlex.split(args.load_serve_args)]
+    util, cost, capacity = load_utilization(args, common)
     env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
     t0 = time.monotonic()
     server = Server(args.binary, [*common, "--memory-utilization", f"{util:.6f}"], env=env)
     try:
-        budget = server.admission()["devices"][0]["budget_bytes"]
+        start = server.admission()["devices"][0]
+        budget = start["budget_bytes"]
+        holds = budget_holds(start, cost)
+        if holds < min(args.fit, args.clients):
+            # Not a concurrency test: say so rather than pass one request at a time.
+            print(f"gpu-check load: FAIL (the budget {gb(budget)} holds {holds} requests of {gb(cost)} at once, "
+                  f"not the {args.fit} this check is sized for; utilization {util:.6f})", flush=True)
+            return False
         sampler = Sampler(server)
         statuses = drive(server, [completion(args.prompt_tokens, args.max_tokens)] * args.requests, args.clients)
         sampler.stop()
@@ -197,7 +252,7 @@ def check_load(args):
     verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
     print(f"gpu-check load: {verdict}: {ok200}/{len(statuses)} completed on {d['name']}, "
           f"{final['out_of_memory']} OOM, peak reserved {gb(d['peak_reserved_bytes'])} <= budget {gb(budget)} "
-          f"(~{args.fit} requests of {gb(cost)}), at most {sampler.max['running']} running, "
+          f"(holds {holds} requests of {gb(cost)} at once), at most {sampler.max['running']} running, "
           f"device used peak {gb(d['peak_bytes'])} of {gb(capacity)} x {util:.4f} = {gb(capacity * util)}, "
           f"{args.alloc_conf or 'default allocator settings'}, {time.monotonic() - t0:.1f} s", flush=True)
     if problems:
@@ -354,26 +409,41 @@ def check_shared_device(args):
     return not problems
 
 
-def text_of(status, body):
-    """An answer's text; None for anything but a 200."""
-    return body["choices"][0]["text"] if status == 200 else None
+def texts_of(status, body):
+    """An answer's texts, one per choice; None for anything but a 200."""
+    return tuple(c["text"] for c in sorted(body["choices"], key=lambda c: c["index"])) if status == 200 else None
+
+
+def graphs_bodies(args):
+    """Greedy completions of several lengths (their steps cross key buckets),
+    and some with n = 2, 4 or 8 choices (a batch of that many rows in one
+    request: the batch buckets too, with no other client to change it)."""
+    bodies = []
+    for i in range(args.graphs_requests):
+        body = completion(1 + (i * 37) % args.prompt_tokens, args.max_tokens)
+        if i % 4 == 3:
+            body["n"] = min(args.graphs_max_batch, 2 << (i // 4 % 3))
+        bodies.append(body)
+    return bodies
 
 
 def check_graphs(args):
     common = ["--device", args.device, "--model-dir", args.model_dir, "--threads", str(args.threads),
-              "--max-batch", str(args.graphs_clients)]
+              "--max-batch", str(args.graphs_max_batch)]
     if args.device.startswith("cuda"):
         on, off, kind = ["--cuda-graphs", "on"], ["--cuda-graphs", "off"], "CUDA"
     else:
         on, off, kind = ["--host-kernels", "off", "--test-emulate-cuda-graphs"], ["--host-kernels", "off"], "emulated"
-    # Prompts of several lengths: the steps cross batch and key buckets.
-    bodies = [completion(1 + (i * 37) % args.prompt_tokens, args.max_tokens) for i in range(args.graphs_requests)]
+    # One request at a time (--graphs-clients 1): both servers then run the
+    # same batches, so answers can differ only where a graph ran a step (a
+    # different batch changes cuBLAS's kernels, and rounding, on its own).
+    bodies = graphs_bodies(args)
     t0 = time.monotonic()
     runs = {}
     for name, extra in (("on", on), ("off", off)):
         server = Server(args.binary, [*common, *extra])
         try:
-            texts = drive(server, bodies, args.graphs_clients, keep=text_of)
+            texts = drive(server, bodies, args.graphs_clients, keep=texts_of)
             runs[name] = (texts, server.admission()["devices"][0], server.tail(len(server.log)))
         finally:
             server.stop()
@@ -393,7 +463,8 @@ def check_graphs(args):
     verdict = "PASS" if not problems else "FAIL (" + "; ".join(problems) + ")"
     graphs = f"{recorded.group(1)} graphs of {recorded.group(2).strip()}" if recorded else "no graphs"
     print(f"gpu-check graphs: {verdict}: {len(bodies) - differ}/{len(bodies)} greedy answers equal with {kind} "
-          f"graphs on and off ({args.graphs_clients} clients); {graphs}; resident {gb(on_dev['resident_bytes'])} "
+          f"graphs on and off ({args.graphs_clients} client(s), {sum(1 for b in bodies if 'n' in b)} of them with "
+          f"n > 1); {graphs}; resident {gb(on_dev['resident_bytes'])} "
           f"against {gb(off_dev['resident_bytes'])}, budget {gb(on_dev['budget_bytes'])} against "
           f"{gb(off_dev['budget_bytes'])}; {time.monotonic() - t0:.1f} s", flush=True)
     if problems:
@@ -415,6 +486,8 @@ def main():
     ap.add_argument("--clients", type=int, default=16, help="load: concurrent clients")
     ap.add_argument("--fit", type=int, default=6, help="load: requests the budget holds at once")
     ap.add_argument("--alloc-conf", default="", help="load: PYTORCH_CUDA_ALLOC_CONF for the server")
+    ap.add_argument("--load-serve-args", default="",
+                    help="load: more `serve` arguments, in one string (e.g. a --memory-reserve)")
     ap.add_argument("--inject-step", type=int, default=4)
     ap.add_argument("--leak-bytes", type=int, default=0,
                     help="inject-oom: bytes each recovery leaks on purpose (the check must then fail)")
@@ -426,7 +499,8 @@ def main():
     ap.add_argument("--shared-prompt-tokens", type=int, default=24)
     ap.add_argument("--shared-max-tokens", type=int, default=1000)
     ap.add_argument("--graphs-requests", type=int, default=24)
-    ap.add_argument("--graphs-clients", type=int, default=8)
+    ap.add_argument("--graphs-clients", type=int, default=1)
+    ap.add_argument("--graphs-max-batch", type=int, default=8, help="graphs: --max-batch, and the largest n")
     args = ap.parse_args()
     checks = {"load": check_load, "inject-oom": check_inject_oom, "shared-device": check_shared_device,
               "graphs": check_graphs}

@@ -40,6 +40,17 @@ def test_every_check_passes_on_a_virtual_device():
     assert float(shared.group(1)) == 232.0 and float(shared.group(2)) < 24.0
 
 
+def test_the_load_check_sizes_its_budget_with_everything_the_server_sets_aside():
+    # A reserve and (emulated) decode graphs are set aside beside the model's
+    # weights: a budget sized from the weights alone would hold no request.
+    run = drive("--checks", "load", "--requests", "8", "--clients", "4", "--fit", "3",
+                "--load-serve-args", "--memory-reserve 4MiB --host-kernels off --test-emulate-cuda-graphs")
+    assert run.returncode == 0, run.stdout + run.stderr
+    m = re.search(r"^gpu-check load: PASS: 8/8 completed .*\(holds (\d+) requests of", run.stdout, re.M)
+    assert m, run.stdout
+    assert int(m.group(1)) >= 3
+
+
 def test_inject_oom_finds_a_planted_leak():
     leak = 3 << 20
     run = drive("--checks", "inject-oom", "--leak-bytes", str(leak))
