@@ -38,11 +38,17 @@ struct TensorJob {
   std::atomic<bool> cancelled{false};
   std::atomic<bool> finished{false};
 
-  /// Calls `done` once; later calls do nothing.
-  bool finish(Result<TensorResult> result) {
-    if (finished.exchange(true)) return false;
+  /// Whether this caller is the one that finishes it (once; later calls: false).
+  bool claim() { return !finished.exchange(true); }
+  /// Releases the lease and answers: after claim().
+  void deliver(Result<TensorResult> result) {
     lease.release();
     done(std::move(result));
+  }
+  /// claim(), then deliver(); false when it was finished already.
+  bool finish(Result<TensorResult> result) {
+    if (!claim()) return false;
+    deliver(std::move(result));
     return true;
   }
 };
@@ -181,16 +187,16 @@ struct TensorEngine::Impl {
   void end(const std::shared_ptr<TensorJob>& job, Result<TensorResult> result, TimePoint now) {
     const bool ok = result.ok();
     const ErrorCode code = ok ? ErrorCode::kInternal : result.error().code;
-    // A granted job is finished only here (a cancel finishes queued ones), so
-    // its metrics go in before its answer does.
-    if (job->finished.load()) return;
+    // A granted job is finished only here (a cancel finishes queued ones):
+    // its metrics and counters go in before its answer does, so a client
+    // that reads them after its answer sees it counted.
+    if (!job->claim()) return;
     if (rec.duration) {
       const double s = seconds_between(job->enqueued, now);
       rec.duration->observe(s);
       rec.model_duration->observe(s);
       (ok ? rec.completed : code == ErrorCode::kCancelled ? rec.cancelled : rec.failed)->inc();
     }
-    if (!job->finish(std::move(result))) return;
     if (ok) admission->record_completion(now);
     {
       std::lock_guard lk(mu);
@@ -202,6 +208,7 @@ struct TensorEngine::Impl {
       else
         ++stats.counters[CounterId::kFailed];
     }
+    job->deliver(std::move(result));
     idle_cv.notify_all();
   }
 
