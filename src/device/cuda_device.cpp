@@ -173,11 +173,19 @@ class CudaDevice final : public Device {
     return foreign_bytes_;
   }
 
+  // Never throws: the cached blocks stay (and count as this process's
+  // bytes) when the allocator refuses, as after a graph capture it was told
+  // is still under way (step_graph.hpp, broken()).
   void release_cached_memory() override {
     std::lock_guard lk(mu_);
     release_fillers_locked();
     const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index_));
-    cc::empty_cache();
+    try {
+      cc::empty_cache();
+    } catch (const c10::Error& e) {
+      log_line(LogLevel::kError,
+               name_ + ": releasing the allocator's cached blocks failed: " + e.what_without_backtrace());
+    }
   }
 
  private:

@@ -41,12 +41,19 @@ class CudaGraphRecorder final : public StepGraphRecorder {
       const c10::cuda::CUDAStreamGuard on_side(side_);
       forward();  // warm-up: cuBLAS handles and workspaces of this stream
       side_.synchronize();
-      compat::cuda::begin_graph_capture(out->graph, pool_);
+      Phase phase = Phase::kBeginning;
       try {
+        compat::cuda::begin_graph_capture(out->graph, pool_);
+        phase = Phase::kCapturing;
         forward();
+        phase = Phase::kEnding;
         out->graph.capture_end();
       } catch (...) {
-        end_failed_capture(out->graph);
+        // The stream stops recording (only a capture that forward broke off
+        // is still under way), the graph goes, then what it left behind.
+        if (phase == Phase::kCapturing) end_broken_off(out->graph);
+        out.reset();
+        undo(compat::cuda::undo_failed_capture(device_, pool_, side_.stream()));
         throw;
       }
     }
@@ -57,20 +64,23 @@ class CudaGraphRecorder final : public StepGraphRecorder {
   bool broken() const override { return broken_.load(); }
 
  private:
-  // Ends a capture that `forward` or capture_end broke off, so that the
-  // stream records no more and the allocator no longer counts it as
-  // underway; the graph is dropped, and the caller sees the first error.
-  void end_failed_capture(at::cuda::CUDAGraph& g) {
+  /// How far a recording got when it failed.
+  enum class Phase { kBeginning, kCapturing, kEnding };
+
+  // Ends a capture that `forward` broke off; the caller sees forward's error.
+  static void end_broken_off(at::cuda::CUDAGraph& g) {
     try {
       g.capture_end();
-    } catch (...) {  // the capture was already invalid: its own error says less than the first one
+    } catch (...) {  // the capture was already invalid: its own error says less than forward's
     }
-    if (!compat::cuda::undo_failed_capture(g, device_, pool_, side_.stream())) {
-      broken_ = true;
-      log_line(LogLevel::kError, "cuda:" + std::to_string(device_) +
-                                     ": a failed CUDA graph capture could not be undone in the caching allocator; "
-                                     "no graph is recorded again in this process");
-    }
+  }
+
+  void undo(compat::cuda::CaptureUndo result) {
+    if (result != compat::cuda::CaptureUndo::kUnknown) return;
+    broken_ = true;
+    log_line(LogLevel::kError, "cuda:" + std::to_string(device_) +
+                                   ": a failed CUDA graph capture could not be undone in the caching allocator "
+                                   "(this libtorch has no call for it): no graph is recorded again in this process");
   }
 
   c10::DeviceIndex device_;

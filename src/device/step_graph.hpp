@@ -52,10 +52,12 @@ class StepGraphRecorder {
 
 /// Records CUDA graphs of CUDA device `device_index`; nullptr where
 /// libtorch has no CUDA (defined in cuda_graph.cpp or cuda_unavailable.cpp).
-/// A failed recording ends the capture and undoes the allocator's capture
-/// bookkeeping that libtorch leaves behind when cudaStreamEndCapture fails
-/// (CUDAGraph::capture_end throws before endAllocateToPool, and a later
-/// emptyCache then fails its assertion that no capture is underway).
+/// A failed recording ends the capture, destroys its graph and undoes the
+/// allocator's capture bookkeeping that libtorch leaves behind
+/// (compat::cuda::undo_failed_capture: torch 2.11's capture_end throws
+/// before endAllocateToPool when cudaStreamEndCapture fails, and a later
+/// emptyCache then fails its assertion that no capture is under way); where
+/// that cannot be done, broken() says so.
 std::unique_ptr<StepGraphRecorder> make_cuda_graph_recorder(int device_index);
 
 /// What an emulated recording costs its virtual device, as a CUDA one costs

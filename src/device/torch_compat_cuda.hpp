@@ -80,11 +80,11 @@ inline void begin_graph_capture(at::cuda::CUDAGraph& graph, const GraphPool& poo
 namespace detail {
 // The allocator calls that end a capture's routing of allocations to its
 // pool and drop the pool's use count, under the names each libtorch gives
-// them (2.2 and later: endAllocateToPool(device, pool); 2.0 and 2.1:
-// endAllocateStreamToPool(device, stream); releasePool throughout 2.x; 1.x
-// keys them by a capture id that CUDAGraph keeps private: none). `A` is the
-// type get() returns, so a name this libtorch lacks is a false requirement,
-// not an error.
+// them (2.2 and later: endAllocateToPool(device, pool); 2.1:
+// endAllocateStreamToPool(device, stream); releasePool throughout 2.x;
+// 1.x and 2.0 key them by a capture id that CUDAGraph keeps private: none).
+// `A` is the type get() returns, so a name this libtorch lacks is a false
+// requirement, not an error.
 template <class A>
 bool end_capture_routing(A* allocator, c10::DeviceIndex device, const GraphPool& pool, cudaStream_t stream) {
   if constexpr (requires { allocator->endAllocateToPool(device, pool); }) {
@@ -109,36 +109,42 @@ bool release_graph_pool(A* allocator, c10::DeviceIndex device, const GraphPool& 
 }
 }  // namespace detail
 
-/// After `graph.capture_end()` threw: undoes what libtorch leaves of the
-/// capture. CUDAGraph::capture_end calls cudaStreamEndCapture first and
-/// ends the allocator's routing of the capture's allocations to `pool`
-/// only after it succeeded, and the graph's destructor releases the pool's
-/// use count only for a capture that ended (aten/src/ATen/cuda/CUDAGraph.cpp);
-/// a routing left in place makes the allocator count a capture as underway,
-/// and its next emptyCache fails TORCH_INTERNAL_ASSERT(captures_underway.empty())
-/// (CUDACachingAllocator.cpp, synchronize_and_free_events). Here: when the
-/// capture did not end (graph.pool() refuses), the routing is ended (unless
-/// capture_end got that far: then the allocator says it is not routing, which
-/// is ignored) and the pool released once. Returns false when this libtorch
-/// has no such calls or one of them failed otherwise: the allocator's state
-/// is then unknown.
-inline bool undo_failed_capture(at::cuda::CUDAGraph& graph, int device, const GraphPool& pool, cudaStream_t stream) {
-  try {
-    (void)graph.pool();
-    return true;  // the capture ended (instantiation failed): the graph's destructor releases the pool
-  } catch (const c10::Error&) {
-  }
+/// What a failed capture into `pool` left in the allocator after its
+/// CUDAGraph was destroyed.
+enum class CaptureUndo {
+  kNothingLeft,  ///< the allocator was not routing to `pool`: libtorch cleaned up (or the capture never began)
+  kUndone,       ///< the routing was left: ended here, and the pool's use count it took released
+  kUnknown,      ///< this libtorch has no such calls, or one failed: the allocator's state is unknown
+};
+
+/// After a capture into `pool` failed and its graph was destroyed: ends the
+/// allocator's routing of the capture's allocations to `pool` if it is
+/// still in place, and then releases the use count that capture_begin took
+/// (CUDAGraph::capture_begin calls beginAllocateToPool, which routes and
+/// takes a count, before cudaStreamBeginCapture; torch 2.11's capture_end
+/// ends the routing only after cudaStreamEndCapture succeeded, and its
+/// reset() releases the count only for a capture that ended
+/// (aten/src/ATen/cuda/CUDAGraph.cpp). A routing left in place makes the
+/// allocator count a capture as underway, and its next emptyCache fails
+/// TORCH_INTERNAL_ASSERT(captures_underway.empty()) in
+/// synchronize_and_free_events). Later torch versions undo both in reset()
+/// themselves: the routing is then gone and nothing is released twice. Not
+/// undone: the default CUDA generator's capture flag (vramgate draws no
+/// random numbers on the device) and the host allocator's routing (it
+/// allocates no pinned memory). Call with the graph destroyed and no other
+/// capture into `pool` under way.
+inline CaptureUndo undo_failed_capture(int device, const GraphPool& pool, cudaStream_t stream) {
   const auto index = static_cast<c10::DeviceIndex>(device);
   auto* allocator = detail::cca::get();
   try {
-    if (!detail::end_capture_routing(allocator, index, pool, stream)) return false;
+    if (!detail::end_capture_routing(allocator, index, pool, stream)) return CaptureUndo::kUnknown;
   } catch (const c10::Error&) {
-    // Not routing to `pool`: capture_end ended the routing before it failed.
+    return CaptureUndo::kNothingLeft;  // "not currently recording to mempool_id"
   }
   try {
-    return detail::release_graph_pool(allocator, index, pool);
+    return detail::release_graph_pool(allocator, index, pool) ? CaptureUndo::kUndone : CaptureUndo::kUnknown;
   } catch (const c10::Error&) {
-    return false;
+    return CaptureUndo::kUnknown;
   }
 }
 

@@ -71,9 +71,12 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
   if (options.kind == DecodeGraphKind::kCuda && !cuda) {
     return Error{ErrorCode::kInvalidRequest, "CUDA graphs need a CUDA device, not " + device_->name()};
   }
-  if (recorder_ && recorder_->broken()) {
+  if (recording_failed_) {
+    // A failed capture may leave state behind that only eager work is
+    // known to be safe with (the default CUDA generator's capture flag,
+    // the host allocator's routing): no capture is tried again.
     return Error{ErrorCode::kInternal,
-                 "decode graphs on " + device_->name() + ": an earlier recording failed and could not be undone"};
+                 "decode graphs on " + device_->name() + ": an earlier recording failed; decode steps run eagerly"};
   }
   // One recorder per model, kept, recording on a thread of its own: on CUDA
   // that thread's side-stream cuBLAS workspace is made once, and counted by
@@ -96,8 +99,9 @@ Result<DecodeGraphStats> DecoderModel::record_decode_graphs(const DecodeGraphOpt
     record_graphs(*g);
   } catch (...) {
     g.reset();
+    recording_failed_ = true;
     // A capture that could not be undone leaves the allocator counting it
-    // as underway: its cache is not touched again.
+    // as underway: its cache is not touched here.
     if (!recorder_->broken()) device_->release_cached_memory();
     return current_exception_error("recording decode graphs on " + device_->name());
   }

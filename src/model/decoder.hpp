@@ -402,6 +402,7 @@ class DecoderModel : public Model {
   DecodeGraphKind recorder_kind_ = DecodeGraphKind::kCuda;
   std::unique_ptr<DecodeGraphs> graphs_;  ///< recorded decode graphs (none: eager steps)
   std::optional<DecodeGraphOptions> graphs_wanted_;  ///< the last record_decode_graphs, until drop_decode_graphs
+  bool recording_failed_ = false;                    ///< a recording failed: none is tried again (record_decode_graphs)
   DecodeGraphStats graph_stats_;          ///< replays, eager steps and records since load
   Status validate(std::span<const StepInput> inputs, std::vector<DecoderCache*>& caches) const;
   /// Lays out `inputs` (caches[i] == nullptr: no cache) as a Plan.

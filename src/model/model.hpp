@@ -251,7 +251,8 @@ class Model {
   /// thread's workspace the first time), which the caller charges to the
   /// budget, and outside_bytes what appeared outside it. Errors:
   /// kInvalidRequest without a pool or off the tensor path; kInternal after
-  /// a recording that failed and could not be undone (none is tried again);
+  /// a recording that failed (none is tried again: a failed capture may leave
+  /// state behind that only eager work is known to be safe with);
   /// the device's error (kOutOfMemory, ...) while recording, with no graph
   /// kept. After the pool moved, a recording that fails is not tried again:
   /// decode steps run eagerly for the life of the model. The default

@@ -1,7 +1,8 @@
 // What a GPU would show of the decode graphs and the static-shape step,
 // caught on the CPU: graphs recorded again from another thread (the engine
 // thread, after the KV pool moved) make no second workspace, since every
-// recording runs on the recorder's one thread; an eager static-shape step
+// recording runs on the recorder's one thread; a recording that fails is
+// not tried again (decode steps stay eager); an eager static-shape step
 // dispatches the ops, with the shapes, of a replayed one (cuBLAS picks its
 // kernels by shape, so the two agree only if the shapes do); and a
 // grouped-query decode step copies each layer's keys and values once, not
@@ -72,6 +73,25 @@ TEST(DecodeGraphRecording, AgainFromAnotherThreadMakesNoSecondWorkspace) {
   std::thread([&] { resized = model->resize_kv_pool(64); }).join();
   ASSERT_TRUE(resized.ok());
   EXPECT_EQ(beside_pool(), before);
+}
+
+TEST(DecodeGraphRecording, ARecordingThatFailsIsNotTriedAgain) {
+  TempDir dir;
+  write_gpt2(dir.path());
+  auto device = std::move(VirtualDevice::create(0, 64 << 20)).value();
+  auto model = load_pooled(dir.path(), device.get(), 64);
+  ASSERT_NE(model, nullptr);
+  ASSERT_TRUE(model->record_decode_graphs(emulated(4)).ok());
+  // Nothing left beside the pool: the pool is allocated again (its own
+  // bytes, freed first), the graphs' buffers are not.
+  device->hold_test_bytes(device->memory().capacity - device->memory().used);
+  ASSERT_TRUE(model->resize_kv_pool(64).ok()) << "the pool moved; only its graphs could not follow";
+  EXPECT_EQ(model->decode_graph_stats().graphs, 0);
+  EXPECT_EQ(model->decode_graph_stats().records, 1);
+  auto again = model->record_decode_graphs(emulated(4));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, ErrorCode::kInternal);
+  EXPECT_NE(again.error().message.find("an earlier recording failed"), std::string::npos) << again.error().message;
 }
 
 /// The (op, input shapes) a thread dispatches while installed, counted.
