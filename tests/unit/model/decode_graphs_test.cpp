@@ -33,13 +33,9 @@ constexpr std::int64_t kGiB = 1LL << 30;
 constexpr int kPositions = 64;
 constexpr int kBlockTokens = 4;
 
+/// The tensor path (CUDA's), with a pool of `blocks` blocks.
 std::unique_ptr<Model> load_pooled(const std::filesystem::path& dir, Device* device, std::int64_t blocks) {
-  auto m = Model::load({dir, device, "float32", /*host_kernel=*/false});
-  EXPECT_TRUE(m.ok()) << m.error().message;
-  if (!m.ok()) return nullptr;
-  std::unique_ptr<Model> model = std::move(m).value();
-  EXPECT_TRUE(model->use_kv_pool({kBlockTokens, blocks, true}).ok());
-  return model;
+  return testing::load_pooled(dir, device, /*host_kernel=*/false, kBlockTokens, blocks);
 }
 
 void write_gpt2(const std::filesystem::path& dir) {

@@ -229,4 +229,15 @@ std::vector<std::vector<std::vector<float>>> run_batched(Model& model, const std
   return out;
 }
 
+std::unique_ptr<Model> load_pooled(const std::filesystem::path& dir, Device* device, bool host_kernel, int block_tokens,
+                                   std::int64_t blocks) {
+  auto m = Model::load({dir, device, "float32", host_kernel});
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  if (!m.ok()) return nullptr;
+  std::unique_ptr<Model> model = std::move(m).value();
+  const Status pooled = model->use_kv_pool({block_tokens, blocks, true});
+  EXPECT_TRUE(pooled.ok()) << pooled.error().message;
+  return pooled.ok() ? std::move(model) : nullptr;
+}
+
 }  // namespace vg::testing

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace vg {
+class Device;
 class Model;
 }
 
@@ -106,5 +108,11 @@ struct Schedule {
 /// step error or a cache whose length ends wrong.
 std::vector<std::vector<std::vector<float>>> run_batched(Model& model, const std::vector<Schedule>& schedules,
                                                          std::size_t* largest_step = nullptr);
+
+/// The float32 model of `dir` on `device` (the host kernels or the tensor
+/// path) with a KV block pool of `blocks` blocks of `block_tokens` and the
+/// prefix cache; nullptr (and a GoogleTest failure) when either fails.
+std::unique_ptr<Model> load_pooled(const std::filesystem::path& dir, Device* device, bool host_kernel, int block_tokens,
+                                   std::int64_t blocks);
 
 }  // namespace vg::testing

@@ -33,12 +33,7 @@ constexpr int kPositions = 64;
 constexpr int kBlockTokens = 4;
 
 std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, bool host_kernel) {
-  auto m = Model::load({dir, device, "float32", host_kernel});
-  EXPECT_TRUE(m.ok()) << m.error().message;
-  if (!m.ok()) return nullptr;
-  std::unique_ptr<Model> model = std::move(m).value();
-  EXPECT_TRUE(model->use_kv_pool({kBlockTokens, 256, true}).ok());
-  return model;
+  return testing::load_pooled(dir, device, host_kernel, kBlockTokens, 256);
 }
 
 /// Five prompts: two the same (the second shares the first's full blocks
