@@ -4,7 +4,7 @@ then frees it. Under policy memory the effective budget follows those bytes
 before anything more is admitted, the youngest sequences are preempted when
 what runs no longer fits, no step runs out of memory and every request
 completes; the budget comes back when the bytes are freed. Under none the
-same burst loses requests to out-of-memory steps (the baseline)."""
+same burst loses requests to out-of-memory errors (the baseline)."""
 import concurrent.futures
 import shutil
 import subprocess
@@ -99,13 +99,16 @@ def test_under_admission_none_the_same_burst_loses_requests(make_server, tmp_pat
 
     def take(s):
         path.write_text(str(FOREIGN))
-        wait_until(lambda: s.admission()["out_of_memory"] >= 1, what="an out-of-memory step")
+        wait_until(lambda: s.admission()["failed"] >= 1, what="a request lost to out-of-memory")
 
     results = burst(server, path, take)
-    statuses = [r.status_code for r in results]
-    assert any(s >= 500 for s in statuses), statuses
-    a = server.admission()
-    assert a["out_of_memory"] >= 1 and a["failed"] >= 1, a
+    # Lost in a step that ran out of memory, or in allocating a KV cache for
+    # a sequence admitted after the other process took the memory: which
+    # one depends on where the burst is when it does.
+    lost = [r for r in results if r.status_code >= 500]
+    assert lost, [r.status_code for r in results]
+    assert {r.json()["error"]["type"] for r in lost} == {"out_of_memory"}, [r.text for r in lost]
+    wait_until(lambda: server.admission()["failed"] == len(lost), what=f"{len(lost)} failed requests counted")
     assert device(server)["budget_changes"]["foreign_grew"] == 0  # none moves no budget
 
 
