@@ -23,6 +23,7 @@
 #include "model/model.hpp"
 #include "model/sampler.hpp"
 #include "model_test_util.hpp"
+#include "op_inputs.hpp"
 
 namespace vg {
 namespace {
@@ -95,7 +96,7 @@ std::mutex g_shapes_mutex;
 std::map<std::string, int> g_shapes;
 std::unique_ptr<at::ObserverContext> note_shapes(const at::RecordFunction& fn) {
   std::string key = fn.name();
-  for (const c10::IValue& v : fn.inputs()) {
+  for (const c10::IValue& v : testing::op_inputs(fn)) {
     if (!v.isTensor()) continue;
     key += " [";
     for (const std::int64_t d : v.toTensor().sizes()) key += std::to_string(d) + ",";
@@ -170,7 +171,7 @@ TEST(DecodeGraphRecording, AnEagerStaticStepRunsTheProductsOfAReplay) {
 std::atomic<std::int64_t> g_copied{0};
 std::unique_ptr<at::ObserverContext> count_copy(const at::RecordFunction& fn) {
   if (std::string(fn.name()) != "aten::copy_") return nullptr;
-  const auto inputs = fn.inputs();
+  const auto inputs = testing::op_inputs(fn);
   if (!inputs.empty() && inputs[0].isTensor()) g_copied.fetch_add(inputs[0].toTensor().nbytes());
   return nullptr;
 }

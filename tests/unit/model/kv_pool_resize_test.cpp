@@ -18,6 +18,7 @@
 
 #include "model/decoder.hpp"
 #include "model/model.hpp"
+#include "op_inputs.hpp"
 
 namespace vg {
 namespace {
@@ -49,7 +50,7 @@ std::atomic<int> g_copies{0};
 std::unique_ptr<at::ObserverContext> on_copy(const at::RecordFunction& fn) {
   if (std::string(fn.name()) != "aten::copy_") return nullptr;
   g_copies.fetch_add(1);
-  const auto inputs = fn.inputs();
+  const auto inputs = testing::op_inputs(fn);
   if (inputs.size() >= 2 && inputs[0].isTensor() && inputs[1].isTensor() &&
       (!inputs[0].toTensor().is_contiguous() || !inputs[1].toTensor().is_contiguous())) {
     g_strided.fetch_add(1);
