@@ -160,6 +160,32 @@ class DeviceScope {
 /// The device bound to the calling thread, or nullptr.
 Device* current_device();
 
+/// While open, the capped CPU allocator of virtual devices (virtual_device.cpp)
+/// maps each allocation of kFreshPagesMinBytes or more on the calling thread
+/// from fresh anonymous pages, which the kernel zero-fills and makes resident
+/// in one pass (mmap(2), MAP_ANONYMOUS | MAP_POPULATE): a large tensor that
+/// must start as zeros (a KV cache's storage) then needs no write of its
+/// own, where writing gigabytes of zeros costs a page fault per 4 KiB page
+/// (about 5x the time). zeroed(): an allocation in this scope came that way,
+/// so the caller need not zero it. Other allocators (CUDA's) ignore the
+/// scope. Calling thread only; scopes do not nest.
+class FreshPagesScope {
+ public:
+  static constexpr std::int64_t kFreshPagesMinBytes = std::int64_t{1} << 20;
+
+  FreshPagesScope();
+  ~FreshPagesScope();
+  FreshPagesScope(const FreshPagesScope&) = delete;
+  FreshPagesScope& operator=(const FreshPagesScope&) = delete;
+
+  bool zeroed() const;
+};
+
+/// For the allocator: whether a FreshPagesScope is open on this thread, and
+/// that an allocation in it was mapped from fresh pages.
+bool fresh_pages_wanted();
+void note_fresh_pages();
+
 /// What a --device string names.
 enum class DeviceKind {
   kAuto,     ///< "auto": cuda:0 when this build has CUDA and a GPU is visible, else virt:0=2GiB

@@ -3,6 +3,7 @@
 // may allocate; the counters are atomics. The allocator is installed once per
 // process and lives until exit (tensors may be freed during static teardown).
 #include <c10/util/Exception.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,6 +27,7 @@ struct BlockHeader {
   std::int64_t bytes;     // bytes charged
   void* inner_context;    // the wrapped allocator's context and deleter
   c10::DeleterFnPtr inner_deleter;
+  std::size_t mapped;  // a FreshPagesScope block: the length mapped at the header (munmap), else 0
 };
 static_assert(sizeof(BlockHeader) <= kHeaderBytes);
 
@@ -35,7 +37,19 @@ void free_block(void* data) {
   if (header->device != nullptr) header->device->release(header->bytes);
   c10::DeleterFnPtr inner_deleter = header->inner_deleter;
   void* inner_context = header->inner_context;
-  if (inner_deleter != nullptr) inner_deleter(inner_context);
+  if (const std::size_t mapped = header->mapped; mapped != 0) {
+    ::munmap(header, mapped);
+  } else if (inner_deleter != nullptr) {
+    inner_deleter(inner_context);
+  }
+}
+
+/// `length` bytes of fresh anonymous pages, zero-filled and made resident by
+/// the kernel in one pass (MAP_POPULATE), or nullptr when they cannot be
+/// mapped.
+char* map_fresh_pages(std::size_t length) {
+  void* base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  return base == MAP_FAILED ? nullptr : static_cast<char*>(base);
 }
 
 std::string format_bytes(std::int64_t bytes) {
@@ -69,13 +83,21 @@ class CappedAllocator final : public compat::AllocatorAdapter {
                        format_bytes(bytes), ", used ", format_bytes(m.used), " of capacity ",
                        format_bytes(m.capacity));
     }
+    if (fresh_pages_wanted() && bytes >= FreshPagesScope::kFreshPagesMinBytes) {
+      if (char* base = map_fresh_pages(n + kHeaderBytes); base != nullptr) {
+        new (base) BlockHeader{device, bytes, nullptr, nullptr, n + kHeaderBytes};
+        note_fresh_pages();
+        void* data = base + kHeaderBytes;
+        return {data, data, &free_block, cpu};
+      }
+    }
     try {
       c10::DataPtr inner = inner_->allocate(n + kHeaderBytes);
       char* base = static_cast<char*>(inner.get());
       TORCH_CHECK(base != nullptr, "CPU allocator returned no memory for ", n, " bytes");
       c10::DeleterFnPtr inner_deleter = inner.get_deleter();
       void* inner_context = inner.release_context();
-      new (base) BlockHeader{device, bytes, inner_context, inner_deleter};
+      new (base) BlockHeader{device, bytes, inner_context, inner_deleter, 0};
       void* data = base + kHeaderBytes;
       return {data, data, &free_block, cpu};
     } catch (...) {

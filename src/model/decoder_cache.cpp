@@ -227,8 +227,14 @@ at::Tensor DecoderModel::kv_storage(std::int64_t slots) const {
   // Zeros, not whatever the allocator hands back: a step gathers whole
   // blocks, unwritten slots included, and attention gives those a weight
   // of 0, which leaves 0 x value NaN where the garbage held an Inf or a NaN.
-  return at::zeros({config_.n_layer, 2, slots, config_.n_kv_head, config_.head_dim},
-                   at::TensorOptions().dtype(dtype_).device(torch_device()));
+  // On the CPU, fresh pages are zeros already (device.hpp: FreshPagesScope).
+  const std::vector<std::int64_t> shape{config_.n_layer, 2, slots, config_.n_kv_head, config_.head_dim};
+  const auto options = at::TensorOptions().dtype(dtype_).device(torch_device());
+  if (!torch_device().is_cpu()) return at::zeros(shape, options);
+  const FreshPagesScope fresh;
+  at::Tensor storage = at::empty(shape, options);
+  if (!fresh.zeroed()) storage.zero_();
+  return storage;
 }
 
 DecoderCache* DecoderModel::own_cache(KvCache& cache) const {

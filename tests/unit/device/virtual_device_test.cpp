@@ -3,6 +3,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <thread>
 
 #include "device/device.hpp"
@@ -208,6 +209,51 @@ TEST(VirtualDevice, ConcurrentChargesNeverPassCapacity) {
   EXPECT_EQ(device->memory().used, 100 * 4096);
   EXPECT_EQ(device->memory().peak, 100 * 4096);
   kept.clear();
+  EXPECT_EQ(device->memory().used, 0);
+}
+
+// A block as large as the scope's, freed after being filled with NaN: the
+// heap may hand its memory out again to the next allocation of that size.
+void free_a_dirty_block(std::int64_t floats_count) {
+  torch::Tensor dirty = floats(floats_count);
+  dirty.fill_(std::numeric_limits<float>::quiet_NaN());
+}
+
+TEST(FreshPagesScope, ALargeAllocationReadsAsZerosWithoutBeingWritten) {
+  auto device = make_device(0, 64 * kMiB);
+  DeviceScope scope(device.get());
+  const std::int64_t count = 4 * kMiB / 4;
+  free_a_dirty_block(count);
+  const FreshPagesScope fresh;
+  torch::Tensor t = floats(count);
+  ASSERT_TRUE(fresh.zeroed());
+  EXPECT_EQ(t.count_nonzero().item<std::int64_t>(), 0);
+  EXPECT_EQ(device->memory().used, 4 * kMiB) << "charged like any other block";
+  t.fill_(2.0f);
+  EXPECT_FLOAT_EQ(t.sum().item<float>(), 2.0f * static_cast<float>(count));
+  t = torch::Tensor();
+  EXPECT_EQ(device->memory().used, 0);
+}
+
+TEST(FreshPagesScope, SmallAllocationsAndAllocationsOutsideTheScopeComeFromTheHeap) {
+  auto device = make_device(0, 64 * kMiB);
+  DeviceScope scope(device.get());
+  {
+    const FreshPagesScope fresh;
+    torch::Tensor small = floats(FreshPagesScope::kFreshPagesMinBytes / 4 - 1);
+    EXPECT_FALSE(fresh.zeroed()) << "under kFreshPagesMinBytes: not worth a mapping of its own";
+  }
+  torch::Tensor large = floats(4 * kMiB / 4);
+  const FreshPagesScope after;
+  EXPECT_FALSE(after.zeroed()) << "allocated before the scope opened";
+}
+
+TEST(FreshPagesScope, AnAllocationOverCapacityIsRefusedBeforeAnythingIsMapped) {
+  auto device = make_device(0, 2 * kMiB);
+  DeviceScope scope(device.get());
+  const FreshPagesScope fresh;
+  EXPECT_THROW(floats(4 * kMiB / 4), c10::OutOfMemoryError);
+  EXPECT_FALSE(fresh.zeroed());
   EXPECT_EQ(device->memory().used, 0);
 }
 
