@@ -5,6 +5,7 @@
 #include <exception>
 #include <new>
 
+#include <ATen/Context.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -43,10 +44,16 @@ bool probe_kineto() {
   try {
     // Kineto's order: prepare (libkineto_init), then start; without the
     // prepare, torch 2.x's start dereferences a profiler not yet made.
+    // libkineto is initialised once per process, by the first prepare; newer
+    // torch initialises it CPU-only unless that prepare asks for a device's
+    // activities (prepareProfiler's cpuOnly), and a CPU-only libkineto never
+    // traces a GPU afterwards. Ask for CUDA's where there is a GPU, as the
+    // step profiler will, so the probe cannot switch GPU tracing off.
     const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
-    const std::set<impl::ActivityType> cpu{impl::ActivityType::CPU};
-    prof::prepareProfiler(config, cpu);
-    prof::enableProfiler(config, cpu);
+    std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
+    if (at::hasCUDA()) activities.insert(impl::ActivityType::CUDA);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
     auto result = prof::disableProfiler();
     result->save(probe.string());  // without Kineto: c10::Error "... requires ... Kineto support"
     saved = true;
