@@ -16,7 +16,6 @@
 namespace vg {
 namespace {
 
-
 /// Every block handed out by the capped allocator starts kHeaderBytes before
 /// its data pointer; the header records whom to credit and how to free the
 /// block of the wrapped allocator. 64 keeps libtorch's 64-byte alignment.
@@ -52,6 +51,13 @@ char* map_fresh_pages(std::size_t length) {
   return base == MAP_FAILED ? nullptr : static_cast<char*>(base);
 }
 
+/// The block whose header goes at `base`: its data starts kHeaderBytes on.
+c10::DataPtr block_at(char* base, const BlockHeader& header) {
+  new (base) BlockHeader(header);
+  void* data = base + kHeaderBytes;
+  return {data, data, &free_block, c10::Device(c10::DeviceType::CPU)};
+}
+
 std::string format_bytes(std::int64_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1 << 20),
@@ -67,8 +73,7 @@ class CappedAllocator final : public compat::AllocatorAdapter {
 
  protected:
   c10::DataPtr do_allocate(std::size_t n) const override {
-    const c10::Device cpu(c10::DeviceType::CPU);
-    if (n == 0) return {nullptr, nullptr, &free_block, cpu};
+    if (n == 0) return {nullptr, nullptr, &free_block, c10::Device(c10::DeviceType::CPU)};
     auto* device = dynamic_cast<VirtualDevice*>(current_device());  // bound by DeviceScope (device_scope.cpp)
     const auto bytes = static_cast<std::int64_t>(n);
     if (device != nullptr && device->take_injected_fault()) {
@@ -80,15 +85,12 @@ class CappedAllocator final : public compat::AllocatorAdapter {
     if (device != nullptr && !device->try_charge(bytes)) {
       const DeviceMemory m = device->memory();
       TORCH_CHECK_WITH(OutOfMemoryError, false, "out of memory on ", device->name(), ": requested ",
-                       format_bytes(bytes), ", used ", format_bytes(m.used), " of capacity ",
-                       format_bytes(m.capacity));
+                       format_bytes(bytes), ", used ", format_bytes(m.used), " of capacity ", format_bytes(m.capacity));
     }
     if (fresh_pages_wanted() && bytes >= FreshPagesScope::kFreshPagesMinBytes) {
       if (char* base = map_fresh_pages(n + kHeaderBytes); base != nullptr) {
-        new (base) BlockHeader{device, bytes, nullptr, nullptr, n + kHeaderBytes};
         note_fresh_pages();
-        void* data = base + kHeaderBytes;
-        return {data, data, &free_block, cpu};
+        return block_at(base, BlockHeader{device, bytes, nullptr, nullptr, n + kHeaderBytes});
       }
     }
     try {
@@ -97,9 +99,7 @@ class CappedAllocator final : public compat::AllocatorAdapter {
       TORCH_CHECK(base != nullptr, "CPU allocator returned no memory for ", n, " bytes");
       c10::DeleterFnPtr inner_deleter = inner.get_deleter();
       void* inner_context = inner.release_context();
-      new (base) BlockHeader{device, bytes, inner_context, inner_deleter, 0};
-      void* data = base + kHeaderBytes;
-      return {data, data, &free_block, cpu};
+      return block_at(base, BlockHeader{device, bytes, inner_context, inner_deleter, 0});
     } catch (...) {
       if (device != nullptr) device->release(bytes);
       throw;
@@ -120,8 +120,7 @@ Status install_capped_allocator() {
     installed = compat::install_cpu_allocator(allocator);
   });
   if (!installed) {
-    return Error{ErrorCode::kInternal,
-                 "could not install the capped CPU allocator: libtorch kept another allocator"};
+    return Error{ErrorCode::kInternal, "could not install the capped CPU allocator: libtorch kept another allocator"};
   }
   return Status::Ok();
 }

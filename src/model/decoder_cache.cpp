@@ -222,16 +222,14 @@ std::int64_t DecoderCache::contiguous_first_slot(std::int64_t positions) const {
   return blocks_[0] * pool_->block_tokens();
 }
 
-
-at::Tensor DecoderModel::kv_storage(std::int64_t slots) const {
+at::Tensor DecoderModel::kv_storage(std::int64_t slots, KvStorageUse use) const {
   // Zeros, not whatever the allocator hands back: a step gathers whole
   // blocks, unwritten slots included, and attention gives those a weight
   // of 0, which leaves 0 x value NaN where the garbage held an Inf or a NaN.
-  // On the CPU, fresh pages are zeros already (device.hpp: FreshPagesScope).
   const std::vector<std::int64_t> shape{config_.n_layer, 2, slots, config_.n_kv_head, config_.head_dim};
   const auto options = at::TensorOptions().dtype(dtype_).device(torch_device());
-  if (!torch_device().is_cpu()) return at::zeros(shape, options);
-  const FreshPagesScope fresh;
+  if (use == KvStorageUse::kOneSequence) return at::zeros(shape, options);
+  const FreshPagesScope fresh;  // ignored by other allocators than a virtual device's
   at::Tensor storage = at::empty(shape, options);
   if (!fresh.zeroed()) storage.zero_();
   return storage;
@@ -269,8 +267,8 @@ Status DecoderModel::use_kv_pool(const KvPoolOptions& options) {
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
-    pool_ = std::make_shared<KvPool>(kv_storage(options.blocks * options.block_tokens), options.block_tokens, true,
-                                     options.prefix_cache);
+    pool_ = std::make_shared<KvPool>(kv_storage(options.blocks * options.block_tokens, KvStorageUse::kSharedPool),
+                                     options.block_tokens, true, options.prefix_cache);
     return Status::Ok();
   } catch (...) {
     return current_exception_error("KV block pool of " + std::to_string(options.blocks) + " blocks of " +
@@ -324,7 +322,8 @@ Result<std::unique_ptr<KvCache>> DecoderModel::own_pool_cache(int capacity_token
   DeviceScope scope(device_);
   c10::InferenceMode inference;
   try {
-    auto own = std::make_shared<KvPool>(kv_storage(capacity_tokens), capacity_tokens, false);
+    auto own =
+        std::make_shared<KvPool>(kv_storage(capacity_tokens, KvStorageUse::kOneSequence), capacity_tokens, false);
     std::vector<std::int32_t> blocks;
     own->take(1, blocks);
     return std::unique_ptr<KvCache>(std::make_unique<DecoderCache>(this, std::move(own), std::move(blocks)));
@@ -346,7 +345,8 @@ Status DecoderModel::resize_kv_pool(std::int64_t blocks) {
     DeviceScope scope(device_);
     c10::InferenceMode inference;
     try {
-      resized = pool_->resize(blocks, [this](std::int64_t slots) { return kv_storage(slots); });
+      resized =
+          pool_->resize(blocks, [this](std::int64_t slots) { return kv_storage(slots, KvStorageUse::kSharedPool); });
     } catch (...) {
       resized = current_exception_error("resizing the KV block pool to " + std::to_string(blocks) + " blocks on " +
                                         device_->name());
