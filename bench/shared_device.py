@@ -10,7 +10,7 @@
              other process takes 60 % of the device for HOLD_S seconds, then
              frees it. Under --admission memory (the budget follows its
              bytes) and none (the naive baseline): completed, refused, failed,
-             out-of-memory steps, preemptions, goodput, and the effective
+             out-of-memory steps and KV cache allocations, preemptions, goodput, and the effective
              budget sampled while it held the bytes.
 
 Writes bench/reports/shared-device.{md,json}.
@@ -119,7 +119,7 @@ def report(args, start, runs):
              f"| {mib(start['capacity_bytes'])} | {mib(start['foreign_bytes'])} | {mib(start['free_bytes'])} | "
              f"{mib(start['budget_bytes'])} | {mib(start['budget_from_total_bytes'])} |", "",
              "## Another process takes 60 % mid-burst, then frees it", "",
-             "| policy | completed | 503 | failed | OOM steps | preemptions | budget | lowest effective budget "
+             "| policy | completed | 503 | failed | out of memory (steps, KV caches) | preemptions | budget | lowest effective budget "
              "| budget changes (foreign grew / shrank) | goodput req/s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:

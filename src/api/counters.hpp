@@ -80,7 +80,7 @@ inline constexpr CounterMetric kRequestsFinishedMetric{
     "vramgate_requests_finished_total", "outcome",
     "Requests the engine ended, by outcome: completed, failed, cancelled."};
 inline constexpr CounterMetric kOutOfMemoryMetric{"vramgate_out_of_memory_total", "",
-                                                  "Engine steps that failed with out-of-memory."};
+                                                  "Engine steps and KV cache allocations that failed with out-of-memory."};
 inline constexpr CounterMetric kPreemptionsMetric{"vramgate_preemptions_total", "",
                                                   "Running sequences stopped and re-queued to free device memory."};
 inline constexpr CounterMetric kOomBatchSplitsMetric{

@@ -412,6 +412,8 @@ struct Engine::Impl {
   /// sequences, their caches as before it. Out of memory is recovered by
   /// preemption where the policy allows; otherwise the sequences fail.
   void on_failed_step(TimePoint now, const Error& error, std::span<Sequence* const> owners, const std::string& step);
+  /// Counts one out-of-memory (a step, or a KV cache opened outside the pool). Engine thread.
+  void count_out_of_memory();
   /// Engine thread: a device fault (kDeviceFault) in `where` (a step, a KV
   /// cache allocation): logs it and calls options.on_poisoned (an engine
   /// process exits there); the caller then fails the sequences concerned.

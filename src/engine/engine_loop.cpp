@@ -299,11 +299,17 @@ void Engine::Impl::not_opened(TimePoint now, Sequence& s, Error error) {
     // The pool had fewer free blocks than the budget promised (it could not
     // grow back yet): the device is not short, the pool is.
     preempt_or_refuse(s, now, "the KV cache pool is full (" + error.message + ")");
-  } else if (error.code == ErrorCode::kOutOfMemory && recovers()) {
-    recover_from_oom(now, error, &s);
-  } else {
-    fail(s, std::move(error));
+    return;
   }
+  if (error.code == ErrorCode::kOutOfMemory) {
+    count_out_of_memory();
+    spdlog::warn("out of memory opening the KV cache of request {}: {}", s.req->gen.id, error.message);
+    if (recovers()) {
+      recover_from_oom(now, error, &s);
+      return;
+    }
+  }
+  fail(s, std::move(error));
 }
 
 // One step: a decode token for every decoding sequence, then prefill chunks
@@ -451,10 +457,7 @@ void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<S
                                   const std::string& step) {
   if (error.code == ErrorCode::kDeviceFault) on_device_fault(error, step);
   if (error.code == ErrorCode::kOutOfMemory) {
-    {
-      std::lock_guard lk(shared->mu);
-      ++shared->stats.counters[CounterId::kOutOfMemory];
-    }
+    count_out_of_memory();
     spdlog::warn("out of memory in {} ({} sequences): {}", step, owners.size(), error.message);
     if (recovers()) {
       // The step left every cache as it was: preempt some sequences, and the
@@ -466,6 +469,11 @@ void Engine::Impl::on_failed_step(TimePoint now, const Error& error, std::span<S
     device.release_cached_memory();
   }
   for (Sequence* s : owners) fail(*s, error);
+}
+
+void Engine::Impl::count_out_of_memory() {
+  std::lock_guard lk(shared->mu);
+  ++shared->stats.counters[CounterId::kOutOfMemory];
 }
 
 void Engine::Impl::on_device_fault(const Error& error, const std::string& where) {

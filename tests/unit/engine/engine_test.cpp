@@ -236,6 +236,30 @@ TEST_F(EngineTest, StepOutOfMemoryUnderTheNaiveBaselineIsOutOfMemory) {
   EXPECT_TRUE(b->finished());
 }
 
+TEST_F(EngineTest, AKvCacheOutOfMemoryUnderTheNaiveBaselineFailsTheRequestAndIsCounted) {
+  model_.fail_next_caches(1);
+  auto o = options();
+  o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kNone, 0};
+  auto engine = make(o);
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  ASSERT_TRUE(a->failed());
+  EXPECT_EQ(a->failed()->code, ErrorCode::kOutOfMemory);
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
+}
+
+TEST_F(EngineTest, AKvCacheOutOfMemoryIsCountedAndRecoveredByRequeueing) {
+  model_.fail_next_caches(1);
+  auto engine = make(options());
+  auto a = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->submit(req(5), a).ok());
+  ASSERT_TRUE(a->wait_done());
+  EXPECT_TRUE(a->finished());
+  EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
+  EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 1);
+}
+
 TEST_F(EngineTest, ManyConcurrentRequestsEachGetExactlyOneTerminalEvent) {
   auto engine = make(options(4));
   std::vector<std::shared_ptr<Collector>> sinks;

@@ -34,6 +34,7 @@ class FakeModel final : public Model {
 
   Result<std::unique_ptr<KvCache>> new_cache(int capacity_tokens) override {
     if (pool_) return pool_->open(capacity_tokens, {});
+    if (take_cache_failure()) return Error(ErrorCode::kOutOfMemory, "fake KV cache allocation out of memory");
     return std::unique_ptr<KvCache>(std::make_unique<FakeCache>(capacity_tokens));
   }
   Result<std::unique_ptr<KvCache>> new_cache_for_prompt(int capacity_tokens,
@@ -189,6 +190,12 @@ class FakeModel final : public Model {
     fail_at_step_ = n;
     fail_count_ = count;
   }
+  /// The next `count` KV caches opened outside a block pool fail with
+  /// out-of-memory.
+  void fail_next_caches(int count) {
+    std::lock_guard lk(mu_);
+    cache_failures_ = count;
+  }
   /// Step `n` (1-based) fails with a device fault (kDeviceFault), leaving
   /// every cache as it was.
   void fault_at_step(int n) {
@@ -226,6 +233,12 @@ class FakeModel final : public Model {
     flag = on;
     cv_.notify_all();
   }
+  bool take_cache_failure() {
+    std::lock_guard lk(mu_);
+    if (cache_failures_ <= 0) return false;
+    --cache_failures_;
+    return true;
+  }
   bool wait_for(const bool& flag) {
     std::unique_lock lk(mu_);
     return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return flag; });
@@ -248,6 +261,7 @@ class FakeModel final : public Model {
   int max_inputs_ = 0;
   int max_tokens_ = 0;
   std::optional<int> fail_at_step_;
+  int cache_failures_ = 0;
   int fail_count_ = 1;
   std::optional<int> fault_at_step_;
   std::vector<int> inputs_log_;
