@@ -32,4 +32,7 @@ inline double ms_between(TimePoint from, TimePoint to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
+/// Whole milliseconds of `d`, truncated (for Redis commands and wire fields).
+inline long long whole_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
 }  // namespace vg

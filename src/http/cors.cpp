@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/text.hpp"
+
 namespace vg::httpd {
 namespace {
 
@@ -22,12 +24,6 @@ bool iequal(std::string_view a, std::string_view b) {
          });
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 bool header_name_ok(std::string_view name) {
   return !name.empty() && name.size() <= kMaxHeaderName && std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
@@ -40,7 +36,7 @@ std::string allowed_header_list(std::string_view requested) {
   std::size_t count = 0;
   while (!requested.empty() && count < kMaxHeaders) {
     const std::size_t comma = requested.find(',');
-    const std::string_view name = trim(requested.substr(0, comma));
+    const std::string_view name = trim_whitespace(requested.substr(0, comma));
     requested = comma == std::string_view::npos ? std::string_view() : requested.substr(comma + 1);
     if (!header_name_ok(name)) continue;
     if (!out.empty()) out += ", ";

@@ -41,8 +41,6 @@ namespace {
 
 using Strand = asio::strand<asio::io_context::executor_type>;
 
-long long whole_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
 // The command's name for messages (never its arguments: AUTH carries a password).
 std::string command_name(const std::string& first) {
   std::string name = first.substr(0, 32);

@@ -12,11 +12,6 @@
 #include "traffic/digest.hpp"
 
 namespace vg::queue {
-namespace {
-
-long long whole_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
-}  // namespace
 
 std::string RedisRateLimits::bucket_name(std::string_view client) { return traffic::hex(traffic::sha256(client), 16); }
 

@@ -10,14 +10,10 @@
 #include <sstream>
 #include <vector>
 
+#include "common/text.hpp"
+
 namespace vg::traffic {
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
 
 std::optional<double> parse_number(std::string_view v) {
   double x = 0;
@@ -36,14 +32,14 @@ bool printable_token(std::string_view s) {
 }  // namespace
 
 std::optional<std::string_view> bearer_token(std::string_view authorization) {
-  authorization = trim(authorization);
+  authorization = trim_whitespace(authorization);
   constexpr std::string_view kScheme = "bearer";
   if (authorization.size() <= kScheme.size()) return std::nullopt;
   for (std::size_t i = 0; i < kScheme.size(); ++i) {
     if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return std::nullopt;
   }
   if (authorization[kScheme.size()] != ' ') return std::nullopt;
-  const std::string_view token = trim(authorization.substr(kScheme.size() + 1));
+  const std::string_view token = trim_whitespace(authorization.substr(kScheme.size() + 1));
   if (!printable_token(token)) return std::nullopt;
   return token;
 }
@@ -60,7 +56,7 @@ Result<ApiKeyTable> ApiKeyTable::parse(std::string_view text, std::string_view s
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    line = trim(line);
+    line = trim_whitespace(line);
     if (line.empty()) continue;
 
     std::vector<std::string_view> words;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/text.hpp"
 #include "traffic/api_keys.hpp"
 
 namespace vg::traffic {
@@ -16,13 +17,6 @@ namespace {
 // brackets and a port fits well within it.
 constexpr std::size_t kMaxAddressText = 64;
 constexpr int kMappedPrefixBits = 96;  // ::ffff:0:0/96 holds the IPv4-mapped addresses
-
-std::string_view trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 bool is_mapped_v4(const std::array<std::uint8_t, 16>& b) {
   return std::all_of(b.begin(), b.begin() + 10, [](std::uint8_t x) { return x == 0; }) && b[10] == 0xff &&
@@ -91,7 +85,7 @@ Result<IpRange> parse_range(std::string_view entry) {
 }  // namespace
 
 std::optional<IpAddress> IpAddress::parse(std::string_view text) {
-  text = trim(text);
+  text = trim_whitespace(text);
   if (!text.empty() && text.front() == '[') {
     const std::size_t close = text.find(']');
     if (close == std::string_view::npos) return std::nullopt;
@@ -135,7 +129,7 @@ Result<TrustedProxies> TrustedProxies::parse(std::span<const std::string> entrie
     std::string_view rest = list;
     while (true) {  // an entry may itself be a comma-separated list
       const std::size_t comma = rest.find(',');
-      const std::string_view entry = trim(rest.substr(0, comma));
+      const std::string_view entry = trim_whitespace(rest.substr(0, comma));
       if (entry.empty()) return Error(ErrorCode::kConfig, "an empty entry in '" + list + "'");
       Result<IpRange> range = parse_range(entry);
       if (!range.ok()) return std::move(range).error();
@@ -159,7 +153,7 @@ std::optional<IpAddress> client_address(std::string_view peer, std::string_view 
   while (!forwarded_for.empty()) {
     const std::size_t comma = forwarded_for.rfind(',');
     const std::string_view entry =
-        trim(comma == std::string_view::npos ? forwarded_for : forwarded_for.substr(comma + 1));
+        trim_whitespace(comma == std::string_view::npos ? forwarded_for : forwarded_for.substr(comma + 1));
     forwarded_for = comma == std::string_view::npos ? std::string_view() : forwarded_for.substr(0, comma);
     if (entry.empty()) continue;
     const std::optional<IpAddress> hop = IpAddress::parse(entry);
