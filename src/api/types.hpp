@@ -4,6 +4,7 @@
 // engine process; nothing here knows about JSON, Beast or libtorch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -29,6 +30,12 @@ struct ChatPrompt {
   std::string chat_template;
 };
 
+/// Where a request's max_tokens comes from (CompletionRequest::max_tokens_from).
+enum class MaxTokensFrom {
+  kRequest,        ///< the request's max_tokens (or the completions default, 16)
+  kRestOfContext,  ///< the context length less the prompt's tokens
+};
+
 /// A completion request (OpenAI /v1/completions or the short /infer form),
 /// already type-checked and range-checked by the decoder.
 struct CompletionRequest {
@@ -36,7 +43,12 @@ struct CompletionRequest {
   std::string model;  ///< empty: the default model
   /// Text, or token ids (OpenAI allows a list of integers).
   std::variant<std::string, std::vector<std::int32_t>> prompt;
-  int max_tokens = 16;  ///< OpenAI's default when absent
+  int max_tokens = 16;  ///< OpenAI's default when absent (completions)
+  /// Where max_tokens comes from: the request (or the completions default),
+  /// or the context left after the prompt (a chat request without max_tokens,
+  /// as OpenAI and vLLM: generate until end-of-sequence or the context).
+  /// fit_max_tokens() resolves it once the prompt's tokens are known.
+  MaxTokensFrom max_tokens_from = MaxTokensFrom::kRequest;
   SamplingParams sampling;
   std::vector<std::string> stop;  ///< up to 4 stop strings, none empty
   bool stream = false;
@@ -64,6 +76,23 @@ struct CompletionRequest {
   /// books a place for this request's retry if it is refused as overloaded.
   RetryIdentity retry;
 };
+
+/// The max_tokens of `request` once its prompt is known to take
+/// `prompt_tokens` of a context of `context_length` tokens (<= 0: unknown,
+/// nothing checked): MaxTokensFrom::kRestOfContext gives what the context
+/// leaves. Errors: kInvalidRequest (exceeds_context_length, naming `model`)
+/// when prompt + max_tokens exceed the context, or a chat prompt leaves no token.
+inline Result<int> fit_max_tokens(const CompletionRequest& request, std::int64_t prompt_tokens,
+                                  std::int64_t context_length, const std::string& model) {
+  std::int64_t max_tokens = request.max_tokens;
+  if (request.max_tokens_from == MaxTokensFrom::kRestOfContext && context_length > 0) {
+    max_tokens = std::max<std::int64_t>(1, context_length - prompt_tokens);
+  }
+  if (context_length > 0 && prompt_tokens + max_tokens > context_length) {
+    return exceeds_context_length(prompt_tokens, max_tokens, model, context_length);
+  }
+  return static_cast<int>(max_tokens);
+}
 
 /// Where a request continues that already ran elsewhere: a gateway
 /// resubmitting it after its engine process died, or a Redis engine taking

@@ -59,8 +59,11 @@ Status PromptEncoders::encode(CompletionRequest& request, const std::string& mod
   if (!encoded.ok()) return std::move(encoded).error();
   // Checked here too: the ids of a prompt that cannot run never cross the wire.
   const auto tokens = static_cast<std::int64_t>(encoded->ids.size());
-  if (encoding.context_length > 0 && tokens + request.max_tokens > encoding.context_length) {
-    return exceeds_context_length(tokens, request.max_tokens, encoder.model(), encoding.context_length);
+  if (encoding.context_length > 0) {
+    Result<int> max_tokens = fit_max_tokens(request, tokens, encoding.context_length, encoder.model());
+    if (!max_tokens.ok()) return std::move(max_tokens).error();
+    request.max_tokens = *max_tokens;
+    request.max_tokens_from = MaxTokensFrom::kRequest;
   }
   request.prompt = std::move(encoded->ids);
   request.chat.reset();

@@ -56,7 +56,11 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
     if (!content) return invalid(where + ".content is required");
     Result<std::string> text = message_content(*content, where);
     if (!text) return std::move(text).error();
-    chat.messages.push_back({std::string(role->get_string()), std::move(*text)});
+    // OpenAI's `developer` role carries system instructions (what current
+    // SDKs send in place of `system`): chat templates know it as system.
+    std::string name(role->get_string());
+    if (name == "developer") name = "system";
+    chat.messages.push_back({std::move(name), std::move(*text)});
   }
   const auto present = [&](std::string_view key) {  // null means absent, as in OpenAI's API
     const json::value* v = o->if_contains(key);
@@ -98,6 +102,8 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
   if (!present("max_tokens") && present("max_completion_tokens")) {
     (*o)["max_tokens"] = o->at("max_completion_tokens");
   }
+  // Neither: generate until end-of-sequence or the context, as OpenAI does.
+  const MaxTokensFrom max_tokens_from = present("max_tokens") ? MaxTokensFrom::kRequest : MaxTokensFrom::kRestOfContext;
   if (present("max_tokens")) {
     const json::value& m = o->at("max_tokens");
     if ((m.is_int64() && m.get_int64() == 0) || (m.is_uint64() && m.get_uint64() == 0)) {
@@ -109,6 +115,7 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
   Result<CompletionRequest> request = decode_completion_request(json_fields::serialize(doc));
   if (!request) return request;
   request->chat = std::move(chat);
+  request->max_tokens_from = max_tokens_from;
   if (logprobs) request->logprobs = top.value_or(0);
   return request;
 }

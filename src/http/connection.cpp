@@ -27,7 +27,9 @@ constexpr std::size_t kMaxRequestIdLength = 128;
 constexpr std::size_t kReadChunk = 4096;
 constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
-enum class RouteKind { kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kAdmission, kEngines, kMetrics };
+enum class RouteKind {
+  kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kModel, kAdmission, kEngines, kMetrics
+};
 
 struct Route {
   std::string_view path;
@@ -46,6 +48,18 @@ constexpr Route kRoutes[] = {
     {"/v1/engines", bhttp::verb::get, RouteKind::kEngines},
     {"/metrics", bhttp::verb::get, RouteKind::kMetrics},
 };
+
+/// GET /v1/models/{model}: every path under /v1/models/ (one metrics label).
+constexpr std::string_view kModelPrefix = "/v1/models/";
+constexpr Route kModelRoute{"/v1/models/{model}", bhttp::verb::get, RouteKind::kModel};
+
+/// The route of `path`, or nullptr.
+const Route* find_route(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (r.path == path) return &r;
+  }
+  return path.starts_with(kModelPrefix) ? &kModelRoute : nullptr;
+}
 
 std::string generate_request_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -88,8 +102,24 @@ std::string shorten(std::string_view s, std::size_t max) {
   return s.size() <= max ? std::string(s) : std::string(s.substr(0, max)) + "...";
 }
 
+/// GET /v1/models/{model}: the model named by the rest of `path`
+/// (percent-decoded, so ids with '/' work as %2F), or 404.
+Reply model_reply(std::string_view path, Service& service) {
+  const std::optional<std::string> id = percent_decode(path.substr(kModelPrefix.size()));
+  if (!id) return error_reply(Error(ErrorCode::kInvalidRequest, "the model id in the path has a bad %-escape"));
+  for (const ModelInfo& m : service.models()) {
+    if (m.id == *id) {
+      Reply reply;
+      reply.body = encode_model(m);
+      return reply;
+    }
+  }
+  return error_reply(Error(ErrorCode::kNotFound, "model '" + shorten(*id, 200) + "' does not exist"));
+}
+
 /// Reply for the simple GET routes; never blocks (the Service promises so).
-Reply simple_route(RouteKind kind, Service& service, const TrafficGate& traffic, metrics::ServerMetrics* recorded) {
+Reply simple_route(RouteKind kind, std::string_view path, Service& service, const TrafficGate& traffic,
+                   metrics::ServerMetrics* recorded) {
   Reply reply;
   switch (kind) {
     case RouteKind::kHealth: {
@@ -115,6 +145,9 @@ Reply simple_route(RouteKind kind, Service& service, const TrafficGate& traffic,
     }
     case RouteKind::kModels:
       reply.body = encode_models(service.models());
+      break;
+    case RouteKind::kModel:
+      reply = model_reply(path, service);
       break;
     case RouteKind::kAdmission:
       reply.body = encode_admission(service.admission_state());
@@ -363,10 +396,7 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
   ex.head = request.method() == bhttp::verb::head;
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
-  const Route* match = nullptr;
-  for (const Route& r : kRoutes) {
-    if (r.path == path) match = &r;
-  }
+  const Route* match = find_route(path);
   if (match == nullptr && (path == "/v2" || path.starts_with("/v2/"))) co_return co_await serve_v2(ex, request, path);
   if (match == nullptr) {
     if (const PageFile* file = find_page_file(path)) co_return co_await serve_page_file(ex, request, path, *file);
@@ -401,7 +431,7 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
       co_return co_await serve_completion(ex, request.body(), CompletionApi::kInfer);
     default:
       if (match->kind == RouteKind::kAdmission && state_->options().trim_heap_on_admission) malloc_trim(0);
-      co_return co_await send(ex, simple_route(match->kind, state_->service(), state_->traffic(), state_->options().metrics));
+      co_return co_await send(ex, simple_route(match->kind, path, state_->service(), state_->traffic(), state_->options().metrics));
   }
 }
 

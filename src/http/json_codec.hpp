@@ -84,6 +84,8 @@ std::string encode_infer_response(const InferBody& body);
 
 /// GET /v1/models: `{"object":"list","data":[...]}`.
 std::string encode_models(const std::vector<ModelInfo>& models);
+/// GET /v1/models/{id}: one model object, as in the list (OpenAI's retrieve).
+std::string encode_model(const ModelInfo& model);
 
 /// GET /v1/admission.
 std::string encode_admission(const AdmissionState& state);

@@ -93,4 +93,27 @@ Result<ParsedRequest> parse_request(std::string_view bytes, const HeadLimits& li
   return ParsedRequest{parser.release(), used};
 }
 
+std::optional<std::string> percent_decode(std::string_view segment) {
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(segment.size());
+  for (std::size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] != '%') {
+      out += segment[i];
+      continue;
+    }
+    const int hi = i + 2 < segment.size() ? hex(segment[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex(segment[i + 2]) : -1;
+    if (lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 }  // namespace vg::httpd

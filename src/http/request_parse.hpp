@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <boost/beast/core/error.hpp>
@@ -50,6 +51,10 @@ std::optional<Error> read_error(boost::beast::error_code ec, std::string_view bu
 /// `target_bytes` is kUriTooLong. The Content-Type is not checked: bodies are
 /// read as JSON whatever it says (curl -d sends form-urlencoded).
 Status check_head(const Request& head, const HeadLimits& limits);
+
+/// A path segment with its %XX escapes decoded (RFC 3986 2.1; '+' stays
+/// '+'). nullopt for a '%' not followed by two hex digits.
+std::optional<std::string> percent_decode(std::string_view segment);
 
 /// One request parsed from the start of `bytes`.
 struct ParsedRequest {

@@ -34,34 +34,39 @@ json::object kv_blocks_json(const DeviceState& d) {
           {"growth_preemptions", d.kv_growth_preemptions}};
 }
 
+/// One model object of /v1/models (OpenAI's fields, then vramgate's).
+json::object model_object(const ModelInfo& m) {
+  json::object o;
+  o["id"] = safe(m.id);
+  o["object"] = "model";
+  o["created"] = m.created;
+  o["owned_by"] = "vramgate";
+  o["family"] = safe(m.family);
+  o["dtype"] = safe(m.dtype);
+  o["context_length"] = m.context_length;
+  o["parameter_count"] = m.parameter_count;
+  o["device"] = safe(m.device);
+  o["devices"] = string_array(m.devices);
+  o["resident_bytes"] = m.resident_bytes;
+  o["workspace_bytes"] = m.workspace_bytes;
+  o["kv_bytes_per_token"] = m.kv_bytes_per_token;
+  o["sequence_overhead_bytes"] = m.sequence_overhead_bytes;
+  o["safety_factor"] = number(m.safety_factor);
+  return o;
+}
+
 }  // namespace
 
 std::string encode_models(const std::vector<ModelInfo>& models) {
   json::array data;
-  for (const ModelInfo& m : models) {
-    json::object o;
-    o["id"] = safe(m.id);
-    o["object"] = "model";
-    o["created"] = m.created;
-    o["owned_by"] = "vramgate";
-    o["family"] = safe(m.family);
-    o["dtype"] = safe(m.dtype);
-    o["context_length"] = m.context_length;
-    o["parameter_count"] = m.parameter_count;
-    o["device"] = safe(m.device);
-    o["devices"] = string_array(m.devices);
-    o["resident_bytes"] = m.resident_bytes;
-    o["workspace_bytes"] = m.workspace_bytes;
-    o["kv_bytes_per_token"] = m.kv_bytes_per_token;
-    o["sequence_overhead_bytes"] = m.sequence_overhead_bytes;
-    o["safety_factor"] = number(m.safety_factor);
-    data.push_back(std::move(o));
-  }
+  for (const ModelInfo& m : models) data.push_back(model_object(m));
   json::object o;
   o["object"] = "list";
   o["data"] = std::move(data);
   return json_fields::serialize(o);
 }
+
+std::string encode_model(const ModelInfo& model) { return json_fields::serialize(model_object(model)); }
 
 std::string encode_engines(const std::vector<EngineInfo>& engines) {
   json::array data;

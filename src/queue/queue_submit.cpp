@@ -83,7 +83,8 @@ Status QueueService::price(const CompletionRequest& request, Req& r) {
     return Error(ErrorCode::kInvalidRequest,
                  "echo with a prompt of token ids is not supported in Redis mode (--queue): send the prompt as text");
   }
-  if (request.max_tokens > info->context_length && info->context_length > 0) {
+  const bool rest_of_context = request.max_tokens_from == MaxTokensFrom::kRestOfContext;
+  if (!rest_of_context && request.max_tokens > info->context_length && info->context_length > 0) {
     return Error(ErrorCode::kInvalidRequest, "max_tokens (" + std::to_string(request.max_tokens) +
                                                  ") exceeds the context length of model '" + info->id + "' (" +
                                                  std::to_string(info->context_length) + " tokens)");
@@ -94,7 +95,10 @@ Status QueueService::price(const CompletionRequest& request, Req& r) {
   profile.safety_factor = info->safety_factor;
   std::int64_t prompt = prompt_tokens_bound(request);
   if (info->context_length > 0) prompt = std::min<std::int64_t>(prompt, info->context_length);
-  r.cost_bytes = request_cost(profile, prompt, request.max_tokens) * std::max(1, request.n);
+  // A chat without max_tokens may fill the context (the engine fits it exactly).
+  const std::int64_t max_tokens =
+      rest_of_context && info->context_length > 0 ? info->context_length - prompt : request.max_tokens;
+  r.cost_bytes = request_cost(profile, prompt, max_tokens) * std::max(1, request.n);
   // A bound above every engine's budget goes to the largest class some
   // engine reads: the engine's admission then decides exactly (maybe 413).
   r.cost_class = StreamQueue::cost_class(r.cost_bytes);

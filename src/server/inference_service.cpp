@@ -47,8 +47,8 @@ Error outside_vocabulary(const char* what, std::int32_t id, int vocab_size) {
 }
 
 /// A resumed request has one choice, and its tokens are in the vocabulary
-/// and no more than its max_tokens.
-Status check_resume(const CompletionRequest& request, const ResumeFrom& resume, int vocab_size) {
+/// and no more than `max_tokens`.
+Status check_resume(const CompletionRequest& request, int max_tokens, const ResumeFrom& resume, int vocab_size) {
   if (resume.tokens.empty()) return Status::Ok();
   if (request.n != 1) return Error(ErrorCode::kInvalidRequest, "a resumed request has one choice");
   for (std::int32_t id : resume.tokens) {
@@ -56,7 +56,7 @@ Status check_resume(const CompletionRequest& request, const ResumeFrom& resume, 
       return Error(ErrorCode::kInvalidRequest, "resumed token id " + std::to_string(id) + " is outside the vocabulary");
     }
   }
-  if (static_cast<long>(resume.tokens.size()) > request.max_tokens) {
+  if (static_cast<long>(resume.tokens.size()) > max_tokens) {
     return Error(ErrorCode::kInvalidRequest, "a resumed request has more tokens than its max_tokens");
   }
   return Status::Ok();
@@ -136,8 +136,12 @@ Result<Submission> InferenceService::submit_resumed(const CompletionRequest& req
   std::vector<std::string> stop = request.stop;
   Result<std::vector<std::int32_t>> prompt = prompt_ids(*entry, request, stop);
   if (!prompt.ok()) return std::move(prompt).error();
-  if (Status st = check_request(*entry, request, prompt->size(), resume); !st.ok()) return st.error();
-  GenerationRequest gen = generation_request(request, resume, std::move(prompt).value(), std::move(stop));
+  const Result<int> max_tokens = fit_max_tokens(request, static_cast<std::int64_t>(prompt->size()),
+                                                entry->model->config().n_positions, entry->info.id);
+  if (!max_tokens.ok()) return max_tokens.error();
+  if (Status st = check_request(*entry, request, *max_tokens, resume); !st.ok()) return st.error();
+  GenerationRequest gen =
+      generation_request(request, *max_tokens, resume, std::move(prompt).value(), std::move(stop));
 
   Engine* engine = ready_engine(*entry);
   Submission sub;
@@ -188,19 +192,14 @@ Result<std::vector<std::int32_t>> InferenceService::prompt_ids(const ModelEntry&
   return ids;
 }
 
-Status InferenceService::check_request(const ModelEntry& entry, const CompletionRequest& request,
-                                       std::size_t prompt_tokens, const ResumeFrom& resume) const {
+Status InferenceService::check_request(const ModelEntry& entry, const CompletionRequest& request, int max_tokens,
+                                       const ResumeFrom& resume) const {
   const ModelConfig& mc = entry.model->config();
-  const long total = static_cast<long>(prompt_tokens) + request.max_tokens;
-  if (total > mc.n_positions) {
-    return exceeds_context_length(static_cast<std::int64_t>(prompt_tokens), request.max_tokens, entry.info.id,
-                                  mc.n_positions);
-  }
   if (Status st = check_choices(request); !st.ok()) return st;
   for (const auto& [id, bias] : request.sampling.logit_bias) {
     if (id < 0 || id >= mc.vocab_size) return outside_vocabulary("logit_bias", id, mc.vocab_size);
   }
-  return check_resume(request, resume, mc.vocab_size);
+  return check_resume(request, max_tokens, resume, mc.vocab_size);
 }
 
 Status InferenceService::check_choices(const CompletionRequest& request) const {
@@ -216,13 +215,13 @@ Status InferenceService::check_choices(const CompletionRequest& request) const {
   return Status::Ok();
 }
 
-GenerationRequest InferenceService::generation_request(const CompletionRequest& request, const ResumeFrom& resume,
-                                                       std::vector<std::int32_t> prompt,
+GenerationRequest InferenceService::generation_request(const CompletionRequest& request, int max_tokens,
+                                                       const ResumeFrom& resume, std::vector<std::int32_t> prompt,
                                                        std::vector<std::string> stop) {
   GenerationRequest gen;
   gen.prompt = std::move(prompt);
   gen.id = request.request_id.empty() ? "req-" + std::to_string(next_id_.fetch_add(1)) : request.request_id;
-  gen.max_tokens = request.max_tokens;
+  gen.max_tokens = max_tokens;
   gen.sampling = request.sampling;
   gen.stop = std::move(stop);
   gen.ignore_eos = request.ignore_eos;

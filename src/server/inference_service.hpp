@@ -113,15 +113,17 @@ class InferenceService final : public Service {
   /// text alone.
   static Result<std::vector<std::int32_t>> prompt_ids(const ModelEntry& entry, const CompletionRequest& request,
                                                       std::vector<std::string>& stop);
-  /// The request against its model and the flags: context length, n,
-  /// logit_bias ids and what it resumes from.
-  Status check_request(const ModelEntry& entry, const CompletionRequest& request, std::size_t prompt_tokens,
+  /// The request against its model and the flags: n, logit_bias ids and
+  /// what it resumes from (no more tokens than `max_tokens`, fitted to the
+  /// context by fit_max_tokens()).
+  Status check_request(const ModelEntry& entry, const CompletionRequest& request, int max_tokens,
                        const ResumeFrom& resume) const;
   /// n within --max-n, and within --max-batch where admission runs.
   Status check_choices(const CompletionRequest& request) const;
-  /// The engine's request (a fresh id unless the client named one; the
-  /// deadline of --request-timeout or the request's shorter timeout).
-  GenerationRequest generation_request(const CompletionRequest& request, const ResumeFrom& resume,
+  /// The engine's request, generating up to `max_tokens` (a fresh id unless
+  /// the client named one; the deadline of --request-timeout or the
+  /// request's shorter timeout).
+  GenerationRequest generation_request(const CompletionRequest& request, int max_tokens, const ResumeFrom& resume,
                                        std::vector<std::int32_t> prompt, std::vector<std::string> stop);
   /// The first ready engine of the model, else its first.
   static Engine* ready_engine(const ModelEntry& entry);

@@ -74,6 +74,7 @@ json::object encode(const CompletionRequest& r) {
     o["prompt_ids"] = id_array(std::get<std::vector<std::int32_t>>(r.prompt));
   }
   o["max_tokens"] = r.max_tokens;
+  if (r.max_tokens_from == MaxTokensFrom::kRestOfContext) o["max_tokens_from"] = "rest_of_context";
   o["sampling"] = encode_sampling(r.sampling);
   o["stop"] = string_array(r.stop);
   o["stream"] = r.stream;
@@ -113,6 +114,10 @@ Result<CompletionRequest> decode_completion_request(const json::value& v) {
       r.prompt = ids(o, "prompt_ids");
     }
     r.max_tokens = static_cast<int>(integer(o, "max_tokens", 0, kMaxInt32, 16));
+    if (get(o, "max_tokens_from")) {
+      if (str(o, "max_tokens_from") != "rest_of_context") fail("\"max_tokens_from\" must be \"rest_of_context\"");
+      r.max_tokens_from = MaxTokensFrom::kRestOfContext;
+    }
     if (const json::value* s = get(o, "sampling")) r.sampling = decode_sampling(as_object(*s, "\"sampling\""));
     r.stop = strings(o, "stop", 16);
     for (const std::string& s : r.stop) {

@@ -1,6 +1,7 @@
 // Drives a running vramgate with the official OpenAI JS SDK (npm `openai`)
 // and prints what its parsed objects carry, as JSON, for test_openai_sdk.py:
-// completions with logprobs and n, chat with logprobs, streams with usage.
+// completions with logprobs and n, chat with logprobs, streams with usage,
+// models.retrieve, and a chat with a developer message and no max_tokens.
 //   node tests/e2e/openai_sdk_client.mjs http://127.0.0.1:PORT
 import OpenAI from "openai";
 
@@ -51,6 +52,22 @@ for await (const chunk of stream) {
   }
 }
 out.chat_stream = streamed;
+
+const model = await client.models.retrieve("tinylm");
+out.model = { id: model.id, object: model.object, context_length: model.context_length };
+try {
+  await client.models.retrieve("no-such-model");
+  out.missing_model = null;
+} catch (e) {
+  out.missing_model = { status: e.status, type: e.error?.type ?? e.type };
+}
+
+// What current SDK users send: system instructions as `developer`, no max_tokens.
+const developer = await client.chat.completions.create({
+  model: "tinylm", messages: [{ role: "developer", content: "Be terse." }, { role: "user", content: "Hello" }],
+  temperature: 0, ignore_eos: true,
+});
+out.developer = { finish_reason: developer.choices[0].finish_reason, usage: developer.usage };
 
 try {
   await client.completions.create({ model: "tinylm", prompt: "x", best_of: 3 });

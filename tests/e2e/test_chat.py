@@ -84,6 +84,34 @@ def test_request_chat_template_and_content_parts(chat_server):
     assert r.json()["usage"]["prompt_tokens"] == len(ZEPHYR_PROMPT.replace("</s>", "<|im_end|>").encode())
 
 
+def test_a_chat_without_max_tokens_runs_to_the_end_of_the_context(chat_server):
+    """As OpenAI: no max_tokens (nor max_completion_tokens) generates until
+    end-of-sequence or the context; with ignore_eos, exactly the context."""
+    r = chat_server.post("/v1/chat/completions", {"messages": MESSAGES, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["total_tokens"] == 256, usage  # tinylm's context length
+    assert usage["completion_tokens"] == 256 - len(CHATML_PROMPT.encode())
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    # Greedy without ignore_eos: the same tokens up to the first end-of-sequence (if any).
+    free = chat_server.post("/v1/chat/completions", {"messages": MESSAGES, "temperature": 0, "max_tokens": None})
+    assert free.status_code == 200, free.text
+    text = free.json()["choices"][0]["message"]["content"]
+    assert r.json()["choices"][0]["message"]["content"].startswith(text)
+    # A prompt that fills the context leaves no token: 400, not an empty answer.
+    full = chat_server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 250}]})
+    assert full.status_code == 400, full.text
+    assert "context length" in full.json()["error"]["message"]
+
+
+def test_the_developer_role_is_system_instructions(chat_server):
+    developer = [{"role": "developer", "content": "You are terse."}, {"role": "user", "content": "Hello"}]
+    r = chat_server.post("/v1/chat/completions", {"messages": developer, "max_tokens": 12, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(CHATML_PROMPT.encode())
+    assert r.json()["choices"][0]["message"] == chat(chat_server).json()["choices"][0]["message"]
+
+
 @pytest.mark.parametrize("body, words", [
     ({}, "messages is required"),
     ({"messages": []}, "messages must be a non-empty array"),

@@ -1,6 +1,7 @@
 """The serving slice: completions (plain and streaming), /infer, models,
 health and readiness, concurrency, and the error table."""
 import concurrent.futures
+import http.client
 import json
 import re
 
@@ -24,6 +25,27 @@ def test_health_ready_models(server):
     assert m["data"][0]["object"] == "model"
     assert m["data"][0]["context_length"] == 256
     assert m["data"][0]["family"] == "gpt2"
+
+
+def test_one_model_by_its_id(server):
+    """GET /v1/models/{id}, what the SDKs' models.retrieve sends: the list's
+    object for that model, its id percent-decoded; an unknown one is 404."""
+    listed = server.get("/v1/models").json()["data"][0]
+    for path in ("/v1/models/tinylm", "/v1/models/tiny%6Cm"):
+        r = server.get(path)
+        assert r.status_code == 200, r.text
+        assert r.json() == listed
+    missing = server.get("/v1/models/gpt-4o")
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["error"]["type"] == "not_found" and "gpt-4o" in missing.json()["error"]["message"]
+    # Sent as is (requests would re-quote the stray '%').
+    conn = http.client.HTTPConnection(server.url.split("//")[1], timeout=30)
+    conn.request("GET", "/v1/models/tiny%zz")
+    broken = conn.getresponse()
+    assert broken.status == 400
+    assert "escape" in json.loads(broken.read())["error"]["message"]
+    conn.close()
+    assert server.post("/v1/models/tinylm", {}).status_code == 405
 
 
 def test_completion_returns_english_text_and_usage(server):
@@ -194,7 +216,7 @@ def test_stream_and_plain_errors_are_identical(server):
 
 def test_head_is_answered_on_get_routes(server):
     import requests
-    for path in ("/health", "/ready", "/v1/models", "/v1/admission", "/metrics"):
+    for path in ("/health", "/ready", "/v1/models", "/v1/models/tinylm", "/v1/admission", "/metrics"):
         r = requests.head(server.url + path, timeout=30)
         assert r.status_code == 200, path
         assert r.content == b""

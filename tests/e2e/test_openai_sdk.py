@@ -45,3 +45,8 @@ def test_openai_js_sdk_parses_logprobs_choices_and_stream_usage(server):
     assert s["usage"]["completion_tokens"] >= 2 and s["logprob_entries"] >= 2
 
     assert out["refused"]["status"] == 400 and "best_of" in out["refused"]["message"]
+
+    assert out["model"] == {"id": "tinylm", "object": "model", "context_length": 256}
+    assert out["missing_model"] == {"status": 404, "type": "not_found"}
+    d = out["developer"]
+    assert d["finish_reason"] == "length" and d["usage"]["total_tokens"] == 256, d

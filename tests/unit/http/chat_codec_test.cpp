@@ -34,10 +34,41 @@ TEST(ChatCodec, MaxTokensWinsAndDefaultsApply) {
                                    "max_completion_tokens": 9})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->max_tokens, 3);
-  auto d = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(r->max_tokens_from, MaxTokensFrom::kRequest);
+  auto c = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": null,
+                                   "max_completion_tokens": 9})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->max_tokens, 9);
+  EXPECT_EQ(c->max_tokens_from, MaxTokensFrom::kRequest);
+  // Neither: until end-of-sequence or the context, as OpenAI.
+  auto d = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": null})");
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->max_tokens, 16);
+  EXPECT_EQ(d->max_tokens_from, MaxTokensFrom::kRestOfContext);
   EXPECT_TRUE(d->chat->chat_template.empty());
+}
+
+TEST(ChatCodec, TheDeveloperRoleIsSystemInstructions) {
+  auto r = decode_chat_request(R"({"messages": [{"role": "developer", "content": "Be brief."},
+                                                {"role": "user", "content": "Hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->chat->messages[0].role, "system");
+  EXPECT_EQ(r->chat->messages[1].role, "user");
+}
+
+TEST(FitMaxTokens, TheRestOfTheContextOrTheRequestsOwnWithinIt) {
+  CompletionRequest req;
+  req.max_tokens = 16;
+  req.max_tokens_from = MaxTokensFrom::kRestOfContext;
+  EXPECT_EQ(fit_max_tokens(req, 10, 256, "m").value(), 246);
+  // A prompt that fills the context leaves nothing: a 400 naming the sizes.
+  auto full = fit_max_tokens(req, 256, 256, "m");
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(full.error().message.find("256"), std::string::npos);
+  req.max_tokens_from = MaxTokensFrom::kRequest;
+  EXPECT_EQ(fit_max_tokens(req, 240, 256, "m").value(), 16);
+  EXPECT_FALSE(fit_max_tokens(req, 241, 256, "m").ok());
+  EXPECT_EQ(fit_max_tokens(req, 5000, 0, "m").value(), 16);  // unknown context: nothing checked
 }
 
 TEST(ChatCodec, RejectsMalformedRequests) {

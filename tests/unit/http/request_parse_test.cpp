@@ -129,5 +129,15 @@ TEST(CheckHead, TargetAtTheLimitPasses) {
   EXPECT_EQ(check_head(head, small_limits()).error().code, ErrorCode::kUriTooLong);
 }
 
+TEST(PercentDecode, DecodesEscapesAndRefusesBrokenOnes) {
+  EXPECT_EQ(percent_decode("tinylm").value(), "tinylm");
+  EXPECT_EQ(percent_decode("org%2Fname%2fv1").value(), "org/name/v1");
+  EXPECT_EQ(percent_decode("a+b%20c").value(), "a+b c");
+  EXPECT_EQ(percent_decode("%41").value(), "A");
+  EXPECT_FALSE(percent_decode("%4").has_value());
+  EXPECT_FALSE(percent_decode("x%").has_value());
+  EXPECT_FALSE(percent_decode("%zz").has_value());
+}
+
 }  // namespace
 }  // namespace vg::httpd

@@ -23,6 +23,7 @@ TEST(Codec, CompletionRequestRoundTrips) {
   r.model = "tinylm";
   r.prompt = std::vector<std::int32_t>{1, 2, 3};
   r.max_tokens = 9;
+  r.max_tokens_from = MaxTokensFrom::kRestOfContext;
   r.sampling.temperature = 0.5;
   r.sampling.top_p = 0.9;
   r.sampling.top_k = 4;
@@ -46,6 +47,7 @@ TEST(Codec, CompletionRequestRoundTrips) {
   EXPECT_EQ(back->request_id, "abc");
   EXPECT_EQ(std::get<std::vector<std::int32_t>>(back->prompt), (std::vector<std::int32_t>{1, 2, 3}));
   EXPECT_EQ(back->max_tokens, 9);
+  EXPECT_EQ(back->max_tokens_from, MaxTokensFrom::kRestOfContext);
   EXPECT_DOUBLE_EQ(back->sampling.temperature, 0.5);
   EXPECT_EQ(back->sampling.top_k, 4);
   EXPECT_EQ(back->sampling.seed, std::optional<std::uint64_t>(42));
@@ -86,7 +88,7 @@ TEST(Codec, RefusesOutOfRangeFields) {
   const std::pair<const char*, json::value> bad[] = {
       {"max_tokens", json::value(-1)}, {"n", json::value(0)}, {"n", json::value(1000)},
       {"logprobs", json::value(21)},   {"priority", json::value(7)}, {"stop", json::value("x")},
-      {"prompt_ids", json::value(json::array{-3})},
+      {"prompt_ids", json::value(json::array{-3})}, {"max_tokens_from", json::value("all")},
   };
   for (const auto& [key, v] : bad) {
     json::object o = good;
