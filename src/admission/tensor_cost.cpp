@@ -11,10 +11,10 @@
 namespace vg {
 namespace {
 
-constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMaxCost = std::numeric_limits<std::int64_t>::max();
 
 std::int64_t saturating_ceil(double x) {
-  if (!(x < 9.0e18)) return kMax;
+  if (!(x < 9.0e18)) return kMaxCost;
   return static_cast<std::int64_t>(std::ceil(std::max(0.0, x)));
 }
 
@@ -67,7 +67,7 @@ std::int64_t predicted_peak(const TensorMemoryProfile& p, std::int64_t elements)
 
 std::int64_t tensor_cost(const TensorMemoryProfile& p, std::int64_t elements) {
   const std::int64_t peak = predicted_peak(p, elements);
-  if (peak == kMax) return kMax;
+  if (peak == kMaxCost) return kMaxCost;
   return saturating_ceil(static_cast<double>(peak) * std::max(1.0, p.safety_factor));
 }
 

@@ -10,7 +10,7 @@
 namespace vg {
 namespace {
 
-Error bad(const std::string& why) { return Error(ErrorCode::kConfig, "test_foreign_bytes: " + why); }
+Error bad_hook(const std::string& why) { return Error(ErrorCode::kConfig, "test_foreign_bytes: " + why); }
 
 // A byte size, or "0" (parse_bytes refuses 0: nothing held).
 Result<std::int64_t> size_or_zero(std::string text) {
@@ -45,7 +45,7 @@ Result<ForeignBytesHook> parse_foreign_bytes_hook(const std::string& spec) {
   if (spec.empty()) return hook;
   if (spec.rfind("file:", 0) == 0) {
     hook.file = spec.substr(5);
-    if (hook.file.empty()) return bad("\"file:\" needs a path");
+    if (hook.file.empty()) return bad_hook("\"file:\" needs a path");
     return hook;
   }
   std::stringstream items(spec);
@@ -55,14 +55,14 @@ Result<ForeignBytesHook> parse_foreign_bytes_hook(const std::string& spec) {
     std::int64_t step = 0;
     const char* end = item.data() + (eq == std::string::npos ? 0 : eq);
     if (eq == std::string::npos || std::from_chars(item.data(), end, step).ptr != end || step < 1) {
-      return bad("\"" + item + "\" is not STEP=SIZE with STEP >= 1");
+      return bad_hook("\"" + item + "\" is not STEP=SIZE with STEP >= 1");
     }
-    if (!hook.at_steps.empty() && step <= hook.at_steps.back().first) return bad("steps must ascend");
+    if (!hook.at_steps.empty() && step <= hook.at_steps.back().first) return bad_hook("steps must ascend");
     auto bytes = size_or_zero(item.substr(eq + 1));
-    if (!bytes.ok()) return bad(bytes.error().message);
+    if (!bytes.ok()) return bad_hook(bytes.error().message);
     hook.at_steps.emplace_back(step, *bytes);
   }
-  if (hook.at_steps.empty()) return bad("no STEP=SIZE given");
+  if (hook.at_steps.empty()) return bad_hook("no STEP=SIZE given");
   return hook;
 }
 

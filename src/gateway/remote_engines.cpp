@@ -19,14 +19,11 @@
 #include "wire/channel.hpp"
 
 namespace vg::gateway {
-namespace {
 
 bool socket_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
-
-}  // namespace
 
 // -- the monitor thread
 

@@ -5,7 +5,6 @@
 #include "gateway/remote_service.hpp"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/fmt/fmt.h>
@@ -23,11 +22,6 @@
 
 namespace vg::gateway {
 namespace {
-
-bool socket_exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 /// A tensor request's ends that the request machinery reports as events
 /// (refused after a crash, no engine in time, cancelled): its done callback.

@@ -23,6 +23,9 @@
 
 namespace vg::gateway {
 
+/// Whether something exists at `path` (an engine's Unix socket). Any thread.
+bool socket_exists(const std::string& path);
+
 /// One engine: its link, its process and what it last said.
 struct RemoteService::Slot {
   EngineEndpoint ep;

@@ -47,9 +47,7 @@ struct CompletionFlow {
 
 namespace {
 
-constexpr auto kAwait = net::as_tuple(net::use_awaitable);
-
-Result<CompletionRequest> decode_request(CompletionApi api, const std::string& body) {
+Result<CompletionRequest> decode_api_request(CompletionApi api, const std::string& body) {
   return api == CompletionApi::kInfer  ? decode_infer_request(body)
          : api == CompletionApi::kChat ? decode_chat_request(body)
                                        : decode_completion_request(body);
@@ -125,7 +123,7 @@ void CompletionFlow::log_client_left() {
 }
 
 net::awaitable<bool> Connection::serve_completion(Exchange& ex, const std::string& body, CompletionApi api) {
-  Result<CompletionRequest> decoded = decode_request(api, body);
+  Result<CompletionRequest> decoded = decode_api_request(api, body);
   if (!decoded) co_return co_await send(ex, error_reply(decoded.error()));
   CompletionRequest request = std::move(*decoded);
   request.request_id = ex.request_id;

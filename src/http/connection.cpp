@@ -25,7 +25,6 @@ namespace {
 
 constexpr std::size_t kMaxRequestIdLength = 128;
 constexpr std::size_t kReadChunk = 4096;
-constexpr auto kAwait = net::as_tuple(net::use_awaitable);
 
 enum class RouteKind {
   kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kModel, kAdmission, kEngines, kMetrics

@@ -37,6 +37,10 @@ namespace vg::httpd {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+
+/// The completion token of the coroutines: (error_code, result) tuples, no throws.
+inline constexpr auto kAwait = net::as_tuple(net::use_awaitable);
+
 using tcp = net::ip::tcp;
 using Request = bhttp::request<bhttp::string_body>;
 

@@ -11,7 +11,7 @@ namespace json = boost::json;
 
 namespace {
 
-Error load_error(const std::filesystem::path& path, const std::string& what) {
+Error checkpoint_error(const std::filesystem::path& path, const std::string& what) {
   return Error{ErrorCode::kModelLoad, path.string() + ": " + what};
 }
 
@@ -38,21 +38,21 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
   c.path_ = dir / kIndexFile;
   std::ifstream in(c.path_);
   if (!in) {
-    return load_error(dir, std::string("no weights: neither ") + kSingleFile + " nor " + kIndexFile + " is there");
+    return checkpoint_error(dir, std::string("no weights: neither ") + kSingleFile + " nor " + kIndexFile + " is there");
   }
   std::stringstream text;
   text << in.rdbuf();
   json::error_code jec;
   const json::value root = json::parse(text.str(), jec);
-  if (jec) return load_error(c.path_, "not valid JSON: " + jec.message());
+  if (jec) return checkpoint_error(c.path_, "not valid JSON: " + jec.message());
   const json::value* map = root.is_object() ? root.get_object().if_contains("weight_map") : nullptr;
   if (map == nullptr || !map->is_object() || map->get_object().empty()) {
-    return load_error(c.path_, "missing object 'weight_map' (tensor name -> shard file)");
+    return checkpoint_error(c.path_, "missing object 'weight_map' (tensor name -> shard file)");
   }
   std::map<std::string, std::size_t, std::less<>> shard_index;  // shard file name -> files_ index
   for (const auto& [name, shard] : map->get_object()) {
     if (!shard.is_string() || !plain_file_name(shard.get_string())) {
-      return load_error(c.path_, "tensor '" + std::string(name) + "': shard must be a file name in the folder, got " +
+      return checkpoint_error(c.path_, "tensor '" + std::string(name) + "': shard must be a file name in the folder, got " +
                                      json::serialize(shard));
     }
     const std::string shard_name(shard.get_string());
@@ -71,7 +71,7 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
   }
   for (const auto& [name, file] : c.tensors_) {
     if (!c.files_[file].find(name).ok()) {
-      return load_error(c.path_, "tensor '" + name + "' is mapped to " + c.files_[file].path().filename().string() +
+      return checkpoint_error(c.path_, "tensor '" + name + "' is mapped to " + c.files_[file].path().filename().string() +
                                      ", which does not hold it");
     }
   }
@@ -80,7 +80,7 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
 
 Result<Checkpoint::Tensor> Checkpoint::find(std::string_view name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return load_error(path_, "tensor '" + std::string(name) + "' not found");
+  if (it == tensors_.end()) return checkpoint_error(path_, "tensor '" + std::string(name) + "' not found");
   const SafetensorsFile& file = files_[it->second];
   Result<const SafetensorsEntry*> entry = file.find(name);
   if (!entry.ok()) return std::move(entry).error();

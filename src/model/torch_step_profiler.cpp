@@ -41,7 +41,7 @@ struct OpStarted final : at::ObserverContext {
   SteadyClock::time_point at;
 };
 
-double micros(SteadyClock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double to_micros(SteadyClock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction&) {
   if (g_recording.load(std::memory_order_acquire) == nullptr) return nullptr;
@@ -53,7 +53,7 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   if (recording == nullptr || context == nullptr) return;
   const SteadyClock::time_point start = static_cast<OpStarted*>(context)->at;
   TraceEvent event{fn.name(), fn.scope() == at::RecordScope::USER_SCOPE ? "user_annotation" : "cpu_op",
-                   micros(start - recording->origin), micros(SteadyClock::now() - start), fn.threadId()};
+                   to_micros(start - recording->origin), to_micros(SteadyClock::now() - start), fn.threadId()};
   std::lock_guard lk(recording->mu);
   recording->events.push_back(std::move(event));
 }

@@ -14,6 +14,9 @@
 
 namespace vg::tok {
 
+/// U+2581, the space of SentencePiece vocabularies (the metaspace).
+inline constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
+
 class Bpe {
  public:
   struct Options {

@@ -19,7 +19,6 @@ namespace {
 
 namespace json = boost::json;
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   if (from.empty()) return;

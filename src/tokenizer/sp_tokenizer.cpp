@@ -18,7 +18,6 @@
 namespace vg::tok {
 namespace {
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581
 
 enum PieceType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 

@@ -15,7 +15,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ManualClock;
 
-std::unique_ptr<AdmissionController> make(AdmissionOptions o, std::function<void()> on_release = {}) {
+std::unique_ptr<AdmissionController> make_controller(AdmissionOptions o, std::function<void()> on_release = {}) {
   auto c = AdmissionController::create(o, std::move(on_release));
   EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
   return std::move(c).value();
@@ -62,7 +62,7 @@ TEST(AdmissionControllerS2, CostEqualToTheBudgetIsAdmittedOneTokenMoreIsNot) {
   p.sequence_overhead_bytes = 4096;
   p.safety_factor = 1.2;
   const std::int64_t budget = request_cost(p, 100, 50);
-  auto c = make(options(budget));
+  auto c = make_controller(options(budget));
   ManualClock clock;
 
   const std::int64_t over = request_cost(p, 100, 51);
@@ -93,7 +93,7 @@ TEST(AdmissionControllerS2, CostEqualToTheBudgetIsAdmittedOneTokenMoreIsNot) {
 }
 
 TEST(AdmissionController, NeverFitsIsJudgedAgainstTheFullBudgetNotTheFreeBytes) {
-  auto c = make(options(1000));
+  auto c = make_controller(options(1000));
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 600, clock.now()).ok());
   auto held = c->grant(clock.now());
@@ -108,7 +108,7 @@ TEST(AdmissionController, NeverFitsIsJudgedAgainstTheFullBudgetNotTheFreeBytes) 
 }
 
 TEST(AdmissionController, RejectsNegativeCostAndDuplicateIds) {
-  auto c = make(options(1000));
+  auto c = make_controller(options(1000));
   ManualClock clock;
   EXPECT_EQ(c->enqueue(1, -1, clock.now()).error().code, ErrorCode::kInvalidRequest);
   ASSERT_TRUE(c->enqueue(1, 10, clock.now()).ok());
@@ -117,7 +117,7 @@ TEST(AdmissionController, RejectsNegativeCostAndDuplicateIds) {
 
 TEST(AdmissionController, LeaseReleaseReturnsBytesAndWakesTheEngine) {
   int wakes = 0;
-  auto c = make(options(1000), [&wakes] { ++wakes; });
+  auto c = make_controller(options(1000), [&wakes] { ++wakes; });
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 400, clock.now()).ok());
   ASSERT_TRUE(c->enqueue(2, 400, clock.now()).ok());
@@ -145,7 +145,7 @@ TEST(AdmissionController, LeaseReleaseReturnsBytesAndWakesTheEngine) {
 // as a request admitted or released, and it blocks grants while held.
 TEST(AdmissionController, ReserveExtraTakesOnlyFreeBytesAndReturnsThem) {
   int wakes = 0;
-  auto c = make(options(1000), [&wakes] { ++wakes; });
+  auto c = make_controller(options(1000), [&wakes] { ++wakes; });
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 400, clock.now()).ok());
   auto g = c->grant(clock.now());
@@ -173,13 +173,13 @@ TEST(AdmissionController, ReserveExtraTakesOnlyFreeBytesAndReturnsThem) {
 
   AdmissionOptions fixed = options(1000);
   fixed.policy = AdmissionPolicy{AdmissionPolicy::Kind::kFixed, 2};
-  auto f = make(fixed);
+  auto f = make_controller(fixed);
   EXPECT_TRUE(f->reserve_extra(0, 7, 5000).has_value());  // fixed:N checks no bytes
 }
 
 TEST(AdmissionController, ALeaseGrowsOnlyWithinTheBudgetUnlessForcedAndShrinkingWakesTheEngines) {
   int wakes = 0;
-  auto c = make(options(1000), [&wakes] { ++wakes; });
+  auto c = make_controller(options(1000), [&wakes] { ++wakes; });
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 400, clock.now()).ok());
   auto g = c->grant(clock.now());
@@ -212,7 +212,7 @@ TEST(AdmissionController, ALeaseGrowsOnlyWithinTheBudgetUnlessForcedAndShrinking
 }
 
 TEST(AdmissionController, TheNeverFitsCheckCountsWhatALeaseMayGrowTo) {
-  auto c = make(options(1000));
+  auto c = make_controller(options(1000));
   ManualClock clock;
   EnqueueOptions eo;
   eo.peak_bytes = 1001;
@@ -227,7 +227,7 @@ TEST(AdmissionController, TheNeverFitsCheckCountsWhatALeaseMayGrowTo) {
 
 TEST(AdmissionController, LeaseMayOutliveTheControllerWithoutWakingIt) {
   int wakes = 0;
-  auto c = make(options(1000), [&wakes] { ++wakes; });
+  auto c = make_controller(options(1000), [&wakes] { ++wakes; });
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 400, clock.now()).ok());
   auto g = c->grant(clock.now());
@@ -239,7 +239,7 @@ TEST(AdmissionController, LeaseMayOutliveTheControllerWithoutWakingIt) {
 }
 
 TEST(AdmissionController, ExpireReportsQueueWaitLimitWithRetryAfter) {
-  auto c = make(options(100));
+  auto c = make_controller(options(100));
   ManualClock clock;
   const TimePoint t0 = clock.now();
   ASSERT_TRUE(c->enqueue(1, 100, t0).ok());
@@ -277,7 +277,7 @@ TEST(AdmissionController, ExpireReportsQueueWaitLimitWithRetryAfter) {
 // a refusal after it is the one given after a pause of 1 s (idle_after).
 TEST(AdmissionController, RetryAfterIgnoresTheTimeTheDeviceSatIdle) {
   const auto retry_after_of_a_burst_at = [](Duration pause) {
-    auto c = make(options(100, 1));
+    auto c = make_controller(options(100, 1));
     ManualClock clock;
     const TimePoint t0 = clock.now();
     // Four requests one after another, 2 s each: completions at 2, 4, 6, 8 s.
@@ -309,7 +309,7 @@ TEST(AdmissionController, RetryAfterIgnoresTheTimeTheDeviceSatIdle) {
 }
 
 TEST(AdmissionController, NextWakeupIncludesTheBypassWindow) {
-  auto c = make(options(1000));
+  auto c = make_controller(options(1000));
   ManualClock clock;
   const TimePoint t0 = clock.now();
   ASSERT_TRUE(c->enqueue(1, 500, t0).ok());
@@ -320,7 +320,7 @@ TEST(AdmissionController, NextWakeupIncludesTheBypassWindow) {
 }
 
 TEST(AdmissionController, CancelRemovesOnlyQueuedRequests) {
-  auto c = make(options(100));
+  auto c = make_controller(options(100));
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 100, clock.now()).ok());
   ASSERT_TRUE(c->enqueue(2, 100, clock.now()).ok());
@@ -342,7 +342,7 @@ TEST(AdmissionController, CancelRemovesOnlyQueuedRequests) {
 // is granted again, not admitted again, and its end in the queue is its
 // engine's to count.
 TEST(AdmissionController, ARequestGrantedBeforeCountsAsRegrantedAndItsQueueEndIsNotCounted) {
-  auto c = make(options(100));
+  auto c = make_controller(options(100));
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 100, clock.now()).ok());
   auto g = c->grant(clock.now());
@@ -370,7 +370,7 @@ TEST(AdmissionController, ARequestGrantedBeforeCountsAsRegrantedAndItsQueueEndIs
 }
 
 TEST(AdmissionController, EffectiveBudgetCutRevokesNothingAndBlocksGrantsUntilUnder) {
-  auto c = make(options(1000));
+  auto c = make_controller(options(1000));
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 600, clock.now()).ok());
   ASSERT_TRUE(c->enqueue(2, 300, clock.now()).ok());
@@ -396,7 +396,7 @@ TEST(AdmissionController, EffectiveBudgetCutRevokesNothingAndBlocksGrantsUntilUn
 }
 
 TEST(AdmissionController, SnapshotListsQueuePositionsInFifoOrder) {
-  auto c = make(options(100));
+  auto c = make_controller(options(100));
   ManualClock clock;
   const TimePoint t0 = clock.now();
   ASSERT_TRUE(c->enqueue(10, 100, t0).ok());
@@ -418,7 +418,7 @@ TEST(AdmissionController, SnapshotListsQueuePositionsInFifoOrder) {
 }
 
 TEST(AdmissionController, DropAllEmptiesTheQueue) {
-  auto c = make(options(100));
+  auto c = make_controller(options(100));
   ManualClock clock;
   ASSERT_TRUE(c->enqueue(1, 100, clock.now()).ok());
   auto held = c->grant(clock.now());
@@ -434,7 +434,7 @@ TEST(AdmissionController, DropAllEmptiesTheQueue) {
 TEST(AdmissionController, FixedPolicyIsASemaphore) {
   AdmissionOptions o = options(1000, 2);
   o.policy = *parse_admission_policy("fixed:2");
-  auto c = make(o);
+  auto c = make_controller(o);
   ManualClock clock;
   EXPECT_EQ(c->enqueue(9, 1001, clock.now()).error().code, ErrorCode::kExceedsDeviceMemory);
   for (RequestId id = 1; id <= 4; ++id) ASSERT_TRUE(c->enqueue(id, 900, clock.now()).ok()) << id;
@@ -452,7 +452,7 @@ TEST(AdmissionController, FixedPolicyIsASemaphore) {
 TEST(AdmissionController, NonePolicyGrantsEverythingAtOnce) {
   AdmissionOptions o = options(1000, 0);
   o.policy = *parse_admission_policy("none");
-  auto c = make(o);
+  auto c = make_controller(o);
   ManualClock clock;
   for (RequestId id = 1; id <= 50; ++id) ASSERT_TRUE(c->enqueue(id, 5000, clock.now()).ok()) << id;
   auto g = c->grant(clock.now());

@@ -20,7 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr std::int64_t kBudget = 1000;
+constexpr std::int64_t kFuzzBudget = 1000;
 constexpr int kSubmitters = 4;
 constexpr int kPerSubmitter = 1500;
 constexpr int kRequests = kSubmitters * kPerSubmitter;
@@ -49,16 +49,16 @@ struct Fuzz {
 
 void submit_loop(Fuzz& f, int index, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<std::int64_t> small(1, kBudget / 4);
-  std::uniform_int_distribution<std::int64_t> medium(kBudget / 4, kBudget * 6 / 10);
-  std::uniform_int_distribution<std::int64_t> large(kBudget * 6 / 10, kBudget);
+  std::uniform_int_distribution<std::int64_t> small(1, kFuzzBudget / 4);
+  std::uniform_int_distribution<std::int64_t> medium(kFuzzBudget / 4, kFuzzBudget * 6 / 10);
+  std::uniform_int_distribution<std::int64_t> large(kFuzzBudget * 6 / 10, kFuzzBudget);
   std::uniform_int_distribution<int> pct(0, 99);
   std::uniform_int_distribution<int> deadline_ms(0, 30);
   for (int k = 0; k < kPerSubmitter; ++k) {
     while (f.submitted.load() >= f.target_tenths.load() / 10 + 4) std::this_thread::yield();
     const RequestId id = static_cast<RequestId>(index * kPerSubmitter + k + 1);
     const int kind = pct(rng);
-    const std::int64_t c = kind < 3 ? kBudget + 1 : kind < 60 ? small(rng) : kind < 90 ? medium(rng) : large(rng);
+    const std::int64_t c = kind < 3 ? kFuzzBudget + 1 : kind < 60 ? small(rng) : kind < 90 ? medium(rng) : large(rng);
     const TimePoint t = f.now();
     std::optional<TimePoint> deadline;
     if (pct(rng) < 30) deadline = t + std::chrono::milliseconds(deadline_ms(rng));
@@ -66,10 +66,10 @@ void submit_loop(Fuzz& f, int index, std::uint32_t seed) {
     f.submitted.fetch_add(1);
     if (!ticket.ok()) {
       const Error& e = ticket.error();
-      if (c > kBudget) {
+      if (c > kFuzzBudget) {
         EXPECT_EQ(e.code, ErrorCode::kExceedsDeviceMemory);
         EXPECT_EQ(e.needed_bytes.value_or(-1), c);
-        EXPECT_EQ(e.budget_bytes.value_or(-1), kBudget);
+        EXPECT_EQ(e.budget_bytes.value_or(-1), kFuzzBudget);
       } else {
         EXPECT_EQ(e.code, ErrorCode::kOverloaded) << e.message;
         EXPECT_GT(e.retry_after_s.value_or(0), 0.0);  // the promise itself, not rounded
@@ -77,7 +77,7 @@ void submit_loop(Fuzz& f, int index, std::uint32_t seed) {
       f.outcome(id);
       continue;
     }
-    EXPECT_LE(c, kBudget);
+    EXPECT_LE(c, kFuzzBudget);
     // A client that goes away at once: lands right around the engine's grant.
     if (pct(rng) < 15 && f.controller->cancel(id)) f.outcome(id);
     if (pct(rng) < 50) std::this_thread::yield();
@@ -107,7 +107,7 @@ void release_loop(Fuzz& f) {
       }
     }
     if (lease) {
-      if (lease.bytes() > kBudget / 2) f.large_alive.fetch_sub(1);  // before the bytes return
+      if (lease.bytes() > kFuzzBudget / 2) f.large_alive.fetch_sub(1);  // before the bytes return
       lease.release();
     } else {
       std::this_thread::yield();
@@ -118,7 +118,7 @@ void release_loop(Fuzz& f) {
 TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
   Fuzz f;
   AdmissionOptions o;
-  o.budget_bytes = kBudget;
+  o.budget_bytes = kFuzzBudget;
   o.max_queue = 12;
   o.queue_timeout = 40ms;
   o.max_bypass = 15ms;
@@ -134,7 +134,7 @@ TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
   std::uniform_int_distribution<int> pct(0, 99);
   std::uniform_int_distribution<int> step_us(0, 2000);
   std::vector<Lease> running;
-  std::int64_t effective = kBudget;
+  std::int64_t effective = kFuzzBudget;
   std::int64_t grants_checked = 0;
   std::int64_t steps = 0;
   auto engine_step = [&](bool finishing) {
@@ -158,12 +158,12 @@ TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
       // fits in the effective budget this thread set.
       const AdmissionSnapshot snap = f.controller->snapshot(now);
       ASSERT_LE(snap.reserved_bytes, effective);
-      ASSERT_LE(snap.reserved_bytes, kBudget);
+      ASSERT_LE(snap.reserved_bytes, kFuzzBudget);
       ++grants_checked;
     }
     for (AdmissionGrant& g : grants) {
       EXPECT_GE(now - g.queue_wait, TimePoint{});
-      if (g.lease.bytes() > kBudget / 2) {
+      if (g.lease.bytes() > kFuzzBudget / 2) {
         ASSERT_LE(f.large_alive.fetch_add(1) + 1, 1) << "two large at once";
       }
       f.outcome(g.id);
@@ -180,19 +180,19 @@ TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
         std::lock_guard lock(f.handoff_mu);
         f.handoff.push_back(std::move(*it));
       } else {
-        if (it->bytes() > kBudget / 2) f.large_alive.fetch_sub(1);
+        if (it->bytes() > kFuzzBudget / 2) f.large_alive.fetch_sub(1);
         it->release();
       }
       it = running.erase(it);
     }
     // The OOM governor cuts and restores the effective budget now and then.
-    if (!finishing && pct(rng) < 2) effective = f.controller->set_effective_budget(kBudget / 2 + pct(rng) * 5);
-    if (!finishing && pct(rng) < 2) effective = f.controller->set_effective_budget(kBudget);
+    if (!finishing && pct(rng) < 2) effective = f.controller->set_effective_budget(kFuzzBudget / 2 + pct(rng) * 5);
+    if (!finishing && pct(rng) < 2) effective = f.controller->set_effective_budget(kFuzzBudget);
   };
 
   while (f.submitters_left.load() > 0) engine_step(false);
   for (auto& t : threads) t.join();
-  effective = f.controller->set_effective_budget(kBudget);
+  effective = f.controller->set_effective_budget(kFuzzBudget);
   // Drain: every queued request is granted or expires (queue_timeout passes).
   for (int i = 0; i < 200 && f.controller->snapshot(f.now()).queue_depth > 0; ++i) engine_step(true);
   engine_step(true);
@@ -208,7 +208,7 @@ TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
   EXPECT_EQ(snap.queue_depth, 0);
   EXPECT_EQ(snap.reserved_bytes, 0);
   EXPECT_EQ(snap.active_leases, 0);
-  EXPECT_LE(snap.peak_reserved_bytes, kBudget);
+  EXPECT_LE(snap.peak_reserved_bytes, kFuzzBudget);
   EXPECT_EQ(n.enqueued + n.rejected_never_fits + n.rejected_queue_full, kRequests);
   EXPECT_EQ(n.enqueued, n.admitted + n.cancelled + n.queue_timeout + n.deadline_expired);
   EXPECT_EQ(n.released, n.admitted);
@@ -233,7 +233,7 @@ TEST(AdmissionFuzzS1, EveryRequestGetsExactlyOneOutcomeAndNothingOvercommits) {
   // arrive in bursts and grants come in fewer, larger batches (535-800 of
   // about 3500 steps on a quiet machine, 90 once under a parallel CI run).
   EXPECT_GT(grants_checked, 20);
-  ASSERT_TRUE(f.controller->enqueue(kRequests + 1, kBudget / 6, f.now()).ok());
+  ASSERT_TRUE(f.controller->enqueue(kRequests + 1, kFuzzBudget / 6, f.now()).ok());
   EXPECT_EQ(f.controller->grant(f.now()).size(), 1u);
 }
 

@@ -15,7 +15,7 @@ using namespace std::chrono_literals;
 using Kind = AdmissionPolicy::Kind;
 using Indices = std::vector<std::size_t>;
 
-const TimePoint kT0 = TimePoint{} + std::chrono::hours(1);
+using testing::kT0;
 
 QueuedRequest req(RequestId id, std::int64_t cost, TimePoint at) { return QueuedRequest{id, cost, at}; }
 

@@ -10,8 +10,12 @@ namespace vg::testing {
 
 using namespace std::chrono_literals;
 
+/// Where a manual clock starts (an hour past the epoch, so that times a
+/// little before it are still valid time points).
+inline const TimePoint kT0 = TimePoint{} + std::chrono::hours(1);
+
 struct ManualClock {
-  TimePoint t = TimePoint{} + std::chrono::hours(1);
+  TimePoint t = kT0;
   TimePoint now() const { return t; }
   TimePoint advance(Duration d) { return t += d; }
 };

@@ -6,12 +6,12 @@
 
 #include <limits>
 
+#include "common/bytes.hpp"
+
 namespace vg {
 namespace {
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-constexpr std::int64_t kMiB = 1024 * 1024;
-constexpr std::int64_t kGiB = 1024 * kMiB;
 
 MemoryProfile profile(std::int64_t kv, std::int64_t overhead, double safety) {
   MemoryProfile p;

@@ -16,10 +16,10 @@ using namespace std::chrono_literals;
 using testing::ManualClock;
 using Kind = AdmissionPolicy::Kind;
 
-const TimePoint kT0 = TimePoint{} + std::chrono::hours(1);
+using testing::kT0;
 const AdmissionPolicy kMemory{Kind::kMemory, 0};
 
-QueuedRequest req(RequestId id, std::int64_t cost, TimePoint at = kT0, int model = 0) {
+QueuedRequest model_req(RequestId id, std::int64_t cost, TimePoint at = kT0, int model = 0) {
   return QueuedRequest{id, cost, at, Priority::kNormal, model};
 }
 
@@ -32,20 +32,20 @@ std::vector<GrantAssignment> assign(std::vector<DeviceGrantState> devices, std::
 TEST(AssignGrants, PlacesEachRequestOnTheDeviceWithTheMostFreeBudget) {
   // Device 1 has more free bytes: the first request goes there; then device
   // 0 has more, and so on.
-  const auto a = assign({{100, 0}, {150, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {req(1, 60), req(2, 60), req(3, 60)});
+  const auto a = assign({{100, 0}, {150, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {model_req(1, 60), model_req(2, 60), model_req(3, 60)});
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 1}, {1, 0}, {2, 1}}));
 }
 
 TEST(AssignGrants, TiesGoToTheEngineWithFewerLeasesThenTheLowerIndex) {
-  EXPECT_EQ(assign({{100, 2}, {100, 1}}, {{0, 0, 8, 2}, {1, 0, 8, 1}}, {req(1, 10)}),
+  EXPECT_EQ(assign({{100, 2}, {100, 1}}, {{0, 0, 8, 2}, {1, 0, 8, 1}}, {model_req(1, 10)}),
             (std::vector<GrantAssignment>{{0, 1}}));
-  EXPECT_EQ(assign({{100, 0}, {100, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {req(1, 10)}),
+  EXPECT_EQ(assign({{100, 0}, {100, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {model_req(1, 10)}),
             (std::vector<GrantAssignment>{{0, 0}}));
 }
 
 TEST(AssignGrants, ARequestGoesWhereItFitsNotWhereMostIsFree) {
   // 80 fits only on device 0 once device 1's free bytes are below it.
-  const auto a = assign({{90, 0}, {70, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {req(1, 80), req(2, 60)});
+  const auto a = assign({{90, 0}, {70, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {model_req(1, 80), model_req(2, 60)});
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 0}, {1, 1}}));
 }
 
@@ -53,14 +53,14 @@ TEST(AssignGrants, FullBatchesAndUnavailableEnginesAreSkipped) {
   // Engine 0 has the most room but its batch is full; engine 1 is not
   // available; engine 2 takes the request.
   const auto a = assign({{500, 2}, {400, 0}, {100, 0}},
-                        {{0, 0, 2, 2}, {1, 0, 8, 0, false}, {2, 0, 8, 0}}, {req(1, 50)});
+                        {{0, 0, 2, 2}, {1, 0, 8, 0, false}, {2, 0, 8, 0}}, {model_req(1, 50)});
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 2}}));
 }
 
 TEST(AssignGrants, RequestsGoOnlyToEnginesOfTheirModel) {
   // Two models on one device (engines 0, 1) and model 1 on a second device.
   const auto a = assign({{100, 0}, {300, 0}}, {{0, 0, 8, 0}, {0, 1, 8, 0}, {1, 1, 8, 0}},
-                        {req(1, 50, kT0, 1), req(2, 50, kT0, 0), req(3, 60, kT0, 0)});
+                        {model_req(1, 50, kT0, 1), model_req(2, 50, kT0, 0), model_req(3, 60, kT0, 0)});
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 2}, {1, 0}}));  // 3 no longer fits device 0
 }
 
@@ -68,18 +68,18 @@ TEST(AssignGrants, AnOldRequestThatFitsNowhereBlocksLaterOnesOnEveryDevice) {
   const std::vector<DeviceGrantState> dev{{50, 0}, {60, 0}};
   const std::vector<EngineGrantState> eng{{0, 0, 8, 0}, {1, 0, 8, 0}};
   // Young: later requests pass it.
-  EXPECT_EQ(assign(dev, eng, {req(1, 100), req(2, 30)}, kT0 + 1s), (std::vector<GrantAssignment>{{1, 1}}));
+  EXPECT_EQ(assign(dev, eng, {model_req(1, 100), model_req(2, 30)}, kT0 + 1s), (std::vector<GrantAssignment>{{1, 1}}));
   // Its bypass window closed: no one passes it, on any device.
-  EXPECT_TRUE(assign(dev, eng, {req(1, 100), req(2, 30)}, kT0 + 5s).empty());
+  EXPECT_TRUE(assign(dev, eng, {model_req(1, 100), model_req(2, 30)}, kT0 + 5s).empty());
   std::optional<TimePoint> closes;
-  (void)assign_grants(kMemory, 5s, 0s, dev, eng, std::vector<QueuedRequest>{req(1, 100), req(2, 30)}, kT0 + 1s,
+  (void)assign_grants(kMemory, 5s, 0s, dev, eng, std::vector<QueuedRequest>{model_req(1, 100), model_req(2, 30)}, kT0 + 1s,
                       &closes);
   EXPECT_EQ(closes, kT0 + 5s);
 }
 
 TEST(AssignGrants, FixedCountsLeasesPerDevice) {
   const AdmissionPolicy fixed{Kind::kFixed, 1};
-  const auto a = assign({{0, 1}, {0, 0}}, {{0, 0, 8, 1}, {1, 0, 8, 0}}, {req(1, 10), req(2, 10)}, kT0, fixed);
+  const auto a = assign({{0, 1}, {0, 0}}, {{0, 0, 8, 1}, {1, 0, 8, 0}}, {model_req(1, 10), model_req(2, 10)}, kT0, fixed);
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 1}}));
 }
 
@@ -90,7 +90,7 @@ AdmissionTopology two_devices(std::int64_t b0, std::int64_t b1, int max_running 
   return t;
 }
 
-std::unique_ptr<AdmissionController> make(AdmissionTopology t, int max_queue = 8) {
+std::unique_ptr<AdmissionController> make_multi_device(AdmissionTopology t, int max_queue = 8) {
   AdmissionOptions o;
   o.max_queue = max_queue;
   o.queue_timeout = 30s;
@@ -102,7 +102,7 @@ std::unique_ptr<AdmissionController> make(AdmissionTopology t, int max_queue = 8
 
 TEST(AdmissionTopologyTest, EachEngineGetsOnlyWhatIsPlacedOnIt) {
   ManualClock clock;
-  auto ac = make(two_devices(100, 100));
+  auto ac = make_multi_device(two_devices(100, 100));
   ASSERT_TRUE(ac->enqueue(1, 60, clock.now()).ok());
   ASSERT_TRUE(ac->enqueue(2, 60, clock.now()).ok());
   auto g0 = ac->grant(clock.now(), 8, 0);
@@ -125,7 +125,7 @@ TEST(AdmissionTopologyTest, EachEngineGetsOnlyWhatIsPlacedOnIt) {
 
 TEST(AdmissionTopologyTest, AWaitingRequestGoesToTheFirstDeviceThatFreesRoom) {
   ManualClock clock;
-  auto ac = make(two_devices(100, 100));
+  auto ac = make_multi_device(two_devices(100, 100));
   ASSERT_TRUE(ac->enqueue(1, 80, clock.now()).ok());
   ASSERT_TRUE(ac->enqueue(2, 80, clock.now()).ok());
   auto a = ac->grant(clock.now(), 8, 0);
@@ -143,7 +143,7 @@ TEST(AdmissionTopologyTest, AWaitingRequestGoesToTheFirstDeviceThatFreesRoom) {
 
 TEST(AdmissionTopologyTest, NeverFitsUsesTheLargestDeviceBudget) {
   ManualClock clock;
-  auto ac = make(two_devices(100, 150));
+  auto ac = make_multi_device(two_devices(100, 150));
   EXPECT_TRUE(ac->enqueue(1, 150, clock.now()).ok());
   auto r = ac->enqueue(2, 151, clock.now());
   ASSERT_FALSE(r.ok());
@@ -156,7 +156,7 @@ TEST(AdmissionTopologyTest, NeverFitsUsesTheLargestDeviceBudget) {
 
 TEST(AdmissionTopologyTest, AnUnavailableEnginesShareGoesToTheOthers) {
   ManualClock clock;
-  auto ac = make(two_devices(100, 50));
+  auto ac = make_multi_device(two_devices(100, 50));
   ac->set_engine_available(0, false);
   EXPECT_FALSE(ac->engine_available(0));
   ASSERT_TRUE(ac->enqueue(1, 40, clock.now()).ok());
@@ -169,7 +169,7 @@ TEST(AdmissionTopologyTest, AnUnavailableEnginesShareGoesToTheOthers) {
 
 TEST(AdmissionTopologyTest, EffectiveBudgetIsPerDevice) {
   ManualClock clock;
-  auto ac = make(two_devices(100, 100));
+  auto ac = make_multi_device(two_devices(100, 100));
   EXPECT_EQ(ac->set_effective_budget(30, 1), 30);
   ASSERT_TRUE(ac->enqueue(1, 60, clock.now()).ok());
   ASSERT_TRUE(ac->enqueue(2, 60, clock.now()).ok());
@@ -184,7 +184,7 @@ TEST(AdmissionTopologyTest, TheEffectiveBudgetIsTheLeastItsSourcesAllow) {
   // Two engines (sources 0 and 1) of one device: one's cut holds while the
   // other raises what it allows; raising the cut source lifts the budget.
   ManualClock clock;
-  auto ac = make(two_devices(100, 100));
+  auto ac = make_multi_device(two_devices(100, 100));
   EXPECT_EQ(ac->set_effective_budget(40, 0, 0), 40);
   EXPECT_EQ(ac->set_effective_budget(90, 0, 1), 40);
   EXPECT_EQ(ac->set_effective_budget(100, 0, 1), 40);
@@ -200,7 +200,7 @@ TEST(AdmissionTopologyTest, RejectsABadTopology) {
   AdmissionTopology t = two_devices(100, 100);
   t.engines.push_back({2, 0, 8});
   EXPECT_FALSE(AdmissionController::create(o, t).ok());
-  auto ac = make(two_devices(100, 100));
+  auto ac = make_multi_device(two_devices(100, 100));
   auto r = ac->enqueue(1, 10, TimePoint{}, std::nullopt, Priority::kNormal, 3);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::kInvalidRequest);

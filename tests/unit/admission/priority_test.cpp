@@ -17,9 +17,9 @@ using Kind = AdmissionPolicy::Kind;
 using Indices = std::vector<std::size_t>;
 using P = Priority;
 
-const TimePoint kT0 = TimePoint{} + std::chrono::hours(1);
+using testing::kT0;
 
-QueuedRequest req(RequestId id, std::int64_t cost, TimePoint at, P p) { return QueuedRequest{id, cost, at, p}; }
+QueuedRequest class_req(RequestId id, std::int64_t cost, TimePoint at, P p) { return QueuedRequest{id, cost, at, p}; }
 
 GrantState memory(std::int64_t free_bytes, Duration aging = 10s, Duration max_bypass = 5s) {
   GrantState s{AdmissionPolicy{Kind::kMemory, 0}, free_bytes, 0, max_bypass};
@@ -28,16 +28,16 @@ GrantState memory(std::int64_t free_bytes, Duration aging = 10s, Duration max_by
 }
 
 TEST(PriorityOrder, HigherClassFirstFifoWithinAClass) {
-  const std::vector<QueuedRequest> q = {req(1, 1, kT0, P::kLow), req(2, 1, kT0, P::kNormal),
-                                        req(3, 1, kT0 + 1s, P::kHigh), req(4, 1, kT0 + 1s, P::kLow),
-                                        req(5, 1, kT0 + 2s, P::kHigh)};
+  const std::vector<QueuedRequest> q = {class_req(1, 1, kT0, P::kLow), class_req(2, 1, kT0, P::kNormal),
+                                        class_req(3, 1, kT0 + 1s, P::kHigh), class_req(4, 1, kT0 + 1s, P::kLow),
+                                        class_req(5, 1, kT0 + 2s, P::kHigh)};
   EXPECT_EQ(grant_order(q, 10s, kT0 + 2s), (Indices{2, 4, 1, 0, 3}));
   // Aging 0: classes are ignored.
   EXPECT_EQ(grant_order(q, 0s, kT0 + 2s), (Indices{0, 1, 2, 3, 4}));
 }
 
 TEST(PriorityOrder, AgingPromotesAWaitingRequestToTheTopClass) {
-  const std::vector<QueuedRequest> q = {req(1, 1, kT0, P::kLow), req(2, 1, kT0 + 5s, P::kHigh)};
+  const std::vector<QueuedRequest> q = {class_req(1, 1, kT0, P::kLow), class_req(2, 1, kT0 + 5s, P::kHigh)};
   EXPECT_EQ(grant_order(q, 10s, kT0 + 9999ms), (Indices{1, 0}));
   // At 10 s the low one counts as high and, being first in the queue, leads.
   EXPECT_EQ(effective_priority(q[0], 10s, kT0 + 10s), P::kHigh);
@@ -45,8 +45,8 @@ TEST(PriorityOrder, AgingPromotesAWaitingRequestToTheTopClass) {
 }
 
 TEST(PrioritySelect, HighOvertakesLowWhenOnlyOneFits) {
-  const std::vector<QueuedRequest> q = {req(1, 100, kT0, P::kLow), req(2, 100, kT0, P::kLow),
-                                        req(3, 100, kT0 + 1s, P::kHigh)};
+  const std::vector<QueuedRequest> q = {class_req(1, 100, kT0, P::kLow), class_req(2, 100, kT0, P::kLow),
+                                        class_req(3, 100, kT0 + 1s, P::kHigh)};
   EXPECT_EQ(select_grants(memory(100), q, kT0 + 1s), (Indices{2}));
   EXPECT_EQ(select_grants(memory(200), q, kT0 + 1s), (Indices{2, 0}));
   // max_running is a slot count in grant order too.
@@ -56,8 +56,8 @@ TEST(PrioritySelect, HighOvertakesLowWhenOnlyOneFits) {
 }
 
 TEST(PrioritySelect, FixedAndNoneFollowTheOrder) {
-  const std::vector<QueuedRequest> q = {req(1, 1, kT0, P::kLow), req(2, 1, kT0, P::kNormal),
-                                        req(3, 1, kT0, P::kHigh)};
+  const std::vector<QueuedRequest> q = {class_req(1, 1, kT0, P::kLow), class_req(2, 1, kT0, P::kNormal),
+                                        class_req(3, 1, kT0, P::kHigh)};
   GrantState fixed{AdmissionPolicy{Kind::kFixed, 2}, 0, 0, 5s};
   fixed.priority_aging = 10s;
   EXPECT_EQ(select_grants(fixed, q, kT0), (Indices{2, 1}));
@@ -69,7 +69,7 @@ TEST(PrioritySelect, FixedAndNoneFollowTheOrder) {
 TEST(PrioritySelect, BypassAppliesInGrantOrder) {
   // A large high request that does not fit may be passed by a small low one
   // only while it is younger than max_bypass.
-  const std::vector<QueuedRequest> q = {req(1, 500, kT0, P::kHigh), req(2, 100, kT0, P::kLow)};
+  const std::vector<QueuedRequest> q = {class_req(1, 500, kT0, P::kHigh), class_req(2, 100, kT0, P::kLow)};
   EXPECT_EQ(select_grants(memory(200), q, kT0 + 4s), (Indices{1}));
   EXPECT_EQ(select_grants(memory(200), q, kT0 + 5s), Indices{});
 }
@@ -78,13 +78,13 @@ TEST(PrioritySelect, NoClassStarves) {
   // A stream of high requests keeps arriving; each low request is granted
   // within priority_aging of its arrival, once the device has room.
   const Duration aging = 10s;
-  std::vector<QueuedRequest> q = {req(1, 100, kT0, P::kLow)};
+  std::vector<QueuedRequest> q = {class_req(1, 100, kT0, P::kLow)};
   RequestId next = 2;
   TimePoint now = kT0;
   bool low_granted = false;
   for (int step = 0; step < 100 && !low_granted; ++step) {
     now += 1s;
-    q.push_back(req(next++, 100, now, P::kHigh));
+    q.push_back(class_req(next++, 100, now, P::kHigh));
     const Indices g = select_grants(memory(100, aging), q, now);  // room for one a second
     ASSERT_EQ(g.size(), 1u);
     low_granted = q[g[0]].id == 1;
@@ -95,10 +95,10 @@ TEST(PrioritySelect, NoClassStarves) {
 }
 
 TEST(PriorityAgingDue, OnlyWhenAgingChangesTheOrder) {
-  const std::vector<QueuedRequest> same = {req(1, 1, kT0, P::kNormal), req(2, 1, kT0, P::kNormal)};
+  const std::vector<QueuedRequest> same = {class_req(1, 1, kT0, P::kNormal), class_req(2, 1, kT0, P::kNormal)};
   EXPECT_FALSE(priority_aging_due(same, 10s, kT0).has_value());
-  const std::vector<QueuedRequest> mixed = {req(1, 1, kT0, P::kLow), req(2, 1, kT0 + 3s, P::kNormal),
-                                            req(3, 1, kT0 + 4s, P::kHigh)};
+  const std::vector<QueuedRequest> mixed = {class_req(1, 1, kT0, P::kLow), class_req(2, 1, kT0 + 3s, P::kNormal),
+                                            class_req(3, 1, kT0 + 4s, P::kHigh)};
   EXPECT_EQ(priority_aging_due(mixed, 10s, kT0 + 4s), kT0 + 10s);
   EXPECT_EQ(priority_aging_due(mixed, 10s, kT0 + 10s), kT0 + 13s);
   EXPECT_FALSE(priority_aging_due(mixed, 0s, kT0).has_value());

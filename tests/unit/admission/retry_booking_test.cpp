@@ -261,7 +261,7 @@ AdmissionOptions booking_options(int max_queue) {
   return o;
 }
 
-std::unique_ptr<AdmissionController> make(const AdmissionOptions& o) {
+std::unique_ptr<AdmissionController> make_booking_controller(const AdmissionOptions& o) {
   auto c = AdmissionController::create(o);
   EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
   return std::move(c).value();
@@ -291,7 +291,7 @@ TEST(AdmissionBookings, CreateRejectsBadBookingOptions) {
 
 TEST(AdmissionBookings, QueueFullBooksAPlacePromisedFromTheMeasuredDrainRate) {
   ManualClock c;
-  auto ac = make(booking_options(1));
+  auto ac = make_booking_controller(booking_options(1));
   // 2 completions/s measured.
   for (int i = 0; i < 4; ++i) {
     ac->record_completion(c.now());
@@ -318,7 +318,7 @@ TEST(AdmissionBookings, QueueFullBooksAPlacePromisedFromTheMeasuredDrainRate) {
 
 TEST(AdmissionBookings, ABookedPlaceIsHeldAgainstNewArrivalsAndTheRetryGoesFirst) {
   ManualClock c;
-  auto ac = make(booking_options(1));
+  auto ac = make_booking_controller(booking_options(1));
   ac->record_completion(c.now());
   c.advance(1s);
   ac->record_completion(c.now());  // 2 in 1 s: 2/s
@@ -355,7 +355,7 @@ TEST(AdmissionBookings, ABookedPlaceIsHeldAgainstNewArrivalsAndTheRetryGoesFirst
 
 TEST(AdmissionBookings, ASlotFreeAtThePromiseWaitsForTheRetryNotForALaterArrival) {
   ManualClock c;
-  auto ac = make(booking_options(0));
+  auto ac = make_booking_controller(booking_options(0));
   ac->record_completion(c.now());
   c.advance(1s);
   ac->record_completion(c.now());  // 2/s
@@ -386,7 +386,7 @@ TEST(AdmissionBookings, ASlotFreeAtThePromiseWaitsForTheRetryNotForALaterArrival
 TEST(AdmissionBookings, ARetryThatDoesNotComeHoldsItsTurnOnlyBriefly) {
   ManualClock c;
   AdmissionOptions o = booking_options(1);
-  auto ac = make(o);
+  auto ac = make_booking_controller(o);
   ac->record_completion(c.now());
   c.advance(1s);
   ac->record_completion(c.now());
@@ -423,7 +423,7 @@ TEST(AdmissionBookings, ARetryThatDoesNotComeHoldsItsTurnOnlyBriefly) {
 TEST(AdmissionBookings, AClaimedRetryIsGrantedBeforeLaterArrivalsAndReportsItsPromiseError) {
   ManualClock c;
   AdmissionOptions o = booking_options(2);
-  auto ac = make(o);
+  auto ac = make_booking_controller(o);
   ac->record_completion(c.now());
   c.advance(1s);
   ac->record_completion(c.now());
@@ -466,11 +466,11 @@ TEST(AdmissionBookings, AClaimedRetryIsGrantedBeforeLaterArrivalsAndReportsItsPr
 
 TEST(AdmissionBookings, EarlyRetryGetsTheTimeLeftAndTheSameToken) {
   ManualClock c;
-  auto ac = make(booking_options(0));
+  auto ac = make_booking_controller(booking_options(0));
   // Nothing measured: the step time and the tokens ahead give the promise.
   AdmissionOptions o = booking_options(0);
   o.step_time = 50ms;
-  ac = make(o);
+  ac = make_booking_controller(o);
   ASSERT_TRUE(ac->enqueue(1, 10, c.now(), with(who("x", "1"), 40)).ok());
   auto running = ac->grant(c.now());
   ASSERT_EQ(running.size(), 1u);
@@ -498,7 +498,7 @@ TEST(AdmissionBookings, TheUnmeasuredPromiseCountsOnlyTheSequencesMemoryHolds) {
   o.budget_bytes = 100;
   o.max_running = 4;
   o.step_time = 10ms;
-  auto ac = make(o);
+  auto ac = make_booking_controller(o);
   ASSERT_TRUE(ac->enqueue(1, 60, c.now(), with(who("x", "1"), 50)).ok());
   auto running = ac->grant(c.now());
   ASSERT_EQ(running.size(), 1u);
@@ -513,7 +513,7 @@ TEST(AdmissionBookings, OffKeepsWholeSecondEstimatesAndBooksNothing) {
   ManualClock c;
   AdmissionOptions o = booking_options(0);
   o.retry_booking.enabled = false;
-  auto ac = make(o);
+  auto ac = make_booking_controller(o);
   ASSERT_TRUE(ac->enqueue(1, 10, c.now(), with(who("x", "1"))).ok());
   auto running = ac->grant(c.now());
   ASSERT_EQ(running.size(), 1u);
@@ -528,7 +528,7 @@ TEST(AdmissionBookings, QueueWaitLimitBooksTheRetryToo) {
   ManualClock c;
   AdmissionOptions o = booking_options(4);
   o.queue_timeout = 2s;
-  auto ac = make(o);
+  auto ac = make_booking_controller(o);
   ac->record_completion(c.now());
   c.advance(1s);
   ac->record_completion(c.now());
@@ -549,7 +549,7 @@ TEST(AdmissionSnapshot, QueueDepthCountsOnlyRequestsThatCannotStartNow) {
   ManualClock c;
   AdmissionOptions o = booking_options(2);
   o.max_running = 3;
-  auto ac = make(o);
+  auto ac = make_booking_controller(o);
   // The engine has not called grant() yet: 3 of these 5 may start now.
   for (RequestId id = 1; id <= 5; ++id) ASSERT_TRUE(ac->enqueue(id, 10, c.now()).ok());
   auto snap = ac->snapshot(c.now());

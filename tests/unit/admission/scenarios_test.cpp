@@ -17,12 +17,12 @@ namespace {
 using namespace std::chrono_literals;
 using testing::ManualClock;
 
-constexpr std::int64_t kBudget = 600;
-constexpr std::int64_t kSmall = kBudget / 6;    // 100
-constexpr std::int64_t kMedium = kBudget / 3;   // 200
-constexpr std::int64_t kLarge = kBudget * 9 / 10;  // 540
+constexpr std::int64_t kScenarioBudget = 600;
+constexpr std::int64_t kSmall = kScenarioBudget / 6;    // 100
+constexpr std::int64_t kMedium = kScenarioBudget / 3;   // 200
+constexpr std::int64_t kLarge = kScenarioBudget * 9 / 10;  // 540
 
-std::unique_ptr<AdmissionController> make(std::int64_t budget, int max_queue, std::function<void()> wake = {}) {
+std::unique_ptr<AdmissionController> make_scenario(std::int64_t budget, int max_queue, std::function<void()> wake = {}) {
   AdmissionOptions o;
   o.budget_bytes = budget;
   o.max_queue = max_queue;
@@ -43,7 +43,7 @@ std::vector<RequestId> ids(const std::vector<AdmissionGrant>& grants) {
 
 TEST(ScenarioS1, CIsGrantedAtOnceAndTheBudgetReturnsExactly) {
   int wakes = 0;
-  auto c = make(kLarge, 8, [&wakes] { ++wakes; });
+  auto c = make_scenario(kLarge, 8, [&wakes] { ++wakes; });
   ManualClock clock;
   const std::int64_t start_free = c->snapshot(clock.now()).effective_budget_bytes;
   ASSERT_TRUE(c->enqueue(1, kLarge, clock.now()).ok());  // A
@@ -77,7 +77,7 @@ TEST(ScenarioS1, ReleaseAndCancelOnTwoThreadsAtOnce) {
   // The same moment, made literal: two threads released by one latch.
   for (int round = 0; round < 300; ++round) {
     std::atomic<int> wakes{0};
-    auto c = make(kLarge, 8, [&wakes] { wakes.fetch_add(1); });
+    auto c = make_scenario(kLarge, 8, [&wakes] { wakes.fetch_add(1); });
     const TimePoint t0 = TimePoint{} + 1h;
     ASSERT_TRUE(c->enqueue(1, kLarge, t0).ok());
     auto a = c->grant(t0);
@@ -108,7 +108,7 @@ TEST(ScenarioS1, ReleaseAndCancelOnTwoThreadsAtOnce) {
 // ---- S6: queue limit 8, budget for 6 small, 50 small at once ----
 
 TEST(ScenarioS6, SixRunEightWaitTheRestAreToldWhenToRetry) {
-  auto c = make(6 * kSmall, 8);
+  auto c = make_scenario(6 * kSmall, 8);
   ManualClock clock;
   int queued = 0;
   int overloaded = 0;
@@ -149,7 +149,7 @@ TEST(ScenarioS6, SixRunEightWaitTheRestAreToldWhenToRetry) {
 }
 
 TEST(ScenarioS6, GrantingBetweenArrivalsGivesTheSameSplit) {
-  auto c = make(6 * kSmall, 8);
+  auto c = make_scenario(6 * kSmall, 8);
   ManualClock clock;
   std::vector<AdmissionGrant> running;
   int rejected = 0;
@@ -163,7 +163,7 @@ TEST(ScenarioS6, GrantingBetweenArrivalsGivesTheSameSplit) {
 }
 
 TEST(ScenarioS6, RetryAfterFollowsTheMeasuredDrainRate) {
-  auto c = make(6 * kSmall, 8);
+  auto c = make_scenario(6 * kSmall, 8);
   ManualClock clock;
   for (int i = 0; i < 30; ++i) {  // 3 completions per second for 10 s
     c->record_completion(clock.now());
@@ -180,7 +180,7 @@ TEST(ScenarioS6, RetryAfterFollowsTheMeasuredDrainRate) {
 // ---- S7: aging lets small requests pass a large one, but only for a while ----
 
 TEST(ScenarioS7, SmallOnesPassAWaitingLargeOneUntilMaxBypassThenItRuns) {
-  auto c = make(kBudget, 16);
+  auto c = make_scenario(kScenarioBudget, 16);
   ManualClock clock;
   const TimePoint t0 = clock.now();
   RequestId next = 1;
@@ -209,7 +209,7 @@ TEST(ScenarioS7, SmallOnesPassAWaitingLargeOneUntilMaxBypassThenItRuns) {
       EXPECT_EQ(ids(g), std::vector<RequestId>{large}) << "drained: the large one runs";
       small_waiting.push_back(s);
     }
-    EXPECT_LE(c->snapshot(now).reserved_bytes, kBudget);
+    EXPECT_LE(c->snapshot(now).reserved_bytes, kScenarioBudget);
     for (auto& x : g) running.push_back(std::move(x));
   }
   ASSERT_EQ(running.size(), 1u);
@@ -222,7 +222,7 @@ TEST(ScenarioS7, SmallOnesPassAWaitingLargeOneUntilMaxBypassThenItRuns) {
 }
 
 TEST(ScenarioS7, MediumRunsLargeWaitsSmallOnesPassOnlyWhileItIsYoung) {
-  auto c = make(kBudget, 16);
+  auto c = make_scenario(kScenarioBudget, 16);
   ManualClock clock;
   const TimePoint t0 = clock.now();
   ASSERT_TRUE(c->enqueue(1, kMedium, t0).ok());

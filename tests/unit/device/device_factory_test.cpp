@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 
 namespace vg {
@@ -13,7 +14,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr std::int64_t kMiB = 1 << 20;
 
 TEST(DeviceFactory, VirtualDeviceHasTheGivenIndexAndCapacity) {
   auto device = create_device(DeviceKind::kVirtual, 3, 8 * kMiB);

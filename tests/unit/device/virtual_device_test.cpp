@@ -6,12 +6,12 @@
 #include <limits>
 #include <thread>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 
 namespace vg {
 namespace {
 
-constexpr std::int64_t kMiB = 1 << 20;
 
 std::unique_ptr<VirtualDevice> make_device(int index, std::int64_t capacity) {
   auto device = VirtualDevice::create(index, capacity);

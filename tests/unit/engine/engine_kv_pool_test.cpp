@@ -17,6 +17,7 @@ namespace vg {
 namespace {
 
 using testing::Collector;
+using testing::eventually;
 using testing::EngineTest;
 
 constexpr int kBlockTokens = 4;
@@ -28,17 +29,6 @@ std::string continuation(int prompt, int n) {
   std::string out;
   for (int i = 0; i < n; ++i) out += kScript[static_cast<std::size_t>(prompt + i) % kScript.size()];
   return out;
-}
-
-// Polls `done` until it holds or 20 s pass (the engine thread publishes at each turn).
-template <class F>
-bool eventually(F done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 class KvPoolEngineTest : public EngineTest {

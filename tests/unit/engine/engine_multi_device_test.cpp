@@ -15,7 +15,7 @@ using testing::FakeModel;
 
 // Cost: 100 bytes per token (prompt + max_tokens); each device's budget
 // holds one 5-token request (500 bytes) but not two.
-constexpr std::int64_t kBudget = 900;
+constexpr std::int64_t kDeviceBudget = 900;
 
 class MultiDeviceTest : public ::testing::Test {
  protected:
@@ -27,7 +27,7 @@ class MultiDeviceTest : public ::testing::Test {
     Engine::Options o;
     o.max_batch = 4;
     o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kMemory, 0};
-    o.admission.budget_bytes = kBudget;
+    o.admission.budget_bytes = kDeviceBudget;
     o.admission.max_queue = 16;
     o.profile.kv_bytes_per_token = 100;
     o.profile.safety_factor = 1.0;
@@ -37,7 +37,7 @@ class MultiDeviceTest : public ::testing::Test {
 
   void start(Engine::Options o) {
     AdmissionTopology t;
-    t.devices = {{"virt:0", kBudget}, {"virt:1", kBudget}};
+    t.devices = {{"virt:0", kDeviceBudget}, {"virt:1", kDeviceBudget}};
     t.engines = {{0, 0, o.max_batch}, {1, 0, o.max_batch}};
     auto front = make_engine_front(o.admission, t);
     ASSERT_TRUE(front.ok());

@@ -10,6 +10,7 @@
 #include "device/device.hpp"
 #include "fake_device.hpp"
 #include "engine/engine.hpp"
+#include "engine_test_util.hpp"
 #include "fake_model.hpp"
 #include "metrics/registry.hpp"
 #include "metrics/server_metrics.hpp"
@@ -19,6 +20,7 @@ namespace {
 
 using testing::FakeDevice;
 using testing::FakeModel;
+using testing::eventually;
 using namespace std::chrono_literals;
 
 class Sink final : public EventSink {
@@ -42,18 +44,6 @@ class Sink final : public EventSink {
   std::condition_variable cv_;
   std::optional<EngineEvent> last_;
 };
-
-// Polls `cond` (a state another thread publishes without a notification)
-// until it holds or 10 s pass.
-template <class F>
-bool eventually(F cond) {
-  const auto limit = Clock::now() + 10s;
-  while (!cond()) {
-    if (Clock::now() > limit) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 class EngineOpsTest : public ::testing::Test {
  protected:

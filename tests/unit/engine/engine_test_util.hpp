@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "device/device.hpp"
 #include "fake_device.hpp"
@@ -15,6 +17,18 @@
 #include "fake_model.hpp"
 
 namespace vg::testing {
+
+/// Polls `done` until it holds or `limit` passes: for state another thread
+/// publishes without a notification (the engine thread, at each turn).
+template <class F>
+bool eventually(F done, std::chrono::seconds limit = std::chrono::seconds(20)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 // Collects a request's events; lets the test wait for the terminal one.
 class Collector final : public EventSink {

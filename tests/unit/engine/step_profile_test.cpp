@@ -30,7 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace json = boost::json;
 
-const char* kModelDir = VG_SOURCE_DIR "/models/tinylm";
+const char* kTinyLmDir = VG_SOURCE_DIR "/models/tinylm";
 
 /// One model step as the engine ran it.
 struct LoggedStep {
@@ -123,7 +123,7 @@ class StepProfileTest : public ::testing::Test {
     ASSERT_TRUE(dev.ok());
     device_ = std::move(dev).value();
     DeviceScope scope(device_.get());
-    auto model = Model::load(Model::Options{kModelDir, device_.get()});
+    auto model = Model::load(Model::Options{kTinyLmDir, device_.get()});
     ASSERT_TRUE(model.ok()) << model.error().message;
     model_ = std::move(model).value();
     logging_ = std::make_unique<LoggingModel>(*model_);

@@ -22,7 +22,7 @@ Counters distinct_counters() {
   return c;
 }
 
-bool has_line(const std::string& text, const std::string& line) {
+bool has_metric_line(const std::string& text, const std::string& line) {
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) {
     if (l == line) return true;
@@ -54,8 +54,8 @@ TEST(Counters, EveryExposedCounterIsInTheMetricsUnderItsFamilyAndLabel) {
     ++exposed;
     std::string series(c.metric->name);
     if (!c.metric->label.empty()) series += "{" + std::string(c.metric->label) + "=\"" + std::string(c.label) + "\"}";
-    EXPECT_TRUE(has_line(text, series + " " + std::to_string(s.counters[c.id]))) << series << "\n" << text;
-    EXPECT_TRUE(has_line(text, "# TYPE " + std::string(c.metric->name) + " counter")) << c.metric->name;
+    EXPECT_TRUE(has_metric_line(text, series + " " + std::to_string(s.counters[c.id]))) << series << "\n" << text;
+    EXPECT_TRUE(has_metric_line(text, "# TYPE " + std::string(c.metric->name) + " counter")) << c.metric->name;
   }
   EXPECT_GT(exposed, 0);
 }

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "model/sampler.hpp"
@@ -30,22 +31,21 @@ namespace {
 
 using testing::TempDir;
 
-constexpr std::int64_t kGiB = 1LL << 30;
-constexpr int kPositions = 64;
-constexpr int kBlockTokens = 4;
+constexpr int kGraphPositions = 64;
+constexpr int kGraphBlockTokens = 4;
 
 /// The tensor path (CUDA's), with a pool of `blocks` blocks.
 std::unique_ptr<Model> load_pooled(const std::filesystem::path& dir, Device* device, std::int64_t blocks) {
-  return testing::load_pooled(dir, device, /*host_kernel=*/false, kBlockTokens, blocks);
+  return testing::load_pooled(dir, device, /*host_kernel=*/false, kGraphBlockTokens, blocks);
 }
 
 void write_gpt2(const std::filesystem::path& dir) {
   testing::RandomGpt2 spec;
-  spec.n_positions = kPositions;
+  spec.n_positions = kGraphPositions;
   testing::write_random_gpt2(dir, spec);
 }
 
-DecodeGraphOptions emulated(int max_batch) { return {DecodeGraphKind::kEmulated, max_batch}; }
+DecodeGraphOptions emulated_graphs(int max_batch) { return {DecodeGraphKind::kEmulated, max_batch}; }
 
 TEST(DecodeGraphRecording, AgainFromAnotherThreadMakesNoSecondWorkspace) {
   TempDir dir;
@@ -53,7 +53,7 @@ TEST(DecodeGraphRecording, AgainFromAnotherThreadMakesNoSecondWorkspace) {
   auto device = std::move(VirtualDevice::create(0, kGiB)).value();
   auto model = load_pooled(dir.path(), device.get(), 64);
   ASSERT_NE(model, nullptr);
-  auto first = model->record_decode_graphs(emulated(4));
+  auto first = model->record_decode_graphs(emulated_graphs(4));
   ASSERT_TRUE(first.ok()) << first.error().message;
   EXPECT_GT(first->outside_bytes, 0) << "the emulated executables, outside the allocator";
   // What the model holds besides its pool, with the graphs recorded.
@@ -78,14 +78,14 @@ TEST(DecodeGraphRecording, ARecordingThatFailsIsNotTriedAgain) {
   auto device = std::move(VirtualDevice::create(0, 64 << 20)).value();
   auto model = load_pooled(dir.path(), device.get(), 64);
   ASSERT_NE(model, nullptr);
-  ASSERT_TRUE(model->record_decode_graphs(emulated(4)).ok());
+  ASSERT_TRUE(model->record_decode_graphs(emulated_graphs(4)).ok());
   // Nothing left beside the pool: the pool is allocated again (its own
   // bytes, freed first), the graphs' buffers are not.
   device->hold_test_bytes(device->memory().capacity - device->memory().used);
   ASSERT_TRUE(model->resize_kv_pool(64).ok()) << "the pool moved; only its graphs could not follow";
   EXPECT_EQ(model->decode_graph_stats().graphs, 0);
   EXPECT_EQ(model->decode_graph_stats().records, 1);
-  auto again = model->record_decode_graphs(emulated(4));
+  auto again = model->record_decode_graphs(emulated_graphs(4));
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().code, ErrorCode::kInternal);
   EXPECT_NE(again.error().message.find("an earlier recording failed"), std::string::npos) << again.error().message;
@@ -116,7 +116,7 @@ std::map<std::string, int> decode_step_ops(Model& model) {
   std::vector<Sampler> samplers(3, Sampler(greedy));
   std::vector<SampleSpec> specs;
   for (int i = 0; i < 3; ++i) {
-    caches.push_back(std::move(model.new_cache(kPositions)).value());
+    caches.push_back(std::move(model.new_cache(kGraphPositions)).value());
     std::vector<std::int32_t> prompt(static_cast<std::size_t>(5 + 3 * i), 7 + i);
     const StepInput in{caches.back().get(), prompt};
     EXPECT_TRUE(model.step(std::span(&in, 1)).ok());
@@ -158,7 +158,7 @@ TEST(DecodeGraphRecording, AnEagerStaticStepRunsTheProductsOfAReplay) {
   auto replayed = load_pooled(dir.path(), device.get(), 64);
   ASSERT_NE(eager, nullptr);
   ASSERT_NE(replayed, nullptr);
-  ASSERT_TRUE(replayed->record_decode_graphs(emulated(4)).ok());
+  ASSERT_TRUE(replayed->record_decode_graphs(emulated_graphs(4)).ok());
   const std::map<std::string, int> a = products(decode_step_ops(*eager));
   const std::map<std::string, int> b = products(decode_step_ops(*replayed));
   EXPECT_EQ(replayed->decode_graph_stats().replays, 1);

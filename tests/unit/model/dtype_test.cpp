@@ -21,7 +21,7 @@ struct Loaded {
   std::int64_t resident = 0;  ///< device bytes after loading
 };
 
-Loaded load(const std::filesystem::path& dir, const std::string& dtype, bool host_kernel = true) {
+Loaded load_in_dtype(const std::filesystem::path& dir, const std::string& dtype, bool host_kernel = true) {
   Loaded l{std::move(VirtualDevice::create(0, 1LL << 30)).value(), nullptr};
   auto m = Model::load({dir, l.device.get(), dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << dtype << ": " << m.error().message;
@@ -42,9 +42,9 @@ class DtypeTest : public ::testing::Test {
 };
 
 TEST_F(DtypeTest, DeviceBytesFollowTheDtype) {
-  Loaded f32 = load(dir_.path(), "float32");
-  Loaded bf16 = load(dir_.path(), "bfloat16");
-  Loaded f64 = load(dir_.path(), "float64");
+  Loaded f32 = load_in_dtype(dir_.path(), "float32");
+  Loaded bf16 = load_in_dtype(dir_.path(), "bfloat16");
+  Loaded f64 = load_in_dtype(dir_.path(), "float64");
   ASSERT_TRUE(f32.model && bf16.model && f64.model);
   EXPECT_EQ(bf16.model->config().dtype, "bfloat16");
   EXPECT_EQ(f32.model->parameter_count(), bf16.model->parameter_count());
@@ -61,8 +61,8 @@ TEST_F(DtypeTest, DeviceBytesFollowTheDtype) {
 }
 
 TEST_F(DtypeTest, Bfloat16StepsStayCloseToFloat32) {
-  Loaded f32 = load(dir_.path(), "float32");
-  Loaded bf16 = load(dir_.path(), "bfloat16");
+  Loaded f32 = load_in_dtype(dir_.path(), "float32");
+  Loaded bf16 = load_in_dtype(dir_.path(), "bfloat16");
   ASSERT_TRUE(f32.model && bf16.model);
   std::vector<std::int32_t> ids;
   for (int i = 0; i < 20; ++i) ids.push_back((i * 31 + 3) % 256);
@@ -86,8 +86,8 @@ TEST_F(DtypeTest, Bfloat16StepsStayCloseToFloat32) {
 // float, rounded once); libtorch's bfloat16 product rounds its own way. Both
 // stay within bfloat16's precision of each other, on the same device bytes.
 TEST_F(DtypeTest, Bfloat16HostProductsAgreeWithLibtorchs) {
-  Loaded host = load(dir_.path(), "bfloat16", /*host_kernel=*/true);
-  Loaded aten = load(dir_.path(), "bfloat16", /*host_kernel=*/false);
+  Loaded host = load_in_dtype(dir_.path(), "bfloat16", /*host_kernel=*/true);
+  Loaded aten = load_in_dtype(dir_.path(), "bfloat16", /*host_kernel=*/false);
   ASSERT_TRUE(host.model && aten.model);
   EXPECT_EQ(host.resident, aten.resident);
   std::vector<std::int32_t> ids;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 #include "model/host_gemm.hpp"
 #include "model/model.hpp"
@@ -25,14 +26,13 @@ using testing::run_batched;
 using testing::Schedule;
 using testing::TempDir;
 
-constexpr std::int64_t kGiB = 1LL << 30;
 constexpr int kSequences = 16;
 
-std::unique_ptr<VirtualDevice> make_device(std::int64_t capacity = kGiB) {
+std::unique_ptr<VirtualDevice> make_batch_device(std::int64_t capacity = kGiB) {
   return std::move(VirtualDevice::create(0, capacity)).value();
 }
 
-std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, const std::string& dtype = "float32",
+std::unique_ptr<Model> load_batched(const std::filesystem::path& dir, Device* device, const std::string& dtype = "float32",
                             bool host_kernel = true) {
   auto m = Model::load({dir, device, dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
@@ -43,7 +43,7 @@ std::int32_t argmax(const std::vector<float>& logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-std::vector<std::int32_t> prompt(int n, int salt) {
+std::vector<std::int32_t> batch_prompt(int n, int salt) {
   std::vector<std::int32_t> ids;
   for (int i = 0; i < n; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 256);
   return ids;
@@ -57,7 +57,7 @@ std::vector<Schedule> mixed_schedules(int decode) {
   for (int i = 0; i < kSequences; ++i) {
     Schedule s;
     s.join = i % 4;
-    const std::vector<std::int32_t> p = prompt(1 + (i * 13) % 31, i);
+    const std::vector<std::int32_t> p = batch_prompt(1 + (i * 13) % 31, i);
     if (i % 2 == 1 && p.size() > 1) {
       const auto half = static_cast<std::ptrdiff_t>(p.size() / 2);
       s.chunks.emplace_back(p.begin(), p.begin() + half);
@@ -92,12 +92,12 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
   testing::RandomGpt2 spec;
   spec.n_positions = 64;
   testing::write_random_gpt2(dir.path(), spec);
-  auto device = make_device();
+  auto device = make_batch_device();
   const auto schedules = mixed_schedules(6);
   std::vector<std::vector<std::vector<float>>> host_batched;
   for (const bool host_kernel : {true, false}) {
     SCOPED_TRACE(host_kernel ? "host decode kernel" : "tensor path");
-    auto model = load(dir.path(), device.get(), "float32", host_kernel);
+    auto model = load_batched(dir.path(), device.get(), "float32", host_kernel);
     ASSERT_NE(model, nullptr);
     std::size_t largest = 0;
     const auto batched = run_batched(*model, schedules, &largest);
@@ -128,14 +128,14 @@ TEST(Gpt2Batch, EachSequenceGetsTheLogitsItGetsAlone) {
 /// virtual device; `model` is null when it failed to load.
 struct RandomModel {
   TempDir dir;
-  std::unique_ptr<VirtualDevice> device = make_device();
+  std::unique_ptr<VirtualDevice> device = make_batch_device();
   std::unique_ptr<Model> model;
   RandomModel(int n_embd, int n_positions) {
     testing::RandomGpt2 spec;
     spec.n_embd = n_embd;
     spec.n_positions = n_positions;
     testing::write_random_gpt2(dir.path(), spec);
-    model = load(dir.path(), device.get());
+    model = load_batched(dir.path(), device.get());
   }
 };
 
@@ -186,7 +186,7 @@ TEST(Gpt2Batch, ASmallDecodeStepWakesNoComputeThread) {
   std::vector<StepInput> decode;
   for (int i = 0; i < 8; ++i) {
     caches.push_back(std::move(model->new_cache(positions)).value());
-    const std::vector<std::int32_t> p = prompt(5 + i, i);
+    const std::vector<std::int32_t> p = batch_prompt(5 + i, i);
     const StepInput input{caches.back().get(), p};
     ASSERT_TRUE(model->step(std::span(&input, 1)).ok());
     next.push_back({static_cast<std::int32_t>(i)});
@@ -196,7 +196,7 @@ TEST(Gpt2Batch, ASmallDecodeStepWakesNoComputeThread) {
   ASSERT_TRUE(model->step(decode).ok());
   const std::int64_t decode_regions = bench::parallel_regions() - before_decode;
   auto long_cache = std::move(model->new_cache(positions)).value();
-  const std::vector<std::int32_t> long_prompt = prompt(96, 9);
+  const std::vector<std::int32_t> long_prompt = batch_prompt(96, 9);
   const StepInput prefill{long_cache.get(), long_prompt};
   const std::int64_t before_prefill = bench::parallel_regions();
   ASSERT_TRUE(model->step(std::span(&prefill, 1)).ok());
@@ -255,15 +255,15 @@ void generate_batched(Model& model, std::vector<Generation>& gs) {
 
 void expect_greedy_batched_equals_alone(const std::filesystem::path& dir, bool host_kernel = true,
                                         const std::string& dtype = "float64") {
-  auto device = make_device();
-  auto model = load(dir, device.get(), dtype, host_kernel);
+  auto device = make_batch_device();
+  auto model = load_batched(dir, device.get(), dtype, host_kernel);
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->config().dtype, dtype);
   const int positions = model->config().n_positions;
   std::vector<Generation> batched, alone;
   for (int i = 0; i < kSequences; ++i) {
     const int length = 1 + (i * 11) % (positions / 2);
-    Generation g{prompt(length, i + 3), std::min(24, positions - length), {}};
+    Generation g{batch_prompt(length, i + 3), std::min(24, positions - length), {}};
     batched.push_back(g);
     alone.push_back(g);
   }
@@ -336,8 +336,8 @@ TEST(Gpt2Batch, Float64GreedyBatchedIsTokenForTokenAloneOnTinylm) {
 TEST(Gpt2Batch, Float64KeepsWeightsAndCachesInFloat64) {
   TempDir dir;
   testing::write_random_gpt2(dir.path(), {});
-  auto device = make_device();
-  auto model = load(dir.path(), device.get(), "float64");
+  auto device = make_batch_device();
+  auto model = load_batched(dir.path(), device.get(), "float64");
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->config().dtype, "float64");
   const std::int64_t params = model->parameter_count() * 8;
@@ -346,10 +346,10 @@ TEST(Gpt2Batch, Float64KeepsWeightsAndCachesInFloat64) {
   auto cache = std::move(model->new_cache(20)).value();
   EXPECT_EQ(cache->bytes(), 2LL * 2 * 20 * 32 * 8);  // layers * {K,V} * tokens * n_embd * 8 bytes
   // Same weights in float32 and float64 give logits within float32 rounding.
-  auto model32 = load(dir.path(), device.get());
+  auto model32 = load_batched(dir.path(), device.get());
   ASSERT_NE(model32, nullptr);
   EXPECT_EQ(model32->config().dtype, "float32");
-  const std::vector<std::int32_t> ids = prompt(12, 1);
+  const std::vector<std::int32_t> ids = batch_prompt(12, 1);
   auto a = model->forward_full(ids);
   auto b = model32->forward_full(ids);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -359,7 +359,7 @@ TEST(Gpt2Batch, Float64KeepsWeightsAndCachesInFloat64) {
 TEST(Gpt2Batch, UnsupportedDtypeIsALoadError) {
   TempDir dir;
   testing::write_random_gpt2(dir.path(), {});
-  auto device = make_device();
+  auto device = make_batch_device();
   auto r = Model::load({dir.path(), device.get(), "int8"});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::kModelLoad);
@@ -373,8 +373,8 @@ TEST(Gpt2Batch, OutOfMemoryInABatchedStepChangesNoCache) {
   spec.n_positions = 64;
   testing::write_random_gpt2(dir.path(), spec);
   const auto length = [](int i) { return 3 + i % 8; };  // prefills smaller than the decode step
-  const auto history = [&](int i) { return prompt(length(i), i); };
-  const std::vector<std::int32_t> big = prompt(48, 99);
+  const auto history = [&](int i) { return batch_prompt(length(i), i); };
+  const std::vector<std::int32_t> big = batch_prompt(48, 99);
   // Caches of 16 sequences at lengths 3..10, plus one empty cache for a big prefill.
   struct Run {
     std::unique_ptr<VirtualDevice> device;
@@ -388,8 +388,8 @@ TEST(Gpt2Batch, OutOfMemoryInABatchedStepChangesNoCache) {
     }
   };
   auto start = [&](std::int64_t capacity) {
-    Run run{make_device(capacity), nullptr, {}, {}};
-    run.model = load(dir.path(), run.device.get());
+    Run run{make_batch_device(capacity), nullptr, {}, {}};
+    run.model = load_batched(dir.path(), run.device.get());
     for (int i = 0; i <= kSequences; ++i) {
       run.caches.push_back(std::move(run.model->new_cache(64)).value());
       if (i == kSequences) break;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -19,13 +20,12 @@ using testing::max_abs_diff;
 using testing::RandomGpt2;
 using testing::TempDir;
 
-constexpr std::int64_t kGiB = 1LL << 30;
 
 std::unique_ptr<VirtualDevice> make_device(std::int64_t capacity = kGiB) {
   return std::move(VirtualDevice::create(0, capacity)).value();
 }
 
-Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Device* device) {
+Result<std::unique_ptr<Model>> load_gpt2(const std::filesystem::path& dir, Device* device) {
   return Model::load({dir, device});
 }
 
@@ -40,7 +40,7 @@ class Gpt2Test : public ::testing::Test {
   void SetUp() override {
     testing::write_random_gpt2(dir_.path(), spec_);
     device_ = make_device();
-    auto m = load(dir_.path(), device_.get());
+    auto m = load_gpt2(dir_.path(), device_.get());
     ASSERT_TRUE(m.ok()) << m.error().message;
     model_ = std::move(m).value();
   }
@@ -172,7 +172,7 @@ TEST_F(Gpt2Test, RejectsBadStepInputs) {
   const std::vector<std::int32_t> bad_id = {1, 257}, empty, ok = {1};
   TempDir other_dir;
   testing::write_random_gpt2(other_dir.path(), spec_);
-  auto other = std::move(load(other_dir.path(), device_.get())).value();
+  auto other = std::move(load_gpt2(other_dir.path(), device_.get())).value();
   auto foreign = std::move(other->new_cache(8)).value();
   const std::vector<std::vector<StepInput>> cases = {
       {{cache.get(), bad_id}},
@@ -196,7 +196,7 @@ TEST_F(Gpt2Test, StepOutOfMemoryLeavesCachesAndRecovers) {
   // A device with room for the weights, two caches and little else.
   const std::int64_t resident = device_->memory().used;
   auto small = make_device(resident + 2 * (2LL * 2 * 32 * 32 * 4) + 20'000);
-  auto m = load(dir_.path(), small.get());
+  auto m = load_gpt2(dir_.path(), small.get());
   ASSERT_TRUE(m.ok()) << m.error().message;
   auto model = std::move(m).value();
   const std::int64_t small_resident = small->memory().used;
@@ -225,7 +225,7 @@ TEST_F(Gpt2Test, StepOutOfMemoryLeavesCachesAndRecovers) {
 TEST_F(Gpt2Test, NewCacheOutOfMemory) {
   const std::int64_t resident = device_->memory().used;
   auto small = make_device(resident + 1000);
-  auto model = std::move(load(dir_.path(), small.get())).value();
+  auto model = std::move(load_gpt2(dir_.path(), small.get())).value();
   auto cache = model->new_cache(32);
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.error().code, ErrorCode::kOutOfMemory);
@@ -234,7 +234,7 @@ TEST_F(Gpt2Test, NewCacheOutOfMemory) {
 
 TEST_F(Gpt2Test, WeightsThatDoNotFitAreOutOfMemoryNotABadCheckpoint) {
   auto tiny = make_device(100'000);
-  auto r = load(dir_.path(), tiny.get());
+  auto r = load_gpt2(dir_.path(), tiny.get());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::kOutOfMemory);
   EXPECT_NE(r.error().message.find("out of memory"), std::string::npos) << r.error().message;
@@ -243,12 +243,12 @@ TEST_F(Gpt2Test, WeightsThatDoNotFitAreOutOfMemoryNotABadCheckpoint) {
 
 // ---- load errors ------------------------------------------------------------
 
-Error load_error(const RandomGpt2& spec, const std::string& edit_config = "") {
+Error gpt2_load_error(const RandomGpt2& spec, const std::string& edit_config = "") {
   TempDir dir;
   testing::write_random_gpt2(dir.path(), spec);
   if (!edit_config.empty()) std::ofstream(dir / "config.json") << edit_config;
   auto device = make_device();
-  auto r = load(dir.path(), device.get());
+  auto r = load_gpt2(dir.path(), device.get());
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(device->memory().used, 0);
   if (r.ok()) return {};
@@ -258,7 +258,7 @@ Error load_error(const RandomGpt2& spec, const std::string& edit_config = "") {
 TEST(Gpt2Load, UnknownModelTypeNamesItAndTheSupportedOnes) {
   RandomGpt2 spec;
   spec.model_type = "mamba";
-  const Error e = load_error(spec);
+  const Error e = gpt2_load_error(spec);
   EXPECT_EQ(e.code, ErrorCode::kModelLoad);
   EXPECT_NE(e.message.find("model_type 'mamba' is not supported"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("(supported: gpt2, llama)"), std::string::npos) << e.message;
@@ -268,7 +268,7 @@ TEST(Gpt2Load, UnknownModelTypeNamesItAndTheSupportedOnes) {
 TEST(Gpt2Load, MissingTensorNamesFileAndTensor) {
   RandomGpt2 spec;
   spec.skip = {"h.1.mlp.c_fc.bias"};
-  const Error e = load_error(spec);
+  const Error e = gpt2_load_error(spec);
   EXPECT_EQ(e.code, ErrorCode::kModelLoad);
   EXPECT_NE(e.message.find("model.safetensors"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("'h.1.mlp.c_fc.bias'"), std::string::npos) << e.message;
@@ -276,7 +276,7 @@ TEST(Gpt2Load, MissingTensorNamesFileAndTensor) {
 
 TEST(Gpt2Load, WrongShapeNamesTensor) {
   RandomGpt2 spec;
-  const Error e = load_error(spec, R"({"model_type":"gpt2","n_layer":2,"n_head":4,"n_embd":32,
+  const Error e = gpt2_load_error(spec, R"({"model_type":"gpt2","n_layer":2,"n_head":4,"n_embd":32,
       "n_positions":16,"vocab_size":257})");  // wpe has 32 rows in the file
   EXPECT_EQ(e.code, ErrorCode::kModelLoad);
   EXPECT_NE(e.message.find("'wpe.weight'"), std::string::npos) << e.message;
@@ -297,7 +297,7 @@ TEST(Gpt2Load, ConfigErrorsNameTheKey) {
       {R"({"model_type": "gpt2",)", "not valid JSON"},
   };
   for (const auto& [config, detail] : cases) {
-    const Error e = load_error(spec, config);
+    const Error e = gpt2_load_error(spec, config);
     EXPECT_EQ(e.code, ErrorCode::kModelLoad);
     EXPECT_NE(e.message.find(detail), std::string::npos) << e.message;
   }
@@ -310,7 +310,7 @@ TEST(Gpt2Load, OtherVocabularyTakesTokenIdsOnly) {
   spec.vocab_size = 300;
   testing::write_random_gpt2(dir.path(), spec);
   auto device = make_device();
-  auto r = load(dir.path(), device.get());
+  auto r = load_gpt2(dir.path(), device.get());
   ASSERT_TRUE(r.ok()) << r.error().message;
   const Tokenizer& tok = (*r)->tokenizer();
   EXPECT_FALSE(tok.encodes_text());
@@ -323,11 +323,11 @@ TEST(Gpt2Load, OtherVocabularyTakesTokenIdsOnly) {
 TEST(Gpt2Load, MissingFolderAndNoDevice) {
   TempDir dir;
   auto device = make_device();
-  auto r = load(dir / "absent", device.get());
+  auto r = load_gpt2(dir / "absent", device.get());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::kModelLoad);
   EXPECT_NE(r.error().message.find("config.json"), std::string::npos);
-  auto no_device = load(dir.path(), nullptr);
+  auto no_device = load_gpt2(dir.path(), nullptr);
   ASSERT_FALSE(no_device.ok());
   EXPECT_EQ(no_device.error().code, ErrorCode::kModelLoad);
 }

@@ -26,7 +26,7 @@ namespace {
 using detail::KvPool;
 
 constexpr std::int64_t kLayers = 3;
-constexpr std::int64_t kBlockTokens = 4;
+constexpr std::int64_t kResizeBlockTokens = 4;
 constexpr std::int64_t kHeads = 2;
 constexpr std::int64_t kHeadDim = 3;
 
@@ -35,13 +35,13 @@ at::Tensor storage(std::int64_t slots) { return at::zeros({kLayers, 2, slots, kH
 
 /// A pool of `blocks` blocks whose every value is distinct.
 std::unique_ptr<KvPool> numbered_pool(std::int64_t blocks) {
-  at::Tensor s = at::arange(kLayers * 2 * blocks * kBlockTokens * kHeads * kHeadDim, at::kFloat)
-                     .view({kLayers, 2, blocks * kBlockTokens, kHeads, kHeadDim});
-  return std::make_unique<KvPool>(s, kBlockTokens, /*shared=*/true, /*prefix_cache=*/true);
+  at::Tensor s = at::arange(kLayers * 2 * blocks * kResizeBlockTokens * kHeads * kHeadDim, at::kFloat)
+                     .view({kLayers, 2, blocks * kResizeBlockTokens, kHeads, kHeadDim});
+  return std::make_unique<KvPool>(s, kResizeBlockTokens, /*shared=*/true, /*prefix_cache=*/true);
 }
 
 /// Block `b` of every layer's K and V.
-at::Tensor block(const at::Tensor& s, std::int64_t b) { return s.narrow(2, b * kBlockTokens, kBlockTokens).clone(); }
+at::Tensor block(const at::Tensor& s, std::int64_t b) { return s.narrow(2, b * kResizeBlockTokens, kResizeBlockTokens).clone(); }
 
 /// Copies the RecordFunction observer saw whose source or destination was
 /// not contiguous, and copies seen.
@@ -122,7 +122,7 @@ TEST(KvPoolResize, AStorageThatCannotBeAllocatedAgainIsLostUntilTheNextResize) {
   ASSERT_TRUE(pool->resize(6, storage).ok());
   EXPECT_FALSE(pool->lost());
   EXPECT_EQ(pool->counts().total, 6);
-  EXPECT_EQ(pool->storage().size(2), 6 * kBlockTokens);
+  EXPECT_EQ(pool->storage().size(2), 6 * kResizeBlockTokens);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "model_test_util.hpp"
@@ -22,9 +23,8 @@ using testing::run_batched;
 using testing::Schedule;
 using testing::TempDir;
 
-constexpr std::int64_t kGiB = 1LL << 30;
 
-std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, const std::string& dtype,
+std::unique_ptr<Model> load_pooled(const std::filesystem::path& dir, Device* device, const std::string& dtype,
                             bool host_kernel) {
   auto m = Model::load({dir, device, dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
@@ -67,8 +67,8 @@ std::vector<std::unique_ptr<KvCache>> scatter(Model& model, int block_tokens, in
 void expect_pool_matches_own_caches(const std::filesystem::path& dir, const std::string& dtype, bool host_kernel) {
   SCOPED_TRACE(dtype + (host_kernel ? ", host decode kernel" : ", tensor path"));
   auto device = std::move(VirtualDevice::create(0, kGiB)).value();
-  auto own = load(dir, device.get(), dtype, host_kernel);
-  auto pooled = load(dir, device.get(), dtype, host_kernel);
+  auto own = load_pooled(dir, device.get(), dtype, host_kernel);
+  auto pooled = load_pooled(dir, device.get(), dtype, host_kernel);
   ASSERT_NE(own, nullptr);
   ASSERT_NE(pooled, nullptr);
   ASSERT_TRUE(pooled->use_kv_pool({4, 400}).ok());
@@ -112,7 +112,7 @@ struct PooledGpt2 {
     testing::RandomGpt2 spec;
     spec.n_positions = 64;
     testing::write_random_gpt2(dir.path(), spec);
-    model = load(dir.path(), device.get(), "float32", host_kernel);
+    model = load_pooled(dir.path(), device.get(), "float32", host_kernel);
     EXPECT_TRUE(model->use_kv_pool({4, blocks, prefix_cache}).ok());
   }
   /// Steps `tokens` into `cache` in one chunk; the logits of the last one.
@@ -375,7 +375,7 @@ TEST(KvPool, RefusesOptionsOutsideTheirRangesAndCachesOutsideAPoolKeepTheirCapac
   testing::RandomGpt2 spec;
   testing::write_random_gpt2(dir.path(), spec);  // 32 positions
   auto device = std::move(VirtualDevice::create(0, 64LL << 20)).value();
-  auto model = load(dir.path(), device.get(), "float32", true);
+  auto model = load_pooled(dir.path(), device.get(), "float32", true);
   ASSERT_NE(model, nullptr);
   EXPECT_FALSE(model->kv_pool_counts().has_value());
   auto own = std::move(model->new_cache(10)).value();

@@ -29,7 +29,7 @@ constexpr float kFloat32Tolerance = 1e-4f;
 constexpr float kFloat64Tolerance = 1e-9f;
 
 /// Prompts of 1, 2, 7 and `longest` tokens below `vocab`.
-std::vector<std::vector<std::int32_t>> test_prompts(int longest, int vocab) {
+std::vector<std::vector<std::int32_t>> llama_prompts(int longest, int vocab) {
   std::vector<std::vector<std::int32_t>> prompts = {{5}, {vocab - 1, 3}, {1, 17, 42, 99, 7, 7, 250 % vocab}};
   std::vector<std::int32_t> ids;
   for (int i = 0; i < longest; ++i) ids.push_back((i * 53 + 11) % vocab);
@@ -42,7 +42,7 @@ struct Checked {
   std::unique_ptr<Model> model;
 };
 
-Checked load(const std::filesystem::path& dir, const std::string& dtype = "float32", bool host_kernel = true) {
+Checked load_checked(const std::filesystem::path& dir, const std::string& dtype = "float32", bool host_kernel = true) {
   Checked c{std::move(VirtualDevice::create(0, 1LL << 30)).value(), nullptr};
   auto m = Model::load({dir, c.device.get(), dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
@@ -90,10 +90,10 @@ void check_variant(const std::string& args, int positions = 40, int vocab = 300,
                                                                   std::to_string(positions) + " --vocab " +
                                                                   std::to_string(vocab) + " " + args),
             0);
-  const auto prompts = test_prompts(positions, vocab);
+  const auto prompts = llama_prompts(positions, vocab);
   const auto reference = testing::reference_logits(dir.path(), prompts);
   ASSERT_EQ(reference.size(), prompts.size());
-  Checked c = load(dir.path(), "float32", host_kernel);
+  Checked c = load_checked(dir.path(), "float32", host_kernel);
   ASSERT_NE(c.model, nullptr);
   EXPECT_EQ(c.model->config().family, "llama");
   expect_sequential_match(*c.model, prompts, reference, kFloat32Tolerance);
@@ -128,11 +128,11 @@ TEST(LlamaReference, Float64ModeMatchesPythonTightly) {
   ASSERT_EQ(testing::run_python_tool("make_random_llama.py", "--out '" + dir.path().string() +
                                                                   "' --seed 6 --heads 4 --kv-heads 2 --positions 24"),
             0);
-  const auto prompts = test_prompts(24, 300);
+  const auto prompts = llama_prompts(24, 300);
   const auto reference = testing::reference_logits(dir.path(), prompts);
   ASSERT_EQ(reference.size(), prompts.size());
   for (const bool host_kernel : {true, false}) {
-    Checked c = load(dir.path(), "float64", host_kernel);
+    Checked c = load_checked(dir.path(), "float64", host_kernel);
     ASSERT_NE(c.model, nullptr);
     EXPECT_EQ(c.model->config().dtype, "float64");
     expect_sequential_match(*c.model, prompts, reference, kFloat64Tolerance);
@@ -146,7 +146,7 @@ TEST(LlamaModel, ConfigParametersAndIdOnlyTokenizer) {
                                                                   "' --layers 2 --heads 4 --kv-heads 2 --hidden 64 "
                                                                   "--intermediate 160 --vocab 300 --positions 64"),
             0);
-  Checked c = load(dir.path());
+  Checked c = load_checked(dir.path());
   ASSERT_NE(c.model, nullptr);
   const ModelConfig& mc = c.model->config();
   EXPECT_EQ(mc.n_layer, 2);

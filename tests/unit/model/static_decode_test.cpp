@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/bytes.hpp"
 #include "device/device.hpp"
 #include "model/decoder.hpp"
 #include "model/logprobs.hpp"
@@ -28,11 +29,10 @@ namespace {
 
 using testing::TempDir;
 
-constexpr std::int64_t kGiB = 1LL << 30;
 constexpr int kPositions = 64;
 constexpr int kBlockTokens = 4;
 
-std::unique_ptr<Model> load(const std::filesystem::path& dir, Device* device, bool host_kernel) {
+std::unique_ptr<Model> load_static(const std::filesystem::path& dir, Device* device, bool host_kernel) {
   return testing::load_pooled(dir, device, host_kernel, kBlockTokens, 256);
 }
 
@@ -136,8 +136,8 @@ struct TwoModels {
   std::unique_ptr<VirtualDevice> device = std::move(VirtualDevice::create(0, kGiB)).value();
   std::unique_ptr<Model> fast, reference;
   void load_both(bool host_kernel) {
-    fast = load(dir.path(), device.get(), host_kernel);
-    reference = load(dir.path(), device.get(), host_kernel);
+    fast = load_static(dir.path(), device.get(), host_kernel);
+    reference = load_static(dir.path(), device.get(), host_kernel);
   }
   /// A random GPT-2 of kPositions positions, loaded twice.
   void load_gpt2(bool host_kernel) {
@@ -354,7 +354,7 @@ TEST(DecodeGraphs, RecordingIsRefusedOffTheTensorPathAndForCudaOnACpu) {
   auto host = m.fast->record_decode_graphs(emulated(4));
   ASSERT_FALSE(host.ok());
   EXPECT_EQ(host.error().code, ErrorCode::kInvalidRequest);
-  auto tensor = load(m.dir.path(), m.device.get(), /*host_kernel=*/false);
+  auto tensor = load_static(m.dir.path(), m.device.get(), /*host_kernel=*/false);
   ASSERT_NE(tensor, nullptr);
   auto cuda = tensor->record_decode_graphs({DecodeGraphKind::kCuda, 4});
   ASSERT_FALSE(cuda.ok());

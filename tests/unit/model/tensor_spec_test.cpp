@@ -19,7 +19,7 @@ TensorModelSpec image_spec() {
   return *spec;
 }
 
-std::string load_error(const std::string& text) {
+std::string spec_error(const std::string& text) {
   auto spec = parse_tensor_model_spec(text, "m/config.json");
   if (spec.ok()) return "(accepted)";
   EXPECT_EQ(spec.error().code, ErrorCode::kModelLoad);
@@ -46,26 +46,26 @@ TEST(TensorSpec, ParsesTheDeclaredForm) {
 }
 
 TEST(TensorSpec, RefusesWhatItCannotServeByName) {
-  EXPECT_NE(load_error(replace(kImage, "\"torchscript\"", "\"gpt2\"")).find("'model_type'"), std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"dtype\": \"float32\", \"shape\": [\"batch\", 3", "\"dtype\": \"int64\", \"shape\": [\"batch\", 3"))
+  EXPECT_NE(spec_error(replace(kImage, "\"torchscript\"", "\"gpt2\"")).find("'model_type'"), std::string::npos);
+  EXPECT_NE(spec_error(replace(kImage, "\"dtype\": \"float32\", \"shape\": [\"batch\", 3", "\"dtype\": \"int64\", \"shape\": [\"batch\", 3"))
                 .find("inputs[0].dtype' is 'int64'"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pads\": []")).find("unknown key 'pads'"), std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}", "\"height\": {\"min\": 8}"))
+  EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pads\": []")).find("unknown key 'pads'"), std::string::npos);
+  EXPECT_NE(spec_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}", "\"height\": {\"min\": 8}"))
                 .find("'dims.height.max'"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}, ", "")).find("dimension 'height' has no range"),
+  EXPECT_NE(spec_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}, ", "")).find("dimension 'height' has no range"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "[\"batch\", 3, \"height\"", "[3, \"batch\", \"height\"")).find("'batch' must be the first"),
+  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 3, \"height\"", "[3, \"batch\", \"height\"")).find("'batch' must be the first"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"min\": 8, \"max\": 512}, \"width\"", "\"min\": 9, \"max\": 4}, \"width\""))
+  EXPECT_NE(spec_error(replace(kImage, "\"min\": 8, \"max\": 512}, \"width\"", "\"min\": 9, \"max\": 4}, \"width\""))
                 .find("max 4 < min 9"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "[\"batch\", 10]", "[\"batch\", \"classes\"]")).find("'classes'"),
+  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 10]", "[\"batch\", \"classes\"]")).find("'classes'"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "[\"batch\", 3, ", "[\"batch\", 0, ")).find("inputs[0].shape[1]"), std::string::npos);
-  EXPECT_NE(load_error("[1, 2]").find("JSON object"), std::string::npos);
-  EXPECT_NE(load_error("{").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 3, ", "[\"batch\", 0, ")).find("inputs[0].shape[1]"), std::string::npos);
+  EXPECT_NE(spec_error("[1, 2]").find("JSON object"), std::string::npos);
+  EXPECT_NE(spec_error("{").find("not valid JSON"), std::string::npos);
 }
 
 TEST(TensorSpec, PadNamesInputDimensionsOtherThanBatch) {
@@ -81,19 +81,19 @@ TEST(TensorSpec, PadNamesInputDimensionsOtherThanBatch) {
   EXPECT_FALSE(spec->paddable(1, 0));  // no second input
   EXPECT_TRUE(image_spec().pad.empty());
 
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"batch\"]")).find("'pad' names 'batch'"),
+  EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pad\": [\"batch\"]")).find("'pad' names 'batch'"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"depth\"]")).find("'depth'"), std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [\"width\", \"width\"]")).find("twice"),
+  EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pad\": [\"depth\"]")).find("'depth'"), std::string::npos);
+  EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pad\": [\"width\", \"width\"]")).find("twice"),
             std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": [3]")).find("'pad' entries"), std::string::npos);
-  EXPECT_NE(load_error(replace(kImage, "\"pad\": []", "\"pad\": \"width\"")).find("'pad' must be an array"),
+  EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pad\": [3]")).find("'pad' entries"), std::string::npos);
+  EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pad\": \"width\"")).find("'pad' must be an array"),
             std::string::npos);
   const std::string unbatched = R"({"model_type": "torchscript",
     "inputs": [{"name": "x", "dtype": "float32", "shape": [3, "n"]}],
     "outputs": [{"name": "y", "dtype": "float32", "shape": [3, "n"]}],
     "dims": {"n": {"max": 8}}, "pad": ["n"]})";
-  EXPECT_NE(load_error(unbatched).find("needs a 'batch' dimension"), std::string::npos);
+  EXPECT_NE(spec_error(unbatched).find("needs a 'batch' dimension"), std::string::npos);
 }
 
 HostTensor image(std::vector<std::int64_t> shape, std::string name = "image") {

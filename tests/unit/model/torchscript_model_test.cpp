@@ -125,7 +125,7 @@ TEST_F(TorchScriptModels, AForwardPassThatDoesNotFitIsOutOfMemory) {
   EXPECT_EQ(dev->memory().used, used);  // nothing kept
 }
 
-std::string load_error(const std::filesystem::path& dir) {
+std::string script_load_error(const std::filesystem::path& dir) {
   auto dev = device();
   DeviceScope scope(dev.get());
   auto m = TorchScriptModel::load({dir, dev.get()});
@@ -144,16 +144,16 @@ void write_config(const std::filesystem::path& dir, const std::string& output_sh
 TEST_F(TorchScriptModels, BrokenFoldersFailToLoadSayingWhy) {
   TempDir dir;
   write_config(dir.path(), R"(["batch", 10])");
-  EXPECT_NE(load_error(dir.path()).find("model.pt: missing"), std::string::npos);
+  EXPECT_NE(script_load_error(dir.path()).find("model.pt: missing"), std::string::npos);
 
   std::ofstream(dir / "model.pt") << "not a zip archive";
-  EXPECT_NE(load_error(dir.path()).find("torch::jit::load"), std::string::npos);
+  EXPECT_NE(script_load_error(dir.path()).find("torch::jit::load"), std::string::npos);
 
   std::filesystem::copy_file(model("image_classifier") / "model.pt", dir / "model.pt",
                              std::filesystem::copy_options::overwrite_existing);
-  EXPECT_EQ(load_error(dir.path()), "(loaded)");
+  EXPECT_EQ(script_load_error(dir.path()), "(loaded)");
   write_config(dir.path(), R"(["batch", 12])");
-  EXPECT_NE(load_error(dir.path()).find("output 'logits' has shape [1, 10] where config.json declares [batch, 12]"),
+  EXPECT_NE(script_load_error(dir.path()).find("output 'logits' has shape [1, 10] where config.json declares [batch, 12]"),
             std::string::npos);
 }
 
