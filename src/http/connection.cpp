@@ -27,7 +27,16 @@ constexpr std::size_t kMaxRequestIdLength = 128;
 constexpr std::size_t kReadChunk = 4096;
 
 enum class RouteKind {
-  kCompletions, kChatCompletions, kInfer, kHealth, kReady, kModels, kModel, kAdmission, kEngines, kMetrics
+  kCompletions,
+  kChatCompletions,
+  kInfer,
+  kHealth,
+  kReady,
+  kModels,
+  kModel,
+  kAdmission,
+  kEngines,
+  kMetrics
 };
 
 struct Route {
@@ -145,9 +154,7 @@ Reply simple_route(RouteKind kind, std::string_view path, Service& service, cons
     case RouteKind::kModels:
       reply.body = encode_models(service.models());
       break;
-    case RouteKind::kModel:
-      reply = model_reply(path, service);
-      break;
+    case RouteKind::kModel: reply = model_reply(path, service); break;
     case RouteKind::kAdmission:
       reply.body = encode_admission(service.admission_state());
       break;
@@ -430,7 +437,8 @@ net::awaitable<bool> Connection::dispatch(Exchange& ex, Request& request) {
       co_return co_await serve_completion(ex, request.body(), CompletionApi::kInfer);
     default:
       if (match->kind == RouteKind::kAdmission && state_->options().trim_heap_on_admission) malloc_trim(0);
-      co_return co_await send(ex, simple_route(match->kind, path, state_->service(), state_->traffic(), state_->options().metrics));
+      co_return co_await send(
+          ex, simple_route(match->kind, path, state_->service(), state_->traffic(), state_->options().metrics));
   }
 }
 

@@ -38,7 +38,8 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
   c.path_ = dir / kIndexFile;
   std::ifstream in(c.path_);
   if (!in) {
-    return checkpoint_error(dir, std::string("no weights: neither ") + kSingleFile + " nor " + kIndexFile + " is there");
+    return checkpoint_error(dir,
+                            std::string("no weights: neither ") + kSingleFile + " nor " + kIndexFile + " is there");
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -52,8 +53,8 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
   std::map<std::string, std::size_t, std::less<>> shard_index;  // shard file name -> files_ index
   for (const auto& [name, shard] : map->get_object()) {
     if (!shard.is_string() || !plain_file_name(shard.get_string())) {
-      return checkpoint_error(c.path_, "tensor '" + std::string(name) + "': shard must be a file name in the folder, got " +
-                                     json::serialize(shard));
+      return checkpoint_error(c.path_, "tensor '" + std::string(name) +
+                                           "': shard must be a file name in the folder, got " + json::serialize(shard));
     }
     const std::string shard_name(shard.get_string());
     auto it = shard_index.find(shard_name);
@@ -71,8 +72,8 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
   }
   for (const auto& [name, file] : c.tensors_) {
     if (!c.files_[file].find(name).ok()) {
-      return checkpoint_error(c.path_, "tensor '" + name + "' is mapped to " + c.files_[file].path().filename().string() +
-                                     ", which does not hold it");
+      return checkpoint_error(c.path_, "tensor '" + name + "' is mapped to " +
+                                           c.files_[file].path().filename().string() + ", which does not hold it");
     }
   }
   return c;

@@ -140,8 +140,7 @@ Result<Submission> InferenceService::submit_resumed(const CompletionRequest& req
                                                 entry->model->config().n_positions, entry->info.id);
   if (!max_tokens.ok()) return max_tokens.error();
   if (Status st = check_request(*entry, request, *max_tokens, resume); !st.ok()) return st.error();
-  GenerationRequest gen =
-      generation_request(request, *max_tokens, resume, std::move(prompt).value(), std::move(stop));
+  GenerationRequest gen = generation_request(request, *max_tokens, resume, std::move(prompt).value(), std::move(stop));
 
   Engine* engine = ready_engine(*entry);
   Submission sub;

@@ -517,3 +517,16 @@ def test_an_engine_at_its_max_batch_leaves_the_next_entry_to_another(redis, clus
     second.stop()
     wait_until(lambda: second.pid not in {x["pid"] for x in g.engines()}, timeout=10,
                what="the stopped engine gone from /v1/engines")
+
+
+def test_a_chat_without_max_tokens_runs_to_the_end_of_the_context_through_the_queue(redis, cluster):
+    """The gateway queues it with the context's cost bound; the engine that
+    takes it fits max_tokens to what the prompt leaves."""
+    e = cluster.engine(redis.url)
+    g = cluster.gateway(redis.url)
+    wait_registered(g, [e])
+    messages = [{"role": "developer", "content": "Be terse."}, {"role": "user", "content": "Hi"}]
+    r = g.post("/v1/chat/completions", {"messages": messages, "temperature": 0, "ignore_eos": True}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["total_tokens"] == 256, r.json()  # tinylm's context length
+    assert r.json()["choices"][0]["finish_reason"] == "length"

@@ -32,7 +32,8 @@ std::vector<GrantAssignment> assign(std::vector<DeviceGrantState> devices, std::
 TEST(AssignGrants, PlacesEachRequestOnTheDeviceWithTheMostFreeBudget) {
   // Device 1 has more free bytes: the first request goes there; then device
   // 0 has more, and so on.
-  const auto a = assign({{100, 0}, {150, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}}, {model_req(1, 60), model_req(2, 60), model_req(3, 60)});
+  const auto a = assign({{100, 0}, {150, 0}}, {{0, 0, 8, 0}, {1, 0, 8, 0}},
+                        {model_req(1, 60), model_req(2, 60), model_req(3, 60)});
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 1}, {1, 0}, {2, 1}}));
 }
 
@@ -52,8 +53,8 @@ TEST(AssignGrants, ARequestGoesWhereItFitsNotWhereMostIsFree) {
 TEST(AssignGrants, FullBatchesAndUnavailableEnginesAreSkipped) {
   // Engine 0 has the most room but its batch is full; engine 1 is not
   // available; engine 2 takes the request.
-  const auto a = assign({{500, 2}, {400, 0}, {100, 0}},
-                        {{0, 0, 2, 2}, {1, 0, 8, 0, false}, {2, 0, 8, 0}}, {model_req(1, 50)});
+  const auto a =
+      assign({{500, 2}, {400, 0}, {100, 0}}, {{0, 0, 2, 2}, {1, 0, 8, 0, false}, {2, 0, 8, 0}}, {model_req(1, 50)});
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 2}}));
 }
 
@@ -72,14 +73,15 @@ TEST(AssignGrants, AnOldRequestThatFitsNowhereBlocksLaterOnesOnEveryDevice) {
   // Its bypass window closed: no one passes it, on any device.
   EXPECT_TRUE(assign(dev, eng, {model_req(1, 100), model_req(2, 30)}, kT0 + 5s).empty());
   std::optional<TimePoint> closes;
-  (void)assign_grants(kMemory, 5s, 0s, dev, eng, std::vector<QueuedRequest>{model_req(1, 100), model_req(2, 30)}, kT0 + 1s,
-                      &closes);
+  (void)assign_grants(kMemory, 5s, 0s, dev, eng, std::vector<QueuedRequest>{model_req(1, 100), model_req(2, 30)},
+                      kT0 + 1s, &closes);
   EXPECT_EQ(closes, kT0 + 5s);
 }
 
 TEST(AssignGrants, FixedCountsLeasesPerDevice) {
   const AdmissionPolicy fixed{Kind::kFixed, 1};
-  const auto a = assign({{0, 1}, {0, 0}}, {{0, 0, 8, 1}, {1, 0, 8, 0}}, {model_req(1, 10), model_req(2, 10)}, kT0, fixed);
+  const auto a =
+      assign({{0, 1}, {0, 0}}, {{0, 0, 8, 1}, {1, 0, 8, 0}}, {model_req(1, 10), model_req(2, 10)}, kT0, fixed);
   EXPECT_EQ(a, (std::vector<GrantAssignment>{{0, 1}}));
 }
 

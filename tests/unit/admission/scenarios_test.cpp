@@ -18,11 +18,12 @@ using namespace std::chrono_literals;
 using testing::ManualClock;
 
 constexpr std::int64_t kScenarioBudget = 600;
-constexpr std::int64_t kSmall = kScenarioBudget / 6;    // 100
-constexpr std::int64_t kMedium = kScenarioBudget / 3;   // 200
+constexpr std::int64_t kSmall = kScenarioBudget / 6;       // 100
+constexpr std::int64_t kMedium = kScenarioBudget / 3;      // 200
 constexpr std::int64_t kLarge = kScenarioBudget * 9 / 10;  // 540
 
-std::unique_ptr<AdmissionController> make_scenario(std::int64_t budget, int max_queue, std::function<void()> wake = {}) {
+std::unique_ptr<AdmissionController> make_scenario(std::int64_t budget, int max_queue,
+                                                   std::function<void()> wake = {}) {
   AdmissionOptions o;
   o.budget_bytes = budget;
   o.max_queue = max_queue;

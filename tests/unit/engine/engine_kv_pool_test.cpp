@@ -17,8 +17,8 @@ namespace vg {
 namespace {
 
 using testing::Collector;
-using testing::eventually;
 using testing::EngineTest;
+using testing::eventually;
 
 constexpr int kBlockTokens = 4;
 constexpr std::int64_t kBlockBytes = kBlockTokens * testing::FakePool::kBytesPerToken;

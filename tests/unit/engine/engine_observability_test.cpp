@@ -8,19 +8,19 @@
 #include <thread>
 
 #include "device/device.hpp"
-#include "fake_device.hpp"
 #include "engine/engine.hpp"
-#include "engine_test_util.hpp"
-#include "fake_model.hpp"
 #include "metrics/registry.hpp"
 #include "metrics/server_metrics.hpp"
+#include "engine_test_util.hpp"
+#include "fake_device.hpp"
+#include "fake_model.hpp"
 
 namespace vg {
 namespace {
 
+using testing::eventually;
 using testing::FakeDevice;
 using testing::FakeModel;
-using testing::eventually;
 using namespace std::chrono_literals;
 
 class Sink final : public EventSink {

@@ -32,8 +32,8 @@ std::unique_ptr<VirtualDevice> make_batch_device(std::int64_t capacity = kGiB) {
   return std::move(VirtualDevice::create(0, capacity)).value();
 }
 
-std::unique_ptr<Model> load_batched(const std::filesystem::path& dir, Device* device, const std::string& dtype = "float32",
-                            bool host_kernel = true) {
+std::unique_ptr<Model> load_batched(const std::filesystem::path& dir, Device* device,
+                                    const std::string& dtype = "float32", bool host_kernel = true) {
   auto m = Model::load({dir, device, dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m).value() : nullptr;

@@ -41,7 +41,9 @@ std::unique_ptr<KvPool> numbered_pool(std::int64_t blocks) {
 }
 
 /// Block `b` of every layer's K and V.
-at::Tensor block(const at::Tensor& s, std::int64_t b) { return s.narrow(2, b * kResizeBlockTokens, kResizeBlockTokens).clone(); }
+at::Tensor block(const at::Tensor& s, std::int64_t b) {
+  return s.narrow(2, b * kResizeBlockTokens, kResizeBlockTokens).clone();
+}
 
 /// Copies the RecordFunction observer saw whose source or destination was
 /// not contiguous, and copies seen.

@@ -23,9 +23,8 @@ using testing::run_batched;
 using testing::Schedule;
 using testing::TempDir;
 
-
 std::unique_ptr<Model> load_pooled(const std::filesystem::path& dir, Device* device, const std::string& dtype,
-                            bool host_kernel) {
+                                   bool host_kernel) {
   auto m = Model::load({dir, device, dtype, host_kernel});
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m).value() : nullptr;

@@ -47,23 +47,27 @@ TEST(TensorSpec, ParsesTheDeclaredForm) {
 
 TEST(TensorSpec, RefusesWhatItCannotServeByName) {
   EXPECT_NE(spec_error(replace(kImage, "\"torchscript\"", "\"gpt2\"")).find("'model_type'"), std::string::npos);
-  EXPECT_NE(spec_error(replace(kImage, "\"dtype\": \"float32\", \"shape\": [\"batch\", 3", "\"dtype\": \"int64\", \"shape\": [\"batch\", 3"))
+  EXPECT_NE(spec_error(replace(kImage, "\"dtype\": \"float32\", \"shape\": [\"batch\", 3",
+                               "\"dtype\": \"int64\", \"shape\": [\"batch\", 3"))
                 .find("inputs[0].dtype' is 'int64'"),
             std::string::npos);
   EXPECT_NE(spec_error(replace(kImage, "\"pad\": []", "\"pads\": []")).find("unknown key 'pads'"), std::string::npos);
   EXPECT_NE(spec_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}", "\"height\": {\"min\": 8}"))
                 .find("'dims.height.max'"),
             std::string::npos);
-  EXPECT_NE(spec_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}, ", "")).find("dimension 'height' has no range"),
+  EXPECT_NE(spec_error(replace(kImage, "\"height\": {\"min\": 8, \"max\": 512}, ", ""))
+                .find("dimension 'height' has no range"),
             std::string::npos);
-  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 3, \"height\"", "[3, \"batch\", \"height\"")).find("'batch' must be the first"),
+  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 3, \"height\"", "[3, \"batch\", \"height\""))
+                .find("'batch' must be the first"),
             std::string::npos);
   EXPECT_NE(spec_error(replace(kImage, "\"min\": 8, \"max\": 512}, \"width\"", "\"min\": 9, \"max\": 4}, \"width\""))
                 .find("max 4 < min 9"),
             std::string::npos);
   EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 10]", "[\"batch\", \"classes\"]")).find("'classes'"),
             std::string::npos);
-  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 3, ", "[\"batch\", 0, ")).find("inputs[0].shape[1]"), std::string::npos);
+  EXPECT_NE(spec_error(replace(kImage, "[\"batch\", 3, ", "[\"batch\", 0, ")).find("inputs[0].shape[1]"),
+            std::string::npos);
   EXPECT_NE(spec_error("[1, 2]").find("JSON object"), std::string::npos);
   EXPECT_NE(spec_error("{").find("not valid JSON"), std::string::npos);
 }

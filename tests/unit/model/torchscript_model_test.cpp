@@ -153,8 +153,9 @@ TEST_F(TorchScriptModels, BrokenFoldersFailToLoadSayingWhy) {
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_EQ(script_load_error(dir.path()), "(loaded)");
   write_config(dir.path(), R"(["batch", 12])");
-  EXPECT_NE(script_load_error(dir.path()).find("output 'logits' has shape [1, 10] where config.json declares [batch, 12]"),
-            std::string::npos);
+  EXPECT_NE(
+      script_load_error(dir.path()).find("output 'logits' has shape [1, 10] where config.json declares [batch, 12]"),
+      std::string::npos);
 }
 
 }  // namespace

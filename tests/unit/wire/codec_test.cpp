@@ -86,9 +86,14 @@ TEST(Codec, RefusesOutOfRangeFields) {
   r.prompt = std::string("x");
   const json::object good = encode(r);
   const std::pair<const char*, json::value> bad[] = {
-      {"max_tokens", json::value(-1)}, {"n", json::value(0)}, {"n", json::value(1000)},
-      {"logprobs", json::value(21)},   {"priority", json::value(7)}, {"stop", json::value("x")},
-      {"prompt_ids", json::value(json::array{-3})}, {"max_tokens_from", json::value("all")},
+      {"max_tokens", json::value(-1)},
+      {"n", json::value(0)},
+      {"n", json::value(1000)},
+      {"logprobs", json::value(21)},
+      {"priority", json::value(7)},
+      {"stop", json::value("x")},
+      {"prompt_ids", json::value(json::array{-3})},
+      {"max_tokens_from", json::value("all")},
   };
   for (const auto& [key, v] : bad) {
     json::object o = good;
