@@ -86,7 +86,12 @@ inline Result<int> fit_max_tokens(const CompletionRequest& request, std::int64_t
                                   std::int64_t context_length, const std::string& model) {
   std::int64_t max_tokens = request.max_tokens;
   if (request.max_tokens_from == MaxTokensFrom::kRestOfContext && context_length > 0) {
-    max_tokens = std::max<std::int64_t>(1, context_length - prompt_tokens);
+    if (prompt_tokens >= context_length) {
+      return Error(ErrorCode::kInvalidRequest,
+                   "prompt (" + std::to_string(prompt_tokens) + " tokens) fills the context length of model '" + model +
+                       "' (" + std::to_string(context_length) + " tokens): no token is left to generate");
+    }
+    max_tokens = context_length - prompt_tokens;
   }
   if (context_length > 0 && prompt_tokens + max_tokens > context_length) {
     return exceeds_context_length(prompt_tokens, max_tokens, model, context_length);

@@ -98,7 +98,8 @@ Result<std::string> render_chat(ChatFormat format, std::span<const ChatMessage> 
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant") {
-      return invalid("messages[" + std::to_string(i) + "].role '" + r + "' is not one of system, user, assistant");
+      return invalid("messages[" + std::to_string(i) + "].role '" + r +
+                     "' is not one of system (or developer), user, assistant");
     }
   }
   std::string out;

@@ -64,7 +64,8 @@ TEST(FitMaxTokens, TheRestOfTheContextOrTheRequestsOwnWithinIt) {
   auto full = fit_max_tokens(req, 256, 256, "m");
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.error().code, ErrorCode::kInvalidRequest);
-  EXPECT_NE(full.error().message.find("256"), std::string::npos);
+  EXPECT_NE(full.error().message.find("fills the context length of model 'm' (256 tokens)"), std::string::npos)
+      << full.error().message;
   req.max_tokens_from = MaxTokensFrom::kRequest;
   EXPECT_EQ(fit_max_tokens(req, 240, 256, "m").value(), 16);
   EXPECT_FALSE(fit_max_tokens(req, 241, 256, "m").ok());
