@@ -4,7 +4,6 @@
 // engine process; nothing here knows about JSON, Beast or libtorch.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>

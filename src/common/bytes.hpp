@@ -5,7 +5,6 @@
 
 namespace vg {
 
-inline constexpr std::int64_t kKiB = std::int64_t{1} << 10;
 inline constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 inline constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 

@@ -19,7 +19,6 @@ namespace {
 
 namespace json = boost::json;
 
-
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   if (from.empty()) return;
   for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {

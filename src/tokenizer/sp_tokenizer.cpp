@@ -18,7 +18,6 @@
 namespace vg::tok {
 namespace {
 
-
 enum PieceType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 struct Piece {
