@@ -222,28 +222,17 @@ TEST_F(EngineTest, StepOutOfMemoryWithoutPreemptionsLeftIsA503AndTheEngineGoesOn
 
 TEST_F(EngineTest, StepOutOfMemoryUnderTheNaiveBaselineIsOutOfMemory) {
   model_.fail_at_step(2);
-  auto o = options();
-  o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kNone, 0};
-  auto engine = make(o);
-  auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(5), a).ok());
-  ASSERT_TRUE(a->wait_done());
+  auto engine = make(naive_options());
+  auto a = run_to_end(*engine, req(5));
   ASSERT_TRUE(a->failed());
   EXPECT_EQ(a->failed()->code, ErrorCode::kOutOfMemory);
-  auto b = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(5), b).ok());
-  ASSERT_TRUE(b->wait_done());
-  EXPECT_TRUE(b->finished());
+  EXPECT_TRUE(run_to_end(*engine, req(5))->finished());
 }
 
 TEST_F(EngineTest, AKvCacheOutOfMemoryUnderTheNaiveBaselineFailsTheRequestAndIsCounted) {
   model_.fail_next_caches(1);
-  auto o = options();
-  o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kNone, 0};
-  auto engine = make(o);
-  auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(5), a).ok());
-  ASSERT_TRUE(a->wait_done());
+  auto engine = make(naive_options());
+  auto a = run_to_end(*engine, req(5));
   ASSERT_TRUE(a->failed());
   EXPECT_EQ(a->failed()->code, ErrorCode::kOutOfMemory);
   EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
@@ -252,10 +241,7 @@ TEST_F(EngineTest, AKvCacheOutOfMemoryUnderTheNaiveBaselineFailsTheRequestAndIsC
 TEST_F(EngineTest, AKvCacheOutOfMemoryIsCountedAndRecoveredByRequeueing) {
   model_.fail_next_caches(1);
   auto engine = make(options());
-  auto a = std::make_shared<Collector>();
-  ASSERT_TRUE(engine->submit(req(5), a).ok());
-  ASSERT_TRUE(a->wait_done());
-  EXPECT_TRUE(a->finished());
+  EXPECT_TRUE(run_to_end(*engine, req(5))->finished());
   EXPECT_EQ(engine->stats().counters[CounterId::kOutOfMemory], 1);
   EXPECT_EQ(engine->stats().counters[CounterId::kPreemptions], 1);
 }

@@ -126,6 +126,12 @@ class EngineTest : public ::testing::Test {
     o.profile.safety_factor = 1.0;
     return o;
   }
+  /// The naive baseline (--admission none): everything admitted, no recovery.
+  static Engine::Options naive_options() {
+    Engine::Options o = options();
+    o.admission.policy = AdmissionPolicy{AdmissionPolicy::Kind::kNone, 0};
+    return o;
+  }
   std::unique_ptr<Engine> make(Engine::Options o = options()) {
     auto e = Engine::create(o, model_, *device_);
     EXPECT_TRUE(e.ok());
@@ -138,6 +144,14 @@ class EngineTest : public ::testing::Test {
     r.max_tokens = max_tokens;
     r.sampling.temperature = 0;
     return r;
+  }
+
+  /// Submits `r` to `engine` and waits for its terminal event.
+  static std::shared_ptr<Collector> run_to_end(Engine& engine, const GenerationRequest& r) {
+    auto sink = std::make_shared<Collector>();
+    EXPECT_TRUE(engine.submit(r, sink).ok());
+    EXPECT_TRUE(sink->wait_done());
+    return sink;
   }
 
   FakeModel model_;
