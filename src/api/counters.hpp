@@ -3,7 +3,10 @@
 // exposes it. The engines, the admission front and the gateways add to a
 // Counters value; every reader (the wire codec, the gateways' sums,
 // /v1/admission, /metrics) walks kCounters, so a new counter is a CounterId,
-// its row here, and the line that increments it.
+// its row here, and the line that increments it. Each device's counters are
+// a second table (kDeviceCounters, DeviceCounters) kept the same way. The
+// gateways carry both across engine restarts by walking the arrays
+// (tracking/counter_carry.hpp), so no counter needs a carry rule of its own.
 //
 // Threads: plain values; copy them across threads as any struct.
 #pragma once
@@ -48,22 +51,31 @@ enum class CounterId : std::uint8_t {
 
 inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(CounterId::kEnd);
 
-/// Every counter's value; added up across engines and processes.
-struct Counters {
-  std::array<std::int64_t, kCounterCount> values{};
+/// Counter values indexed by an enum `Id` of `N` counters; added up across
+/// engines and processes.
+template <typename Id, std::size_t N>
+struct CounterArray {
+  std::array<std::int64_t, N> values{};
 
-  std::int64_t& operator[](CounterId id) { return values[static_cast<std::size_t>(id)]; }
-  std::int64_t operator[](CounterId id) const { return values[static_cast<std::size_t>(id)]; }
-  Counters& operator+=(const Counters& other) {
-    for (std::size_t i = 0; i < kCounterCount; ++i) values[i] += other.values[i];
+  std::int64_t& operator[](Id id) { return values[static_cast<std::size_t>(id)]; }
+  std::int64_t operator[](Id id) const { return values[static_cast<std::size_t>(id)]; }
+  CounterArray& operator+=(const CounterArray& other) {
+    for (std::size_t i = 0; i < N; ++i) values[i] += other.values[i];
     return *this;
   }
-  Counters& operator-=(const Counters& other) {
-    for (std::size_t i = 0; i < kCounterCount; ++i) values[i] -= other.values[i];
+  CounterArray& operator-=(const CounterArray& other) {
+    for (std::size_t i = 0; i < N; ++i) values[i] -= other.values[i];
     return *this;
   }
-  bool operator==(const Counters&) const = default;
+  /// Each counter at the higher of the two values.
+  void raise_to(const CounterArray& other) {
+    for (std::size_t i = 0; i < N; ++i) values[i] = values[i] > other.values[i] ? values[i] : other.values[i];
+  }
+  bool operator==(const CounterArray&) const = default;
 };
+
+/// Every service counter's value.
+using Counters = CounterArray<CounterId, kCounterCount>;
 
 /// A Prometheus counter family that exposes some of the counters.
 struct CounterMetric {
@@ -148,5 +160,64 @@ constexpr bool counters_table_in_order() {
   return true;
 }
 static_assert(counters_table_in_order(), "kCounters must list every CounterId once, in CounterId order");
+
+/// Each counter a device keeps since its engine started (DeviceState::counters,
+/// GET /v1/admission per device, the device-labelled metric families). A new
+/// one is a DeviceCounterId and its row in kDeviceCounters: the wire, the
+/// gateways' carry across engine restarts and the readers walk the table.
+enum class DeviceCounterId : std::uint8_t {
+  kCompleted,    ///< requests completed by its engines
+  kOutOfMemory,  ///< its engines' steps and KV cache allocations that ran out of memory
+  kPreemptions,  ///< running sequences stopped to free its memory
+  // Changes of its effective budget, by reason (engine/oom_budget.hpp).
+  kBudgetCutsOutOfMemory,    ///< cuts by an out-of-memory governor
+  kBudgetRaisesQuietPeriod,  ///< raises after a quiet period
+  kBudgetCutsForeign,        ///< other processes took memory
+  kBudgetRaisesForeign,      ///< they freed it again
+  // Its paged KV cache (docs/admission-and-memory.md "KV blocks").
+  kKvBlocksEvicted,      ///< cached blocks given to other sequences
+  kKvPromptTokens,       ///< context tokens of the sequences started
+  kKvPrefixHitTokens,    ///< of which found in the prefix cache, not computed
+  kKvRecomputedTokens,   ///< context tokens computed again after a preemption
+  kKvGrowthPreemptions,  ///< preemptions because a growing sequence found no block
+  kEnd,
+};
+
+inline constexpr std::size_t kDeviceCounterCount = static_cast<std::size_t>(DeviceCounterId::kEnd);
+
+/// Every device counter's value.
+using DeviceCounters = CounterArray<DeviceCounterId, kDeviceCounterCount>;
+
+/// One device counter's name on the engine wire (a field of the device's state).
+struct DeviceCounterInfo {
+  DeviceCounterId id;
+  std::string_view key;
+};
+
+/// The device counters, in DeviceCounterId order.
+inline constexpr std::array<DeviceCounterInfo, kDeviceCounterCount> kDeviceCounters{{
+    {DeviceCounterId::kCompleted, "completed"},
+    {DeviceCounterId::kOutOfMemory, "out_of_memory"},
+    {DeviceCounterId::kPreemptions, "preemptions"},
+    {DeviceCounterId::kBudgetCutsOutOfMemory, "budget_cuts_out_of_memory"},
+    {DeviceCounterId::kBudgetRaisesQuietPeriod, "budget_raises_quiet_period"},
+    {DeviceCounterId::kBudgetCutsForeign, "budget_cuts_foreign"},
+    {DeviceCounterId::kBudgetRaisesForeign, "budget_raises_foreign"},
+    {DeviceCounterId::kKvBlocksEvicted, "kv_blocks_evicted"},
+    {DeviceCounterId::kKvPromptTokens, "kv_prompt_tokens"},
+    {DeviceCounterId::kKvPrefixHitTokens, "kv_prefix_hit_tokens"},
+    {DeviceCounterId::kKvRecomputedTokens, "kv_recomputed_tokens"},
+    {DeviceCounterId::kKvGrowthPreemptions, "kv_growth_preemptions"},
+}};
+
+/// Whether kDeviceCounters lists every DeviceCounterId once, in order (checked below).
+constexpr bool device_counters_table_in_order() {
+  for (std::size_t i = 0; i < kDeviceCounterCount; ++i) {
+    if (static_cast<std::size_t>(kDeviceCounters[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(device_counters_table_in_order(),
+              "kDeviceCounters must list every DeviceCounterId once, in DeviceCounterId order");
 
 }  // namespace vg

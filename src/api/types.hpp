@@ -225,15 +225,9 @@ struct DeviceState {
   /// Sequences its language engines may run at once (max_batch per model);
   /// 0: unknown. Carried to gateways, which place by free sequence slots.
   int max_running = 0;
-  // Counters since start, of this device's engines.
-  std::int64_t completed = 0;
-  std::int64_t out_of_memory = 0;
-  std::int64_t preemptions = 0;
-  // Changes of its effective budget, by reason (engine/oom_budget.hpp).
-  std::int64_t budget_cuts_out_of_memory = 0;
-  std::int64_t budget_raises_quiet_period = 0;
-  std::int64_t budget_cuts_foreign = 0;    ///< other processes took memory
-  std::int64_t budget_raises_foreign = 0;  ///< they freed it again
+  /// Counters since its engines started (api/counters.hpp kDeviceCounters);
+  /// a gateway carries them across engine restarts.
+  DeviceCounters counters;
   // Its paged KV cache (docs/admission-and-memory.md "KV blocks"), when its
   // language model holds one; kv_reservation is empty otherwise.
   std::string kv_reservation;         ///< "on-demand" or "full"
@@ -247,12 +241,6 @@ struct DeviceState {
     const std::int64_t free = kv_blocks_total - kv_blocks_used - kv_blocks_cached;
     return free > 0 ? free : 0;
   }
-  // Counters since start.
-  std::int64_t kv_blocks_evicted = 0;      ///< cached blocks given to other sequences
-  std::int64_t kv_prompt_tokens = 0;       ///< context tokens of the sequences started
-  std::int64_t kv_prefix_hit_tokens = 0;   ///< of which found in the prefix cache, not computed
-  std::int64_t kv_recomputed_tokens = 0;   ///< context tokens computed again after a preemption
-  std::int64_t kv_growth_preemptions = 0;  ///< preemptions because a growing sequence found no block
 };
 
 /// One request waiting in the admission queue (GET /v1/admission `waiting`).

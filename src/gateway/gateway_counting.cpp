@@ -5,28 +5,6 @@
 
 namespace vg::gateway {
 
-void count_request_end(Counters& counters, bool admitted, const Error* error) {
-  const ErrorCode code = error ? error->code : ErrorCode::kInternal;
-  if (admitted) {
-    if (!error)
-      ++counters[CounterId::kCompleted];
-    else if (code == ErrorCode::kCancelled)
-      ++counters[CounterId::kCancelled];
-    else
-      ++counters[CounterId::kFailed];
-    return;
-  }
-  switch (code) {
-    case ErrorCode::kCancelled: ++counters[CounterId::kCancelledQueued]; break;
-    case ErrorCode::kTimeout: ++counters[CounterId::kDeadlineExpired]; break;
-    case ErrorCode::kEngineCrashed:
-      ++counters[CounterId::kAdmitted];
-      ++counters[CounterId::kFailed];
-      break;
-    default: ++counters[CounterId::kQueueTimeouts];
-  }
-}
-
 std::optional<std::string> metric_device_label(const std::vector<std::string>& reported,
                                                const std::string& configured) {
   std::string out;
@@ -107,7 +85,6 @@ AdmissionState combine_admission(const std::vector<EngineAdmission>& engines, co
       if (out.waiting.size() < AdmissionState::kMaxWaitingShown) out.waiting.push_back(w);
     }
     out.counters += st.counters;
-    out.counters += e.carried;
     out.counters += e.unreported;
     out.retry_bookings += st.retry_bookings;
     out.retry_places += st.retry_places;

@@ -237,11 +237,9 @@ bool RemoteService::attach(Slot& s, int fd, wire::EngineHello hello) {
     ++open_channels_;
     s.connect_error.clear();
     if (hello.started_at > 0) s.process.started_at = hello.started_at;
-    if (hello.pid > 0 && hello.pid == s.carried_pid && hello.started_at == s.carried_started_at) {
-      s.carried -= s.carried_last;  // the same process again: its state still holds them
-    }
-    s.carried_last = Counters{};
-    s.carried_pid = 0;
+    // Its process as started or attached here (a start it does not say is
+    // the time it connected: a new process).
+    s.carry.begin(tracking::ProcessId{s.process.pid, s.process.started_at});
     s.models = std::move(hello.models);
     s.tensor_models = std::move(hello.tensor_models);
     s.devices = std::move(hello.devices);
@@ -284,20 +282,21 @@ void RemoteService::on_close(Slot* s, std::uint64_t epoch, const std::string& re
     label = s->label();
     stopping_now = stopping_;
     s->link.reset();
-    // Counters of this process carry over to the next one; while it is
-    // away only its devices are shown, so nothing is counted twice.
-    s->carried_last = s->unreported;
+    // What this gateway counted since the process's last state is the
+    // process's too: the next process counts on top of it (the same
+    // process, connecting again, reports it in its next state).
+    tracking::CounterTotals last;
+    if (s->last_state) last = tracking::CounterTotals::of(*s->last_state);
+    last.counters += s->unreported;
+    s->carry.report(last);
     s->unreported = Counters{};
-    s->carried_pid = s->process.pid;
-    s->carried_started_at = s->process.started_at;
+    // While it is away only its devices are shown.
     if (s->last_state) {
-      s->carried_last += s->last_state->counters;
       AdmissionState shown;
       shown.policy = s->last_state->policy;
       shown.devices = std::move(s->last_state->devices);
       s->last_state = std::move(shown);
     }
-    s->carried += s->carried_last;
     const bool restarts = (s->supervised() || !s->process.has_process()) && !stopping_;
     set_state(*s, restarts ? EngineState::kRestarting : EngineState::kGone);
     if (s->supervised() && !s->process.child && s->process.has_process() && !stopping_) {

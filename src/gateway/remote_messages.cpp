@@ -203,7 +203,7 @@ void RemoteService::on_infer_done(Slot& s, const std::shared_ptr<Req>& r, std::u
 }
 
 void RemoteService::on_event(Slot& s, const std::shared_ptr<Req>& r, EngineEvent e, Outbox& out) {
-  const EventEffect effect = r->track.on_event(e);
+  const tracking::EventEffect effect = r->track.on_event(e);
   if (effect.first_start) ++s.unreported[CounterId::kAdmitted];
   if (is_terminal(e)) {
     s.inflight.erase(r->rid);

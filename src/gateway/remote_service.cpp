@@ -266,11 +266,11 @@ AdmissionState RemoteService::admission_state() const {
   for (auto& s : slots_) {
     EngineAdmission e;
     e.last = s->last_state.value_or(AdmissionState{});
+    s->carry.apply(e.last);
     e.connected = s->link != nullptr;
     e.failed = !s->process.failed.empty();
     if (!e.connected) e.reason = slot_reason(*s);
     e.device_specs = s->ep.device.empty() ? s->label() : s->ep.device;
-    e.carried = s->carried;
     e.unreported = s->unreported;
     engines.push_back(std::move(e));
   }

@@ -17,9 +17,10 @@
 //
 // It composes: engine_process.hpp (supervision: spawn, reap, backoff, the
 // engine state), engine_link.hpp (hello and typed messages over the wire),
-// placement.hpp (pure placement over engine snapshots), request_tracker.hpp
-// (each request's phase, what its client was sent, resume), prompt_encoders.hpp,
-// metrics_mirror.hpp and gateway_counting.hpp. Its methods are in four
+// placement.hpp (pure placement over engine snapshots), tracking/ (each
+// request's phase, what its client was sent, resume; each engine's counters
+// across its processes), prompt_encoders.hpp, metrics_mirror.hpp and
+// gateway_counting.hpp. Its methods are in four
 // files: remote_service.cpp (construction, views, shutdown), remote_engines.cpp
 // (the monitor thread: supervision, connections), remote_requests.cpp (the
 // request path: place, crashes, resubmission, moves) and remote_messages.cpp

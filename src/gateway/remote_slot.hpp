@@ -19,7 +19,8 @@
 #include "gateway/metrics_mirror.hpp"
 #include "gateway/placement.hpp"
 #include "gateway/remote_service.hpp"
-#include "gateway/request_tracker.hpp"
+#include "tracking/counter_carry.hpp"
+#include "tracking/request_tracker.hpp"
 
 namespace vg::gateway {
 
@@ -42,15 +43,10 @@ struct RemoteService::Slot {
   std::vector<std::string> devices;
   std::map<std::uint64_t, std::shared_ptr<Req>> inflight;
   MetricsMirror mirror;
-  // Admission counters of the engine's earlier processes, and its last state.
-  Counters carried;
-  /// What its last close moved into `carried`, and the process it came
-  /// from (pid, started_at): when that same process connects again (its
-  /// link closed, the process lived on), its next state counts them again,
-  /// so they leave `carried`.
-  Counters carried_last;
-  std::int64_t carried_pid = 0;
-  double carried_started_at = 0;
+  /// Its counters across its processes (what its states reported, and
+  /// what this gateway counted for a process that died before reporting).
+  tracking::CounterCarry carry;
+  /// Its last state (while it is away: its devices only).
   std::optional<AdmissionState> last_state;
   bool connecting = false;
   std::string connect_error;  // why the last connection attempt failed; empty: none failed
@@ -73,6 +69,7 @@ struct RemoteService::Slot {
   /// Its state as the engine just reported it (hello, heartbeat or state
   /// reply): what placement counted since the last one is in it now.
   void learn(std::optional<AdmissionState> reported) {
+    if (reported) carry.report(tracking::CounterTotals::of(*reported));
     last_state = std::move(reported);
     unreported = Counters{};
     placed = PlacedSinceStatus{};
@@ -106,7 +103,7 @@ struct RemoteService::Req final : RequestHandle {
   Slot* slot = nullptr;  // where it runs now; null while held here
   std::uint64_t rid = 0;
   /// Its phase, what its client was sent, its crashes and cancel.
-  RequestTracker track;
+  tracking::RequestTracker track;
   std::int64_t cost_bytes = 0;  // its admission cost, from its engine's answer
   /// Asked back (withdraw) or taken back from its engine's queue to be
   /// placed where room freed: where (its cost is held there until sent).

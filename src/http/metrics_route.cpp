@@ -24,16 +24,17 @@ metrics::StateSample state_sample(const AdmissionState& st, bool ready) {
     m.running = d.running;
     m.ready = d.ready;
     m.foreign_bytes = d.foreign_bytes;
-    m.budget_changes = {{"out_of_memory", d.budget_cuts_out_of_memory},
-                        {"quiet_period", d.budget_raises_quiet_period},
-                        {"foreign_grew", d.budget_cuts_foreign},
-                        {"foreign_shrank", d.budget_raises_foreign}};
+    const DeviceCounters& c = d.counters;
+    m.budget_changes = {{"out_of_memory", c[DeviceCounterId::kBudgetCutsOutOfMemory]},
+                        {"quiet_period", c[DeviceCounterId::kBudgetRaisesQuietPeriod]},
+                        {"foreign_grew", c[DeviceCounterId::kBudgetCutsForeign]},
+                        {"foreign_shrank", c[DeviceCounterId::kBudgetRaisesForeign]}};
     if (!d.kv_reservation.empty()) {
       m.kv_blocks = {{"used", d.kv_blocks_used}, {"cached", d.kv_blocks_cached}, {"free", d.kv_blocks_free()}};
-      m.kv_blocks_evicted = d.kv_blocks_evicted;
-      m.prompt_tokens = {{"prefix_cache", d.kv_prefix_hit_tokens},
-                         {"computed", d.kv_prompt_tokens - d.kv_prefix_hit_tokens}};
-      m.recomputed_tokens = d.kv_recomputed_tokens;
+      m.kv_blocks_evicted = c[DeviceCounterId::kKvBlocksEvicted];
+      const std::int64_t hits = c[DeviceCounterId::kKvPrefixHitTokens];
+      m.prompt_tokens = {{"prefix_cache", hits}, {"computed", c[DeviceCounterId::kKvPromptTokens] - hits}};
+      m.recomputed_tokens = c[DeviceCounterId::kKvRecomputedTokens];
     }
     s.devices.push_back(std::move(m));
   }

@@ -27,11 +27,11 @@ json::object kv_blocks_json(const DeviceState& d) {
           {"used", d.kv_blocks_used},
           {"cached", d.kv_blocks_cached},
           {"free", d.kv_blocks_free()},
-          {"evicted", d.kv_blocks_evicted},
-          {"prompt_tokens", d.kv_prompt_tokens},
-          {"prefix_hit_tokens", d.kv_prefix_hit_tokens},
-          {"recomputed_tokens", d.kv_recomputed_tokens},
-          {"growth_preemptions", d.kv_growth_preemptions}};
+          {"evicted", d.counters[DeviceCounterId::kKvBlocksEvicted]},
+          {"prompt_tokens", d.counters[DeviceCounterId::kKvPromptTokens]},
+          {"prefix_hit_tokens", d.counters[DeviceCounterId::kKvPrefixHitTokens]},
+          {"recomputed_tokens", d.counters[DeviceCounterId::kKvRecomputedTokens]},
+          {"growth_preemptions", d.counters[DeviceCounterId::kKvGrowthPreemptions]}};
 }
 
 /// One model object of /v1/models (OpenAI's fields, then vramgate's).
@@ -108,10 +108,11 @@ std::string encode_admission(const AdmissionState& state) {
     o["allocated_bytes"] = d.allocated_bytes;
     o["cache_reserved_bytes"] = d.cache_reserved_bytes;
     o["foreign_bytes"] = d.foreign_bytes;
-    o["budget_changes"] = {{"out_of_memory", d.budget_cuts_out_of_memory},
-                           {"quiet_period", d.budget_raises_quiet_period},
-                           {"foreign_grew", d.budget_cuts_foreign},
-                           {"foreign_shrank", d.budget_raises_foreign}};
+    const DeviceCounters& c = d.counters;
+    o["budget_changes"] = {{"out_of_memory", c[DeviceCounterId::kBudgetCutsOutOfMemory]},
+                           {"quiet_period", c[DeviceCounterId::kBudgetRaisesQuietPeriod]},
+                           {"foreign_grew", c[DeviceCounterId::kBudgetCutsForeign]},
+                           {"foreign_shrank", c[DeviceCounterId::kBudgetRaisesForeign]}};
     o["resident_bytes"] = d.resident_bytes;
     o["workspace_bytes"] = d.workspace_bytes;
     o["ready"] = d.ready;
@@ -119,9 +120,9 @@ std::string encode_admission(const AdmissionState& state) {
     if (!d.reason.empty()) o["reason"] = safe(d.reason);
     o["models"] = string_array(d.models);
     o["running"] = d.running;
-    o["completed"] = d.completed;
-    o["out_of_memory"] = d.out_of_memory;
-    o["preemptions"] = d.preemptions;
+    o["completed"] = c[DeviceCounterId::kCompleted];
+    o["out_of_memory"] = c[DeviceCounterId::kOutOfMemory];
+    o["preemptions"] = c[DeviceCounterId::kPreemptions];
     if (!d.kv_reservation.empty()) o["kv_blocks"] = kv_blocks_json(d);
     devices.push_back(std::move(o));
   }

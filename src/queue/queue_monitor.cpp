@@ -142,21 +142,16 @@ void QueueService::tally_engines(const std::vector<Engine>& registered) {
   std::set<std::string> listed;
   for (const Engine& e : registered) {
     listed.insert(e.id);
-    EngineTally& t = tallies_[e.id];
-    if (t.pid != e.pid || t.started_at != e.started_at) {  // another process under this id: the last one ended
-      retired_counters_ += t.counters;
-      t = EngineTally{e.pid, e.started_at, {}};
-    }
-    for (std::size_t i = 0; i < kCounterCount; ++i) {
-      t.counters.values[i] = std::max(t.counters.values[i], e.admission.counters.values[i]);
-    }
+    tracking::CounterCarry& carry = carries_[e.id];
+    carry.begin(tracking::ProcessId{e.pid, e.started_at});  // another process under this id: the last one ended
+    carry.report(tracking::CounterTotals::of(e.admission));
   }
-  for (auto it = tallies_.begin(); it != tallies_.end();) {
+  for (auto it = carries_.begin(); it != carries_.end();) {
     if (listed.count(it->first)) {
       ++it;
     } else {
-      retired_counters_ += it->second.counters;
-      it = tallies_.erase(it);
+      retired_counters_ += it->second.totals().counters;
+      it = carries_.erase(it);
     }
   }
 }

@@ -160,7 +160,9 @@ AdmissionState QueueService::admission_state() const {
   st.policy = "shared queue";
   for (const Engine& e : engines_) {
     if (e.stale) continue;
-    const AdmissionState& a = e.admission;
+    AdmissionState a = e.admission;
+    // Its devices' counters, across the processes registered under its id.
+    if (const auto carry = carries_.find(e.id); carry != carries_.end()) carry->second.apply(a);
     if (st.policy == "shared queue" && !a.policy.empty()) st.policy = "shared queue, " + a.policy;
     for (DeviceState d : a.devices) {
       d.name = e.id + "/" + d.name;
@@ -171,7 +173,7 @@ AdmissionState QueueService::admission_state() const {
     st.running += a.running;
   }
   // Counters of every engine process that registered, stale or ended ones included.
-  for (const auto& [id, t] : tallies_) st.counters += t.counters;
+  for (const auto& [id, carry] : carries_) st.counters += carry.totals().counters;
   st.counters += retired_counters_;
   int waiting = 0;
   for (const auto& [rid, r] : reqs_) {

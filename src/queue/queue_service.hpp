@@ -53,6 +53,7 @@
 #include "common/error.hpp"
 #include "queue/redis_client.hpp"
 #include "queue/shared_queue.hpp"
+#include "tracking/counter_carry.hpp"
 
 namespace vg {
 namespace metrics {
@@ -119,9 +120,10 @@ class QueueService final : public Service {
   void reader_loop();
   void monitor_loop();
   void refresh_registry();
-  /// Records each registered engine's counters (mu_ held): a process that
-  /// left the registry, or was replaced under its id, moves its last
-  /// counters into retired_counters_, so the sums never go back.
+  /// Records each registered engine's counters (mu_ held) in its carry
+  /// (tracking/counter_carry.hpp): a process replaced under its id retires
+  /// its counts there; an id that left the registry moves its counters into
+  /// retired_counters_, so the sums never go back.
   void tally_engines(const std::vector<Engine>& registered);
   void check_run_id();
   /// Re-adds requests Redis no longer has and whose answer did not arrive.
@@ -212,14 +214,9 @@ class QueueService final : public Service {
   std::int64_t finished_total_ = 0;                      // monitor thread: requests the engines ended, summed
   std::deque<std::pair<TimePoint, std::int64_t>> finished_samples_;  // monitor thread: (when, finished_total_)
   double drain_rate_ = 0;                                // guarded by mu_: requests/s the engines end (10 s window)
-  /// Each registered engine's process (pid, started_at) and its counters, highest seen.
-  struct EngineTally {
-    std::int64_t pid = 0;
-    double started_at = 0;
-    Counters counters;
-  };
-  std::map<std::string, EngineTally> tallies_;          // guarded by mu_: engine id -> its current process's counters
-  Counters retired_counters_;                           // guarded by mu_: of engine processes that ended
+  /// Each registered engine's counters across the processes under its id.
+  std::map<std::string, tracking::CounterCarry> carries_;  // guarded by mu_: engine id -> its counters
+  Counters retired_counters_;                              // guarded by mu_: of engine ids no longer registered
   std::string run_id_;                                  // monitor thread only
   std::pair<std::uint64_t, std::uint64_t> processed_{};  // guarded by mu_: newest reply entry handled
   std::uint64_t next_rid_ = 1;                          // guarded by mu_

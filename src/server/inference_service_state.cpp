@@ -20,28 +20,32 @@ void add_kv_pool(DeviceState& ds, const EngineStats& es) {
   ds.kv_blocks_total = k.blocks_total;
   ds.kv_blocks_used = k.blocks_used;
   ds.kv_blocks_cached = k.blocks_cached;
-  ds.kv_blocks_evicted = k.blocks_evicted;
-  ds.kv_prompt_tokens = k.prompt_tokens;
-  ds.kv_prefix_hit_tokens = k.prefix_hit_tokens;
-  ds.kv_recomputed_tokens = k.recomputed_tokens;
-  ds.kv_growth_preemptions = k.growth_preemptions;
+  DeviceCounters& c = ds.counters;
+  c[DeviceCounterId::kKvBlocksEvicted] = k.blocks_evicted;
+  c[DeviceCounterId::kKvPromptTokens] = k.prompt_tokens;
+  c[DeviceCounterId::kKvPrefixHitTokens] = k.prefix_hit_tokens;
+  c[DeviceCounterId::kKvRecomputedTokens] = k.recomputed_tokens;
+  c[DeviceCounterId::kKvGrowthPreemptions] = k.growth_preemptions;
 }
 
 // One engine's budget changes on its device. The engines of one device each
 // follow the same foreign bytes, so those count once (the largest); their
 // out-of-memory governors are their own, so those add up.
 void add_budget_changes(DeviceState& ds, const EngineStats& es) {
-  ds.budget_cuts_out_of_memory += es.counters[CounterId::kOomBudgetCuts];
-  ds.budget_raises_quiet_period += es.oom_budget_raises;
-  ds.budget_cuts_foreign = std::max(ds.budget_cuts_foreign, es.budget_foreign_grew);
-  ds.budget_raises_foreign = std::max(ds.budget_raises_foreign, es.budget_foreign_shrank);
+  DeviceCounters& c = ds.counters;
+  c[DeviceCounterId::kBudgetCutsOutOfMemory] += es.counters[CounterId::kOomBudgetCuts];
+  c[DeviceCounterId::kBudgetRaisesQuietPeriod] += es.oom_budget_raises;
+  std::int64_t& grew = c[DeviceCounterId::kBudgetCutsForeign];
+  std::int64_t& shrank = c[DeviceCounterId::kBudgetRaisesForeign];
+  grew = std::max(grew, es.budget_foreign_grew);
+  shrank = std::max(shrank, es.budget_foreign_shrank);
 }
 
 // The per-device counters of an engine's (language or tensor) counters.
 void add_device_counters(DeviceState& ds, const Counters& c) {
-  ds.completed += c[CounterId::kCompleted];
-  ds.out_of_memory += c[CounterId::kOutOfMemory];
-  ds.preemptions += c[CounterId::kPreemptions];
+  ds.counters[DeviceCounterId::kCompleted] += c[CounterId::kCompleted];
+  ds.counters[DeviceCounterId::kOutOfMemory] += c[CounterId::kOutOfMemory];
+  ds.counters[DeviceCounterId::kPreemptions] += c[CounterId::kPreemptions];
 }
 
 // The admission front's counters: its queue's decisions and booked retries.

@@ -54,7 +54,8 @@ Result<ModelInfo> decode_model_info(const json::value& v) {
 }
 
 // Every integer field of DeviceState and AdmissionState, by name, so encode
-// and decode cannot drift apart (the counters' names are kCounters').
+// and decode cannot drift apart (the counters' names are kCounters' and
+// kDeviceCounters').
 namespace {
 using DeviceInt = std::int64_t DeviceState::*;
 const std::pair<const char*, DeviceInt> kDeviceInts[] = {
@@ -69,23 +70,11 @@ const std::pair<const char*, DeviceInt> kDeviceInts[] = {
     {"resident_bytes", &DeviceState::resident_bytes},
     {"workspace_bytes", &DeviceState::workspace_bytes},
     {"peak_reserved_bytes", &DeviceState::peak_reserved_bytes},
-    {"completed", &DeviceState::completed},
-    {"out_of_memory", &DeviceState::out_of_memory},
-    {"preemptions", &DeviceState::preemptions},
     {"foreign_bytes", &DeviceState::foreign_bytes},
-    {"budget_cuts_out_of_memory", &DeviceState::budget_cuts_out_of_memory},
-    {"budget_raises_quiet_period", &DeviceState::budget_raises_quiet_period},
-    {"budget_cuts_foreign", &DeviceState::budget_cuts_foreign},
-    {"budget_raises_foreign", &DeviceState::budget_raises_foreign},
     {"kv_block_bytes", &DeviceState::kv_block_bytes},
     {"kv_blocks_total", &DeviceState::kv_blocks_total},
     {"kv_blocks_used", &DeviceState::kv_blocks_used},
     {"kv_blocks_cached", &DeviceState::kv_blocks_cached},
-    {"kv_blocks_evicted", &DeviceState::kv_blocks_evicted},
-    {"kv_prompt_tokens", &DeviceState::kv_prompt_tokens},
-    {"kv_prefix_hit_tokens", &DeviceState::kv_prefix_hit_tokens},
-    {"kv_recomputed_tokens", &DeviceState::kv_recomputed_tokens},
-    {"kv_growth_preemptions", &DeviceState::kv_growth_preemptions},
 };
 using StateSmall = int AdmissionState::*;
 const std::pair<const char*, StateSmall> kStateSmall[] = {
@@ -111,6 +100,7 @@ json::object encode(const AdmissionState& s) {
                     {"kv_reservation", d.kv_reservation},
                     {"kv_block_tokens", d.kv_block_tokens}};
     for (const auto& [k, m] : kDeviceInts) dv[k] = d.*m;
+    for (const DeviceCounterInfo& c : kDeviceCounters) dv[c.key] = d.counters[c.id];
     devices.push_back(std::move(dv));
   }
   o["devices"] = std::move(devices);
@@ -146,6 +136,8 @@ Result<AdmissionState> decode_admission_state(const json::value& v) {
         d.kv_reservation = str(dv, "kv_reservation");
         d.kv_block_tokens = static_cast<int>(integer(dv, "kv_block_tokens", 0, kMaxInt32, 0));
         for (const auto& [k, m] : kDeviceInts) d.*m = integer(dv, k, 0, kMaxInt64, 0);
+        for (const DeviceCounterInfo& c : kDeviceCounters)
+          d.counters[c.id] = integer(dv, c.key.data(), 0, kMaxInt64, 0);  // a literal: NUL-terminated
         s.devices.push_back(std::move(d));
       }
     }

@@ -12,7 +12,9 @@ that every request sent is counted once. Random traffic (seeded) drives the
 real binary; waits are on conditions the server reports."""
 import concurrent.futures as cf
 import json
+import os
 import random
+import signal
 
 import pytest
 import requests
@@ -130,6 +132,60 @@ def test_engine_crashes_resubmissions_and_the_poison_request_are_each_counted_on
             m['vramgate_requests_resumed_total{reason="resumed"}'] >= 1, m
     finally:
         assert s.stop() == 0, s.logs()
+
+
+def cumulative_values(server):
+    """Every counter series of /metrics (names ending in _total, histogram
+    _count and _sum) and every count of /v1/admission (its top-level
+    integers, booked retries, and each device's counters and KV block
+    counts), by name."""
+    out = {k: v for k, v in metric_values(server).items()
+           if k.split("{")[0].endswith(("_total", "_count", "_sum"))}
+    a = server.admission()
+    for k, v in a.items():
+        if isinstance(v, int) and not isinstance(v, bool) and k not in ("queue_depth", "queued", "running"):
+            out["admission." + k] = v
+    for k, v in a.get("retry_bookings", {}).items():
+        if k not in ("held", "places"):
+            out["admission.retry_bookings." + k] = v
+    for d in a["devices"]:
+        for k in ("completed", "out_of_memory", "preemptions"):
+            out[f"admission.{d['name']}.{k}"] = d[k]
+        for k, v in d["budget_changes"].items():
+            out[f"admission.{d['name']}.budget_changes.{k}"] = v
+        for k in ("evicted", "prompt_tokens", "prefix_hit_tokens", "recomputed_tokens", "growth_preemptions"):
+            if "kv_blocks" in d:
+                out[f"admission.{d['name']}.kv_blocks.{k}"] = d["kv_blocks"][k]
+    return out
+
+
+@pytest.mark.skipif(IN_PROCESS, reason="engine processes: the default mode only")
+def test_no_counter_goes_back_when_the_engine_process_is_killed_and_restarted(make_server):
+    # Work that moves every kind of counter (prompt tokens computed and from
+    # the prefix cache, an out-of-memory step, preemptions, budget cuts),
+    # then the engine process is killed: after its restart, every counter
+    # series of /metrics and every count of /v1/admission is at least what
+    # it was (Prometheus reads a drop as a reset).
+    server = make_server("--max-batch", "4", "--test-step-delay-ms", "5", "--test-inject-oom-step", "6",
+                         "--oom-quiet-period", "3600")
+    drive(server, [({"prompt": "Shared prefix of every request, then " + str(i), "max_tokens": 16,
+                     "ignore_eos": True}, None) for i in range(8)])
+    wait_until(lambda: at_rest(server), what="nothing running or queued")
+    before = cumulative_values(server)
+    assert before["admission.virt:0.kv_blocks.prompt_tokens"] > 0 and before["admission.out_of_memory"] == 1, before
+    old = server.engines()[0]["pid"]
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: server.engines()[0]["pid"] not in (0, old) and server.engines()[0]["state"] == "ready",
+               what="a new engine process ready")
+    after_restart = cumulative_values(server)
+    went_back = {k: (v, after_restart.get(k)) for k, v in before.items() if after_restart.get(k, -1) < v}
+    assert not went_back, went_back
+    drive(server, [({"prompt": "One more after the restart", "max_tokens": 4}, None)])
+    wait_until(lambda: at_rest(server), what="nothing running or queued")
+    after = cumulative_values(server)
+    went_back = {k: (v, after.get(k)) for k, v in after_restart.items() if after.get(k, -1) < v}
+    assert not went_back, went_back
+    assert after["admission.virt:0.kv_blocks.prompt_tokens"] > before["admission.virt:0.kv_blocks.prompt_tokens"]
 
 
 @pytest.fixture

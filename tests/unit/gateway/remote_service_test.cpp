@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 
 #include "wire/engine_server.hpp"
@@ -73,6 +74,8 @@ class FakeService final : public Service {
   int max_running = 0;                  // its device's sequence slots (0: no limit reported)
   int running = 0;                      // of which taken
   std::atomic<bool> admitted{false};    // its requests are past admission: withdraw() refuses
+  Counters counters;                    // reported besides its completions (set before it starts)
+  DeviceCounters device_counters;       // its device's, reported when it has a budget (set before it starts)
   std::atomic<int> withdraw_asked{0};
   static constexpr std::int64_t kCost = 1000;
   bool finish_in_submit = false;  // the whole request ends before submit returns (a 1-token request)
@@ -130,7 +133,8 @@ class FakeService final : public Service {
     AdmissionState s;
     s.policy = "memory";
     std::lock_guard lk(mu_);
-    s.counters[CounterId::kCompleted] = static_cast<std::int64_t>(subs_.size());
+    s.counters = counters;
+    s.counters[CounterId::kCompleted] += static_cast<std::int64_t>(subs_.size());
     s.queue_depth = s.queued = queue_depth.load();
     if (budget_bytes > 0) {
       DeviceState d;
@@ -139,6 +143,7 @@ class FakeService final : public Service {
       d.reserved_bytes = reserved_bytes + kCost * static_cast<std::int64_t>(subs_.size());
       d.max_running = max_running;
       d.running = running;
+      d.counters = device_counters;
       s.devices.push_back(d);
     }
     return s;
@@ -541,6 +546,49 @@ TEST_F(RemoteServiceTest, ACompletionTheEngineReportedIsCountedOnce) {
   EXPECT_EQ(gateway_->admission_state().counters[CounterId::kCompleted], 1);
   more_engines_[0]->stop();
   EXPECT_EQ(gateway_->admission_state().counters[CounterId::kCompleted], 1);
+}
+
+/// Every counter of `s` (the service's and its one device's), named, for
+/// comparing states counter by counter.
+std::map<std::string, std::int64_t> every_counter(const AdmissionState& s) {
+  std::map<std::string, std::int64_t> out;
+  for (const CounterInfo& c : kCounters) out[std::string(c.key)] = s.counters[c.id];
+  for (const DeviceCounterInfo& c : kDeviceCounters) {
+    out["device." + std::string(c.key)] = s.devices.empty() ? -1 : s.devices.at(0).counters[c.id];
+  }
+  return out;
+}
+
+TEST_F(RemoteServiceTest, EveryCounterIsCarriedAcrossAnEngineCrashAndRestart) {
+  // Each counter of both tables at its own value in the first process, and
+  // at another in the second: the gateway shows the first's while it is
+  // gone, then the sum, and no counter ever goes back.
+  FakeService& first = new_fake();
+  FakeService& second = new_fake();
+  for (FakeService* f : {&first, &second}) {
+    const std::int64_t base = f == &first ? 100 : 1000;
+    f->budget_bytes = 1'000'000;
+    for (std::size_t i = 0; i < kCounterCount; ++i) f->counters.values[i] = base + static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < kDeviceCounterCount; ++i) {
+      f->device_counters.values[i] = 2 * base + static_cast<std::int64_t>(i);
+    }
+  }
+  start_engines_and_gateway({&first});
+  // A request waits in the first engine's queue: the gateway sends it to
+  // the second once that one is connected (the test's sign that it is).
+  ASSERT_TRUE(gateway_->submit(request("r1"), std::make_shared<Recorder>()).ok());
+  first.wait_sub(1);
+  const auto before = every_counter(first.admission_state());
+  EXPECT_EQ(every_counter(gateway_->admission_state()), before);
+  more_engines_[0]->stop();
+  EXPECT_EQ(every_counter(gateway_->admission_state()), before) << "the crashed process's counts are kept";
+  ASSERT_FALSE(start_numbered_engine(0, second).empty());  // restarted on its socket
+  second.wait_sub(1);
+  auto expected = every_counter(second.admission_state());
+  for (auto& [name, value] : expected) value += before.at(name);
+  const auto after = every_counter(gateway_->admission_state());
+  EXPECT_EQ(after, expected);
+  for (const auto& [name, value] : after) EXPECT_GE(value, before.at(name)) << name << " went back";
 }
 
 TEST_F(RemoteServiceTest, RequestRunningAtEachCrashFailsWithEngineCrashed) {

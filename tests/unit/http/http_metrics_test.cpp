@@ -102,10 +102,10 @@ TEST_F(HttpMetricsTest, AKvBlockPoolIsReportedByStateAndItsPromptTokensBySource)
   paged.kv_blocks_total = 100;
   paged.kv_blocks_used = 30;
   paged.kv_blocks_cached = 20;
-  paged.kv_blocks_evicted = 4;
-  paged.kv_prompt_tokens = 500;
-  paged.kv_prefix_hit_tokens = 320;
-  paged.kv_recomputed_tokens = 9;
+  paged.counters[DeviceCounterId::kKvBlocksEvicted] = 4;
+  paged.counters[DeviceCounterId::kKvPromptTokens] = 500;
+  paged.counters[DeviceCounterId::kKvPrefixHitTokens] = 320;
+  paged.counters[DeviceCounterId::kKvRecomputedTokens] = 9;
   DeviceState plain;
   plain.name = "virt:1";
   service_.set_devices({paged, plain});

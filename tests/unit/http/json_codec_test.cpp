@@ -433,8 +433,8 @@ TEST(EncodeAdmission, AKvBlockPoolIsShownOnlyWhereThereIsOne) {
   paged.kv_blocks_total = 10;
   paged.kv_blocks_used = 6;
   paged.kv_blocks_cached = 3;
-  paged.kv_prompt_tokens = 90;
-  paged.kv_prefix_hit_tokens = 48;
+  paged.counters[DeviceCounterId::kKvPromptTokens] = 90;
+  paged.counters[DeviceCounterId::kKvPrefixHitTokens] = 48;
   s.devices.push_back(paged);
   DeviceState plain;
   plain.name = "virt:1";
@@ -469,9 +469,9 @@ TEST(EncodeAdmission, Shape) {
   d.workspace_bytes = 5;
   d.models = {"a", "b"};
   d.running = 3;
-  d.completed = 31;
-  d.out_of_memory = 32;
-  d.preemptions = 33;
+  d.counters[DeviceCounterId::kCompleted] = 31;
+  d.counters[DeviceCounterId::kOutOfMemory] = 32;
+  d.counters[DeviceCounterId::kPreemptions] = 33;
   s.devices.push_back(d);
   DeviceState sick;
   sick.name = "virt:1";

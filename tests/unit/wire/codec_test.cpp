@@ -234,6 +234,20 @@ TEST(Codec, EveryCounterRoundTripsUnderItsKey) {
   EXPECT_EQ(back->counters, s.counters);
 }
 
+TEST(Codec, EveryDeviceCounterRoundTripsUnderItsKey) {
+  AdmissionState s;
+  DeviceState d;
+  d.name = "virt:0";
+  for (const DeviceCounterInfo& c : kDeviceCounters) d.counters[c.id] = 2000 + static_cast<std::int64_t>(c.id);
+  s.devices.push_back(d);
+  const json::value v(encode(s));
+  const json::object& dv = v.as_object().at("devices").as_array().at(0).as_object();
+  for (const DeviceCounterInfo& c : kDeviceCounters) EXPECT_EQ(dv.at(c.key).as_int64(), d.counters[c.id]) << c.key;
+  auto back = decode_admission_state(v);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->devices.at(0).counters, d.counters);
+}
+
 TEST(Codec, ADevicesKvBlockPoolRoundTrips) {
   AdmissionState s;
   DeviceState d;
@@ -244,11 +258,11 @@ TEST(Codec, ADevicesKvBlockPoolRoundTrips) {
   d.kv_blocks_total = 187;
   d.kv_blocks_used = 40;
   d.kv_blocks_cached = 9;
-  d.kv_blocks_evicted = 3;
-  d.kv_prompt_tokens = 1000;
-  d.kv_prefix_hit_tokens = 640;
-  d.kv_recomputed_tokens = 77;
-  d.kv_growth_preemptions = 2;
+  d.counters[DeviceCounterId::kKvBlocksEvicted] = 3;
+  d.counters[DeviceCounterId::kKvPromptTokens] = 1000;
+  d.counters[DeviceCounterId::kKvPrefixHitTokens] = 640;
+  d.counters[DeviceCounterId::kKvRecomputedTokens] = 77;
+  d.counters[DeviceCounterId::kKvGrowthPreemptions] = 2;
   s.devices.push_back(d);
   auto back = decode_admission_state(json::value(encode(s)));
   ASSERT_TRUE(back.ok()) << back.error().message;
@@ -259,11 +273,11 @@ TEST(Codec, ADevicesKvBlockPoolRoundTrips) {
   EXPECT_EQ(b.kv_blocks_total, 187);
   EXPECT_EQ(b.kv_blocks_used, 40);
   EXPECT_EQ(b.kv_blocks_cached, 9);
-  EXPECT_EQ(b.kv_blocks_evicted, 3);
-  EXPECT_EQ(b.kv_prompt_tokens, 1000);
-  EXPECT_EQ(b.kv_prefix_hit_tokens, 640);
-  EXPECT_EQ(b.kv_recomputed_tokens, 77);
-  EXPECT_EQ(b.kv_growth_preemptions, 2);
+  EXPECT_EQ(b.counters[DeviceCounterId::kKvBlocksEvicted], 3);
+  EXPECT_EQ(b.counters[DeviceCounterId::kKvPromptTokens], 1000);
+  EXPECT_EQ(b.counters[DeviceCounterId::kKvPrefixHitTokens], 640);
+  EXPECT_EQ(b.counters[DeviceCounterId::kKvRecomputedTokens], 77);
+  EXPECT_EQ(b.counters[DeviceCounterId::kKvGrowthPreemptions], 2);
 }
 
 TEST(Codec, TensorRequestRoundTripsItsFloatsBitForBit) {

@@ -1,11 +1,11 @@
 // RequestTracker (see request_tracker.hpp).
-#include "gateway/request_tracker.hpp"
+#include "tracking/request_tracker.hpp"
 
 #include <variant>
 
-#include "gateway/gateway_counting.hpp"
+#include "tracking/request_counting.hpp"
 
-namespace vg::gateway {
+namespace vg::tracking {
 
 const char* phase_name(RequestPhase phase) {
   switch (phase) {
@@ -98,4 +98,4 @@ bool RequestTracker::cancel() {
   return true;
 }
 
-}  // namespace vg::gateway
+}  // namespace vg::tracking

@@ -14,7 +14,7 @@
 #include "api/types.hpp"
 #include "common/error.hpp"
 
-namespace vg::gateway {
+namespace vg::tracking {
 
 /// A request's phase. Transitions (anything else leaves the phase as it is):
 ///   kSent        --accepted--------------> kQueued
@@ -113,4 +113,4 @@ class RequestTracker {
   bool cancelled_ = false;
 };
 
-}  // namespace vg::gateway
+}  // namespace vg::tracking

@@ -1,12 +1,12 @@
 // A gateway request's phase transitions, what its client was sent (and
 // what a resume continues after), its crashes and its cancel.
-#include "gateway/request_tracker.hpp"
+#include "tracking/request_tracker.hpp"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace vg::gateway {
+namespace vg::tracking {
 namespace {
 
 TextEvent text(std::vector<std::int32_t> ids, int choice = 0) {
@@ -189,4 +189,4 @@ TEST(RequestTracker, PhasesHaveNames) {
 }
 
 }  // namespace
-}  // namespace vg::gateway
+}  // namespace vg::tracking
