@@ -269,7 +269,7 @@ void QueueService::readd_missing(const std::shared_ptr<Req>& r, TimePoint now) {
     finish(r, FailedEvent{lost_follower(), {}, {}});
     return;
   }
-  if (copy.request.n > 1 && copy.output_sent) {
+  if (copy.request.n > 1 && copy.track.output_began()) {
     // Its choices cannot resume after their output began (as after an engine crash).
     finish(r, FailedEvent{overloaded("the shared queue lost the request after its output began, and a request "
                                      "with n > 1 cannot be resumed: retry it",
@@ -278,7 +278,6 @@ void QueueService::readd_missing(const std::shared_ptr<Req>& r, TimePoint now) {
                           {}});
     return;
   }
-  if (copy.request.n > 1) copy.delivered.clear();
   // Above any epoch an engine may still hold without having written: its
   // late events are then refused, whatever it does.
   copy.epoch += 1000;
@@ -292,7 +291,7 @@ void QueueService::readd_missing(const std::shared_ptr<Req>& r, TimePoint now) {
   }
   count("readded");
   spdlog::warn("queue: request {} was no longer in Redis; added again (resuming after {} tokens)", r->rid,
-               copy.delivered.size());
+               copy.track.delivered().size());
 }
 
 void QueueService::expire_waiting(TimePoint now) {

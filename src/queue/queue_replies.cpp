@@ -45,6 +45,7 @@ void QueueService::end_replay(const std::shared_ptr<Req>& r) {
 
 void QueueService::deliver(const std::shared_ptr<Req>& r, std::int64_t epoch, const std::string& event_json) {
   const std::string& rid = r->rid;
+  bool forward = true;
   Result<EngineEvent> event = Error(ErrorCode::kInternal, "not JSON");
   try {
     event = wire::decode_event(json::parse(event_json));
@@ -61,23 +62,19 @@ void QueueService::deliver(const std::shared_ptr<Req>& r, std::int64_t epoch, co
       return;
     }
     if (epoch > r->epoch) {
-      if (r->epoch != 0 && !r->follower && (r->output_sent || !r->delivered.empty())) {
+      if (r->epoch != 0 && !r->follower && (r->track.output_began() || !r->track.delivered().empty())) {
         ++stats_.resumed;
         count("resumed");
         spdlog::info("queue: request {} moved to another engine (delivery epoch {}) after {} tokens", rid, epoch,
-                     r->delivered.size());
+                     r->track.delivered().size());
       }
       r->epoch = epoch;
     }
     r->taken = true;
-    if (event.ok()) {
-      if (const auto* t = std::get_if<TextEvent>(&*event)) {
-        if (t->choice == 0) r->delivered.insert(r->delivered.end(), t->token_ids.begin(), t->token_ids.end());
-        if (!t->text.empty() || !t->token_ids.empty()) r->output_sent = true;
-      } else if (std::holds_alternative<PromptEvent>(*event)) {
-        r->prompt_sent = true;
-      }
-    }
+    // A start, queue position or prompt its client was sent already (the
+    // engine that took it over after another's crash sends them again) is
+    // not sent twice.
+    if (event.ok()) forward = r->track.on_event(*event).forward;
   }
   if (!event.ok()) {
     spdlog::warn("queue: request {}: an engine sent a malformed event: {}", rid, event.error().message);
@@ -92,7 +89,7 @@ void QueueService::deliver(const std::shared_ptr<Req>& r, std::int64_t epoch, co
     std::lock_guard lk(mu_);
     if (reqs_.find(rid) == reqs_.end()) return;  // cancelled meanwhile
   }
-  r->sink->push(std::move(*event));
+  if (forward) r->sink->push(std::move(*event));
 }
 
 void QueueService::reader_loop() {

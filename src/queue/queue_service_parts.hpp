@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "queue/queue_service.hpp"
+#include "tracking/request_tracker.hpp"
 
 namespace vg::queue {
 
@@ -68,9 +69,7 @@ struct QueueService::Req {
   std::int64_t cost_bytes = 0;
   CompletionRequest request;
   std::shared_ptr<EventSink> sink;
-  std::vector<std::int32_t> delivered;  // choice 0's token ids sent to the client
-  bool prompt_sent = false;
-  bool output_sent = false;
+  tracking::RequestTracker track;  // what its client was sent: what a resume continues after
   bool taken = false;      // an engine's event arrived, or a cancel found it taken
   std::int64_t epoch = 0;  // the newest delivery seen
   TimePoint added_at{};

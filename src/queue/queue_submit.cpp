@@ -28,9 +28,9 @@ Result<RedisValue> QueueService::add_raw(const Req& r) {
                          std::to_string(kRequestTtlMs),
                          std::to_string(r.cost_class),
                          std::to_string(r.epoch),
-                         format_ids(r.delivered),
-                         r.prompt_sent ? "1" : "0",
-                         r.output_sent ? "1" : "0",
+                         format_ids(r.track.delivered()),
+                         r.track.prompt_sent() ? "1" : "0",
+                         r.track.output_began() ? "1" : "0",
                          k.group,
                          alive_ms()};
   if (!r.idem_key.empty()) {

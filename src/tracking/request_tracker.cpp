@@ -66,7 +66,7 @@ EventEffect RequestTracker::on_event(const EngineEvent& event) {
       phase_ = RequestPhase::kRunning;
     }
   } else if (const auto* t = std::get_if<TextEvent>(&event)) {
-    any_text_ = true;
+    if (!t->text.empty() || !t->token_ids.empty()) any_text_ = true;
     if (t->choice == 0) delivered_.insert(delivered_.end(), t->token_ids.begin(), t->token_ids.end());
     if (suspect_) {
       // Alone among the suspects, it got through a prefill and a step: it is

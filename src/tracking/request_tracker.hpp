@@ -79,7 +79,7 @@ class RequestTracker {
   bool prompt_sent() const { return prompt_sent_; }
   /// Its start was sent: an engine counted its admission (the next one grants it again).
   bool started_sent() const { return started_sent_; }
-  /// Some choice's text was sent: choices of n > 1 cannot resume.
+  /// Some choice's text (or tokens) was sent: choices of n > 1 cannot resume.
   bool output_began() const { return any_text_; }
   /// The next engine continues after what was sent (a resume, not a fresh start).
   bool resumes() const { return !delivered_.empty() || prompt_sent_; }

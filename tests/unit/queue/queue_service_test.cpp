@@ -6,10 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "wire/codec.hpp"
 #include "redis_fixture.hpp"
@@ -48,6 +52,45 @@ std::map<std::string, std::int64_t> every_counter(const AdmissionState& s, const
   return out;
 }
 
+json::array encoded(const std::vector<ModelInfo>& models) {
+  json::array out;
+  for (const ModelInfo& m : models) out.push_back(wire::encode(m));
+  return out;
+}
+
+/// Records the events a request's client receives.
+class Recorder final : public EventSink {
+ public:
+  void push(EngineEvent e) override {
+    std::lock_guard lk(mu_);
+    events_.push_back(std::move(e));
+    cv_.notify_all();
+  }
+  bool wait_terminal() {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, 10s, [&] { return !events_.empty() && is_terminal(events_.back()); });
+  }
+  template <class T>
+  int count() {
+    std::lock_guard lk(mu_);
+    return static_cast<int>(std::count_if(events_.begin(), events_.end(),
+                                          [](const EngineEvent& e) { return std::holds_alternative<T>(e); }));
+  }
+  std::string text() {
+    std::lock_guard lk(mu_);
+    std::string out;
+    for (const EngineEvent& e : events_) {
+      if (const auto* t = std::get_if<TextEvent>(&e)) out += t->text;
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<EngineEvent> events_;
+};
+
 class QueueServiceTest : public RedisFixture {
  protected:
   void SetUp() override {
@@ -73,7 +116,8 @@ class QueueServiceTest : public RedisFixture {
 
   /// Writes engine `id`'s registration, as its QueueWorker does: process
   /// `pid` started at `started_at` (unix seconds), its state `state`.
-  void register_engine(const std::string& id, std::int64_t pid, double started_at, const AdmissionState& state) {
+  void register_engine(const std::string& id, std::int64_t pid, double started_at, const AdmissionState& state,
+                       const std::vector<ModelInfo>& models = {}) {
     const auto now_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count();
@@ -81,7 +125,7 @@ class QueueServiceTest : public RedisFixture {
                      {"host", "test"},
                      {"pid", pid},
                      {"devices", json::array{"virt:0"}},
-                     {"models", json::array{}},
+                     {"models", encoded(models)},
                      {"admission", wire::encode(state)},
                      {"ready", true},
                      {"started_at", started_at},
@@ -102,6 +146,13 @@ class QueueServiceTest : public RedisFixture {
       last = now;
       return now == expected;
     });
+  }
+
+  /// Writes `event` of request `rid` to the gateway's reply stream, as the
+  /// engine holding its delivery `epoch` does.
+  void reply(const std::string& rid, std::int64_t epoch, const EngineEvent& event) {
+    run(*redis_, {"XADD", SharedQueueKeys{}.reply("gw1"), "*", "rid", rid, "epoch", std::to_string(epoch), "ev",
+                  json::serialize(wire::encode(event))});
   }
 
   std::unique_ptr<QueueService> gateway_;
@@ -139,6 +190,38 @@ TEST_F(QueueServiceTest, AnEngineThatLeavesTheRegistryKeepsItsServiceCounters) {
   run(*redis_, {"HDEL", SharedQueueKeys{}.engines(), "e1"});
   ASSERT_TRUE(testing::eventually([&] { return gateway_->admission_state().devices.empty(); }));
   EXPECT_EQ(gateway_->admission_state().counters, state_at(100).counters);
+}
+
+TEST_F(QueueServiceTest, WhatTheEngineThatTookARequestOverSendsAgainReachesItsClientOnce) {
+  // The engine holding delivery 1 starts the request and sends a token,
+  // then crashes; the engine that claims it (delivery 2) starts it again
+  // and goes on after that token. Its client sees one start and the text
+  // of both, in order.
+  ModelInfo m;
+  m.id = "m";
+  m.context_length = 64;
+  m.kv_bytes_per_token = 1024;
+  AdmissionState st = state_at(0);
+  st.devices[0].budget_bytes = st.devices[0].effective_budget_bytes = 1 << 30;
+  register_engine("e1", 100, 1.0, st, {m});
+  ASSERT_TRUE(testing::eventually([&] { return !gateway_->models().empty(); }));
+  CompletionRequest r;
+  r.model = "m";
+  r.prompt = std::string("hello");
+  r.max_tokens = 4;
+  auto rec = std::make_shared<Recorder>();
+  auto sub = gateway_->submit(r, rec);
+  ASSERT_TRUE(sub.ok()) << sub.error().message;
+  const std::string rid = "gw1-1";  // the gateway's first request
+  reply(rid, 1, StartedEvent{});
+  reply(rid, 1, TextEvent{"a", 1, 0, {}, {5}});
+  reply(rid, 2, StartedEvent{});
+  reply(rid, 2, TextEvent{"b", 1, 0, {}, {6}});
+  reply(rid, 2, FinishedEvent{"length", {5, 2}, {}, 0});
+  ASSERT_TRUE(rec->wait_terminal());
+  EXPECT_EQ(rec->count<StartedEvent>(), 1);
+  EXPECT_EQ(rec->text(), "ab");
+  EXPECT_EQ(gateway_->stats().resumed, 1u);
 }
 
 }  // namespace

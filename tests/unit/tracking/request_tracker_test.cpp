@@ -128,6 +128,18 @@ TEST(RequestTracker, RepeatsAfterAResumeAreNotForwarded) {
   EXPECT_EQ(t.delivered(), (std::vector<std::int32_t>{1, 2, 3}));
 }
 
+TEST(RequestTracker, AnEmptyTextEventIsNoOutput) {
+  // Nothing reached the client: a request of several choices may still
+  // start again elsewhere.
+  RequestTracker t;
+  t.sent(true);
+  t.on_event(text({}, 1));
+  EXPECT_FALSE(t.output_began());
+  TextEvent held_back = text({4}, 1);  // a token whose text is held back: its text follows, so it is output
+  t.on_event(held_back);
+  EXPECT_TRUE(t.output_began());
+}
+
 TEST(RequestTracker, ResumesAfterChoiceZerosTokensAndThePrompt) {
   RequestTracker t;
   t.sent(true);
