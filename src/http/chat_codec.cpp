@@ -3,6 +3,9 @@
 // decoder itself, so both routes accept and refuse exactly the same values.
 #include "http/chat_codec.hpp"
 
+#include <string>
+#include <string_view>
+
 #include <boost/json.hpp>
 
 #include "api/sampling.hpp"
@@ -15,6 +18,7 @@ namespace {
 namespace json = boost::json;
 using json_fields::invalid;
 using json_fields::safe;
+using json_fields::shown;
 using json_fields::usage_json;
 
 Result<std::string> message_content(const json::value& v, const std::string& where) {
@@ -32,6 +36,17 @@ Result<std::string> message_content(const json::value& v, const std::string& whe
     text += t->get_string();
   }
   return text;
+}
+
+/// `error` of the completions decoder, its max_tokens message naming the
+/// field the chat request used (`field`) and without its echo hint (a chat
+/// has no echo).
+Error length_error_named(Error error, const std::string& field) {
+  const std::string_view prefix = "max_tokens must be an integer between 1 and 2147483647 (0 only with echo: true)";
+  if (error.message.compare(0, prefix.size(), prefix) == 0) {
+    error.message = field + " must be an integer between 1 and 2147483647" + error.message.substr(prefix.size());
+  }
+  return error;
 }
 
 }  // namespace
@@ -98,22 +113,31 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
   o->erase("logprobs");
   o->erase("top_logprobs");
   o->erase("echo");
-  // The remaining fields are those of /v1/completions.
-  if (!present("max_tokens") && present("max_completion_tokens")) {
-    (*o)["max_tokens"] = o->at("max_completion_tokens");
+  // The remaining fields are those of /v1/completions: max_completion_tokens
+  // (OpenAI's current name) is max_tokens there.
+  std::string length_field = "max_tokens";
+  if (present("max_completion_tokens")) {
+    const json::value m = o->at("max_completion_tokens");
+    if (present("max_tokens") && o->at("max_tokens") != m) {
+      return invalid("max_tokens (" + shown(o->at("max_tokens")) + ") and max_completion_tokens (" + shown(m) +
+                     ") differ: send one of them");
+    }
+    length_field = "max_completion_tokens";
+    (*o)["max_tokens"] = m;
   }
+  o->erase("max_completion_tokens");
   // Neither: generate until end-of-sequence or the context, as OpenAI does.
   const MaxTokensFrom max_tokens_from = present("max_tokens") ? MaxTokensFrom::kRequest : MaxTokensFrom::kRestOfContext;
   if (present("max_tokens")) {
     const json::value& m = o->at("max_tokens");
     if ((m.is_int64() && m.get_int64() == 0) || (m.is_uint64() && m.get_uint64() == 0)) {
-      return invalid("max_tokens must be at least 1 in chat completions");
+      return invalid(length_field + " must be at least 1 in chat completions");
     }
   }
   o->erase("messages");
   (*o)["prompt"] = "";
   Result<CompletionRequest> request = decode_completion_request(json_fields::serialize(doc));
-  if (!request) return request;
+  if (!request) return length_error_named(std::move(request).error(), length_field);
   request->chat = std::move(chat);
   request->max_tokens_from = max_tokens_from;
   if (logprobs) request->logprobs = top.value_or(0);

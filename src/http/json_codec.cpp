@@ -300,6 +300,11 @@ Status decode_scalars(const json::object& o, bool infer, CompletionRequest& out)
     if (!v->is_bool()) return invalid("echo must be a boolean (got " + shown(*v) + ")");
     out.echo = v->get_bool();
   }
+  if (const json::value* v = field(o, "max_completion_tokens")) {
+    // Chat's name for max_tokens (chat_codec.cpp turns it into max_tokens).
+    return invalid("max_completion_tokens is a field of chat completions: /v1/completions takes max_tokens (got " +
+                   shown(*v) + ")");
+  }
   if (const json::value* v = field(o, "max_tokens")) {
     auto n = as_integer(*v, 0, std::numeric_limits<int>::max());
     if (!n || (*n == 0 && !out.echo)) {

@@ -173,6 +173,22 @@ def test_null_means_absent(server):
     assert r.json()["choices"][0]["logprobs"] is None
 
 
+def test_the_two_length_fields_are_never_silently_ignored(server):
+    # max_completion_tokens is chat's: /v1/completions names it rather than
+    # generate its own default length; in a chat, two lengths that differ
+    # are refused, and an error names the field the client sent.
+    r = server.post("/v1/completions", {"prompt": "Hi", "max_completion_tokens": 4})
+    assert r.status_code == 400 and "max_completion_tokens" in r.json()["error"]["message"], r.text
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "chat_template": "chatml"}
+    r = server.post("/v1/chat/completions", dict(chat, max_tokens=4, max_completion_tokens=8))
+    assert r.status_code == 400 and "differ" in r.json()["error"]["message"], r.text
+    r = server.post("/v1/chat/completions", dict(chat, max_completion_tokens=-1))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("max_completion_tokens must be"), r.text
+    r = server.post("/v1/chat/completions", dict(chat, max_tokens=4, max_completion_tokens=4, ignore_eos=True))
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
+
+
 def test_logit_bias_forces_a_token_and_penalties_change_greedy_text(server):
     forced = complete(server, max_tokens=4, logit_bias={str(ord("z")): 100}, ignore_eos=True)
     assert forced["choices"][0]["text"] == "zzzz"

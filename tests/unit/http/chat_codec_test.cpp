@@ -29,11 +29,11 @@ TEST(ChatCodec, DecodesMessagesAndSharedFields) {
   EXPECT_TRUE(r->stream);
 }
 
-TEST(ChatCodec, MaxTokensWinsAndDefaultsApply) {
-  auto r = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+TEST(ChatCodec, MaxCompletionTokensIsMaxTokensAndDefaultsApply) {
+  auto r = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
                                    "max_completion_tokens": 9})");
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->max_tokens, 3);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->max_tokens, 9);
   EXPECT_EQ(r->max_tokens_from, MaxTokensFrom::kRequest);
   auto c = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": null,
                                    "max_completion_tokens": 9})");
@@ -45,6 +45,22 @@ TEST(ChatCodec, MaxTokensWinsAndDefaultsApply) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->max_tokens_from, MaxTokensFrom::kRestOfContext);
   EXPECT_TRUE(d->chat->chat_template.empty());
+}
+
+TEST(ChatCodec, TwoLengthsThatDifferAreRefusedAndErrorsNameTheFieldSent) {
+  auto both = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+                                      "max_completion_tokens": 9})");
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.error().message, "max_tokens (3) and max_completion_tokens (9) differ: send one of them");
+  auto zero = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().message, "max_completion_tokens must be at least 1 in chat completions");
+  auto text = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": "9"})");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.error().message, "max_completion_tokens must be an integer between 1 and 2147483647 (got \"9\")");
+  auto old = decode_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})");
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().message, "max_tokens must be an integer between 1 and 2147483647 (got -1)");
 }
 
 TEST(ChatCodec, TheDeveloperRoleIsSystemInstructions) {

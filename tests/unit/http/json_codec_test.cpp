@@ -114,6 +114,12 @@ TEST(DecodeCompletion, MaxTokensMalformed) {
 
 TEST(DecodeCompletion, MaxTokensMessageShowsTheValue) { expect_invalid(R"({"prompt":"x","max_tokens":-5})", "-5"); }
 
+TEST(DecodeCompletion, ChatsMaxCompletionTokensIsRefusedByName) {
+  // Not a field of /v1/completions: ignoring it would give a length the client did not ask for.
+  expect_invalid(R"({"prompt":"x","max_completion_tokens":5})",
+                 "max_completion_tokens is a field of chat completions: /v1/completions takes max_tokens");
+}
+
 TEST(DecodeCompletion, TemperatureRange) {
   EXPECT_DOUBLE_EQ(decode_ok(R"({"prompt":"x","temperature":2})").sampling.temperature, 2.0);
   expect_invalid(R"({"prompt":"x","temperature":2.01})", "temperature");
