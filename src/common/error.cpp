@@ -63,6 +63,16 @@ const char* error_type(ErrorCode code) {
   return "internal_error";
 }
 
+std::string api_code(const Error& error) {
+  if (!error.api_code.empty()) return error.api_code;
+  switch (error.code) {
+    case ErrorCode::kRateLimited: return "rate_limit_exceeded";
+    case ErrorCode::kUnauthorized: return "invalid_api_key";
+    case ErrorCode::kModelNotFound: return "model_not_found";
+    default: return error_type(error.code);
+  }
+}
+
 Error shutting_down(std::optional<double> retry_after_s) {
   Error e(ErrorCode::kOverloaded, "server is shutting down");
   e.retry_after_s = retry_after_s;
@@ -110,10 +120,13 @@ Error exceeds_device_memory(std::int64_t needed_bytes, std::int64_t budget_bytes
 
 Error exceeds_context_length(std::int64_t prompt_tokens, std::int64_t max_tokens, const std::string& model,
                              std::int64_t context_length) {
-  return Error(ErrorCode::kInvalidRequest,
-               "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_tokens (" + std::to_string(max_tokens) +
-                   ") = " + std::to_string(prompt_tokens + max_tokens) + " exceeds the context length of model '" +
-                   model + "' (" + std::to_string(context_length) + " tokens)");
+  Error e(ErrorCode::kInvalidRequest,
+          "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_tokens (" + std::to_string(max_tokens) +
+              ") = " + std::to_string(prompt_tokens + max_tokens) + " exceeds the context length of model '" + model +
+              "' (" + std::to_string(context_length) + " tokens)");
+  e.param = "max_tokens";
+  e.api_code = "context_length_exceeded";
+  return e;
 }
 
 }  // namespace vg

@@ -47,6 +47,13 @@ int http_status(ErrorCode code);
 /// The `error.type` string of the JSON body, e.g. "invalid_request".
 const char* error_type(ErrorCode code);
 
+struct Error;
+
+/// The `error.code` string of the JSON body: `error.api_code` when set,
+/// else OpenAI's code where OpenAI has one for the case ("rate_limit_exceeded"
+/// 429, "invalid_api_key" 401, "model_not_found" 404), else error_type().
+std::string api_code(const Error& error);
+
 /// An expected failure with a human-readable message that states the numbers.
 struct Error {
   ErrorCode code = ErrorCode::kInternal;
@@ -61,6 +68,12 @@ struct Error {
   /// was booked). retry_after_s is then the promise itself, not rounded.
   std::optional<std::int64_t> retry_position;
   std::string retry_token;
+  /// The request field at fault (400s): the error body's "param"
+  /// (OpenAI's), e.g. "temperature"; empty: none.
+  std::string param;
+  /// OpenAI's error code for this case where it has one that the ErrorCode
+  /// does not imply ("context_length_exceeded"); empty: api_code()'s by code.
+  std::string api_code;
 
   Error() = default;
   Error(ErrorCode c, std::string msg) : code(c), message(std::move(msg)) {}

@@ -40,18 +40,18 @@ Result<std::string> message_content(const json::value& v, const std::string& whe
 
 /// `error` of the completions decoder, its max_tokens message naming the
 /// field the chat request used (`field`) and without its echo hint (a chat
-/// has no echo).
+/// has no echo), its param that field.
 Error length_error_named(Error error, const std::string& field) {
   const std::string_view prefix = "max_tokens must be an integer between 1 and 2147483647 (0 only with echo: true)";
   if (error.message.compare(0, prefix.size(), prefix) == 0) {
     error.message = field + " must be an integer between 1 and 2147483647" + error.message.substr(prefix.size());
+    error.param = field;
   }
   return error;
 }
 
-}  // namespace
-
-Result<CompletionRequest> decode_chat_request(std::string_view body) {
+/// decode_chat_request() without the param of its errors.
+Result<CompletionRequest> decode_chat(std::string_view body) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
   if (ec) return invalid("request body is not valid JSON: " + ec.message());
@@ -142,6 +142,14 @@ Result<CompletionRequest> decode_chat_request(std::string_view body) {
   request->max_tokens_from = max_tokens_from;
   if (logprobs) request->logprobs = top.value_or(0);
   return request;
+}
+
+}  // namespace
+
+Result<CompletionRequest> decode_chat_request(std::string_view body) {
+  Result<CompletionRequest> r = decode_chat(body);
+  if (!r) return json_fields::with_param(std::move(r).error(), body);
+  return r;
 }
 
 std::string encode_chat_completion(const ChatBody& body) {

@@ -31,6 +31,20 @@ boost::json::object usage_json(const Usage& u) {
 
 Error invalid(std::string message) { return Error(ErrorCode::kInvalidRequest, std::move(message)); }
 
+Error with_param(Error error, std::string_view body) {
+  if (error.code != ErrorCode::kInvalidRequest || !error.param.empty()) return error;
+  const std::string& m = error.message;
+  const std::size_t root_end = m.find_first_not_of("abcdefghijklmnopqrstuvwxyz_");
+  const std::string root = m.substr(0, root_end);
+  if (root.empty()) return error;
+  boost::system::error_code ec;
+  const json::value v = json::parse(json::string_view(body.data(), body.size()), ec);
+  const json::object* o = ec ? nullptr : v.if_object();
+  const bool named = (o && o->contains(root)) || root == "prompt" || root == "messages";
+  if (named) error.param = m.substr(0, m.find(' '));
+  return error;
+}
+
 /// Short printable rendering of a JSON value for error messages.
 std::string shown(const boost::json::value& v) {
   std::string s = json_fields::serialize(v);
@@ -388,14 +402,25 @@ Result<CompletionRequest> decode_request(std::string_view body, bool infer) {
 
 }  // namespace
 
-Result<CompletionRequest> decode_completion_request(std::string_view body) { return decode_request(body, false); }
+Result<CompletionRequest> decode_completion_request(std::string_view body) {
+  Result<CompletionRequest> r = decode_request(body, false);
+  if (!r) return json_fields::with_param(std::move(r).error(), body);
+  return r;
+}
 
-Result<CompletionRequest> decode_infer_request(std::string_view body) { return decode_request(body, true); }
+Result<CompletionRequest> decode_infer_request(std::string_view body) {
+  Result<CompletionRequest> r = decode_request(body, true);
+  if (!r) return json_fields::with_param(std::move(r).error(), body);
+  return r;
+}
 
 std::string encode_error(const Error& error) {
   json::object e;
-  e["type"] = error_type(error.code);
   e["message"] = safe(error.message);
+  e["type"] = error_type(error.code);
+  // OpenAI's param and code; what vramgate adds follows.
+  e["param"] = error.param.empty() ? json::value(nullptr) : json::value(safe(error.param));
+  e["code"] = safe(api_code(error));
   if (error.needed_bytes) e["needed_bytes"] = *error.needed_bytes;
   if (error.budget_bytes) e["budget_bytes"] = *error.budget_bytes;
   if (error.retry_after_s) {

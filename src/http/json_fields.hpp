@@ -42,6 +42,13 @@ boost::json::value millis(double ms);
 /// A kInvalidRequest error (400) with `message`.
 Error invalid(std::string message);
 
+/// `error` with its param (OpenAI's: the request field at fault) named, for
+/// a 400 that names none yet and whose message starts with a field of the
+/// request `body` (JSON text), or with prompt or messages (required): the
+/// leading path of the message, e.g. "temperature", "stop[2]",
+/// "messages[1].role". Other errors as they are.
+Error with_param(Error error, std::string_view body);
+
 /// Short printable rendering of a JSON value for error messages.
 std::string shown(const boost::json::value& v);
 /// The field, or nullptr when absent or null (OpenAI treats null as "use the default").

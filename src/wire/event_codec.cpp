@@ -43,6 +43,8 @@ json::object encode(const Error& e) {
   if (e.budget_bytes) o["budget_bytes"] = *e.budget_bytes;
   if (e.retry_position) o["retry_position"] = *e.retry_position;
   if (!e.retry_token.empty()) o["retry_token"] = e.retry_token;
+  if (!e.param.empty()) o["param"] = e.param;
+  if (!e.api_code.empty()) o["api_code"] = e.api_code;
   return o;
 }
 
@@ -67,6 +69,8 @@ Status decode_error(const json::value& v, Error* out) {
     if (get(o, "budget_bytes")) e.budget_bytes = integer(o, "budget_bytes", 0, kMaxInt64, 0);
     if (get(o, "retry_position")) e.retry_position = integer(o, "retry_position", 0, kMaxInt32, 0);
     e.retry_token = str(o, "retry_token");
+    e.param = str(o, "param");
+    e.api_code = str(o, "api_code");
     return ErrorBox{std::move(e)};
   });
   if (!r.ok()) return r.error();

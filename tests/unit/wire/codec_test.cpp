@@ -197,6 +197,14 @@ TEST(Codec, ErrorsTravelByTypeName) {
   EXPECT_FALSE(decode_error(json::value(json::object{{"type", "no_such_error"}}), &out).ok());
 }
 
+TEST(Codec, AnErrorsParamAndApiCodeCrossTheWire) {
+  const Error e = exceeds_context_length(10, 300, "tinylm", 256);
+  Error out;
+  ASSERT_TRUE(decode_error(json::value(encode(e)), &out).ok());
+  EXPECT_EQ(out.param, "max_tokens");
+  EXPECT_EQ(out.api_code, "context_length_exceeded");
+}
+
 TEST(Codec, AdmissionStateRoundTrips) {
   AdmissionState s;
   s.policy = "memory";
