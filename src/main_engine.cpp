@@ -10,13 +10,13 @@
 #include "common/thread_env.hpp"
 #include "config/config_file.hpp"
 #include "server/command_line.hpp"
-#include "server/model_setup.hpp"
 #include "server/planner.hpp"
 #include "server/serve_engine.hpp"
 #include "server/serve_gateway.hpp"
 #include "server/serve_in_process.hpp"
 #include "server/shutdown_signal.hpp"
 #include "server/tensor_plan.hpp"
+#include "service/model_setup.hpp"
 
 namespace {
 

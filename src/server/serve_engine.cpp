@@ -22,10 +22,10 @@
 #include "metrics/registry.hpp"
 #include "metrics/server_metrics.hpp"
 #include "model/runtime.hpp"
-#include "server/inference_service.hpp"
 #include "server/process_setup.hpp"
 #include "server/queue_setup.hpp"
 #include "server/shutdown_signal.hpp"
+#include "service/inference_service.hpp"
 #include "wire/engine_server.hpp"
 #include "wire/protocol.hpp"
 

@@ -4,8 +4,8 @@
 
 #include "model/runtime.hpp"
 #include "server/http_front.hpp"
-#include "server/inference_service.hpp"
 #include "server/process_setup.hpp"
+#include "service/inference_service.hpp"
 
 namespace vg {
 namespace {

@@ -15,7 +15,7 @@
 #include "model/model.hpp"
 #include "model/runtime.hpp"
 #include "model/torchscript_model.hpp"
-#include "server/model_setup.hpp"
+#include "service/model_setup.hpp"
 
 namespace vg {
 

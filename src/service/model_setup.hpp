@@ -28,9 +28,9 @@ class TorchScriptModel;
 
 /// One model folder of --model-dir.
 struct ModelSource {
-  std::string id;               ///< the folder's name, as /v1/models shows it
+  std::string id;  ///< the folder's name, as /v1/models shows it
   std::filesystem::path dir;
-  bool torchscript = false;     ///< config.json says "model_type": "torchscript" (a TorchScriptModel)
+  bool torchscript = false;  ///< config.json says "model_type": "torchscript" (a TorchScriptModel)
 };
 
 /// The model folders of config.model_dir: the folder itself when it holds a
@@ -79,8 +79,7 @@ struct DeviceSetup {
 /// a 2-token request of some language model, or a forward pass at the
 /// smallest shapes of some TorchScript model, under a limiting policy),
 /// kModelLoad.
-Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec,
-                                std::span<const ModelSource> models);
+Result<DeviceSetup> load_device(const ServeConfig& config, const DeviceSpec& spec, std::span<const ModelSource> models);
 
 /// A model loaded and profiled on its own device (`vramgate plan`).
 struct ProfiledModel {

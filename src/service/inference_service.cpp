@@ -1,7 +1,7 @@
 // InferenceService (see inference_service.hpp): request validation and
 // submission, watchdog health, readiness, drain and shutdown. Start-up is in
 // inference_service_setup.cpp.
-#include "server/inference_service.hpp"
+#include "service/inference_service.hpp"
 
 #include <unistd.h>
 
@@ -21,8 +21,8 @@
 #include "engine/text_stream.hpp"
 #include "model/model.hpp"
 #include "model/torchscript_model.hpp"
-#include "server/inference_service_entries.hpp"
-#include "server/model_setup.hpp"
+#include "service/inference_service_entries.hpp"
+#include "service/model_setup.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace vg {

@@ -1,4 +1,4 @@
-#include "server/engine_options.hpp"
+#include "service/engine_options.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // make_step_profile (see step_profile_setup.hpp).
-#include "server/step_profile_setup.hpp"
+#include "service/step_profile_setup.hpp"
 
 #include <spdlog/spdlog.h>
 

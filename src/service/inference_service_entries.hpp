@@ -11,25 +11,26 @@
 
 #include "engine/engine.hpp"
 #include "engine/tensor_engine.hpp"
-#include "server/inference_service.hpp"
-#include "server/model_setup.hpp"
+#include "service/inference_service.hpp"
+#include "service/model_setup.hpp"
 #include "tokenizer/prompt_encoder.hpp"
 
 namespace vg {
 
 struct InferenceService::DeviceEntry {
-  std::string name;    ///< the device's name, or the --device text when it failed to start
-  std::string failure; ///< why it failed at start-up; empty when it serves
-  std::int64_t failed_capacity = 0;  ///< a failed virtual device's capacity from its --device text
-  DeviceSetup setup;   ///< device and model replicas (empty when it failed)
-  int topology_index = -1;  ///< its index among the serving devices (admission)
+  std::string name;                              ///< the device's name, or the --device text when it failed to start
+  std::string failure;                           ///< why it failed at start-up; empty when it serves
+  std::int64_t failed_capacity = 0;              ///< a failed virtual device's capacity from its --device text
+  DeviceSetup setup;                             ///< device and model replicas (empty when it failed)
+  int topology_index = -1;                       ///< its index among the serving devices (admission)
   std::vector<std::unique_ptr<Engine>> engines;  ///< one per language model; destroyed before `setup`
   std::vector<std::unique_ptr<TensorEngine>> tensor_engines;  ///< one per TorchScript model; destroyed before `setup`
 };
 
 struct InferenceService::ModelEntry {
   ModelInfo info;
-  const Model* model = nullptr;  ///< the first replica: config and tokenizer (the same on every device); null for TorchScript
+  const Model* model =
+      nullptr;  ///< the first replica: config and tokenizer (the same on every device); null for TorchScript
   std::vector<Engine*> engines;  ///< one per serving device (language models)
   /// A TorchScript model: its first replica, metadata and one engine per serving device.
   const TorchScriptModel* tensor_model = nullptr;

@@ -1,7 +1,7 @@
 // InferenceService::create (see inference_service.hpp): the devices and their
 // model replicas, the model entries, the admission front and one engine per
 // (device, model).
-#include "server/inference_service.hpp"
+#include "service/inference_service.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -23,10 +23,10 @@
 #include "engine/tensor_engine.hpp"
 #include "model/model.hpp"
 #include "model/torchscript_model.hpp"
-#include "server/engine_options.hpp"
-#include "server/inference_service_entries.hpp"
-#include "server/model_setup.hpp"
-#include "server/step_profile_setup.hpp"
+#include "service/engine_options.hpp"
+#include "service/inference_service_entries.hpp"
+#include "service/model_setup.hpp"
+#include "service/step_profile_setup.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace vg {

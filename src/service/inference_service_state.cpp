@@ -4,7 +4,7 @@
 #include "device/device.hpp"
 #include "engine/engine.hpp"
 #include "engine/tensor_engine.hpp"
-#include "server/inference_service_entries.hpp"
+#include "service/inference_service_entries.hpp"
 
 namespace vg {
 namespace {

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "model/torchscript_model.hpp"
-#include "server/inference_service_entries.hpp"
+#include "service/inference_service_entries.hpp"
 
 namespace vg {
 
@@ -30,8 +30,8 @@ Result<TensorSubmission> InferenceService::submit_tensor(TensorInferRequest requ
   if (!found.ok()) return std::move(found).error();
   ModelEntry* entry = *found;
   if (!entry->tensor_model) {
-    return Error(ErrorCode::kModelNotFound, "model '" + request.model +
-                                                "' is a language model: use /v1/completions or /v1/chat/completions");
+    return Error(ErrorCode::kModelNotFound,
+                 "model '" + request.model + "' is a language model: use /v1/completions or /v1/chat/completions");
   }
   if (draining_.load()) {
     return shutting_down();

@@ -1,4 +1,4 @@
-#include "server/model_setup.hpp"
+#include "service/model_setup.hpp"
 
 #include <spdlog/spdlog.h>
 
