@@ -41,7 +41,7 @@ ConfigFlags::ConfigFlags(CLI::App& app, std::span<const char* const> keys) {
                 ->capture_default_str();
           } else if constexpr (std::is_same_v<T, std::int64_t>) {
             CLI::Option* o = app.add_option(flag, target, f.help)->capture_default_str();
-            if (f.bytes) {
+            if (f.bytes()) {
               // "64MiB" -> "67108864" before CLI11 reads the integer.
               o->transform(
                   [](const std::string& text) {

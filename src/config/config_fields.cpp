@@ -13,7 +13,7 @@ const ConfigField kFields[] = {
     {"model_dir", "model",
      "Model folder: config.json (model_type gpt2 or llama) + model.safetensors or its shards "
      "(model.safetensors.index.json)",
-     &C::model_dir},
+     &C::model_dir, ConfigValue::kPath},
     {"device", "model",
      "Device to serve on: virt:N=SIZE is CPU memory with an enforced capacity (SIZE like 2GiB, 512MiB), "
      "cuda:N a GPU (builds against a CUDA libtorch), auto is cuda:0 when there is one, else virt:0=2GiB; may be "
@@ -47,7 +47,7 @@ const ConfigField kFields[] = {
     {"port", "http", "TCP port to listen on (0 = any free port, printed at start)", &C::port},
     {"io_threads", "http", "Threads serving HTTP connections", &C::io_threads},
     {"max_body_bytes", "http", "Largest request body in bytes, or with a unit like 64MiB (more -> 413)",
-     &C::max_body_bytes, true},
+     &C::max_body_bytes, ConfigValue::kBytes},
     {"read_timeout", "http", "Seconds for a request's headers and body to arrive (slower -> 408)", &C::read_timeout_s},
     {"idle_timeout", "http", "Seconds a keep-alive connection may sit idle", &C::idle_timeout_s},
     {"max_connections", "http", "Open connections at most; more are closed at once", &C::max_connections},
@@ -64,7 +64,8 @@ const ConfigField kFields[] = {
      "Share of the device's total memory vramgate may use, capped by what is free: budget = min(capacity x "
      "utilization, capacity - bytes other processes hold) - resident - workspace - reserve",
      &C::memory_utilization},
-    {"memory_reserve", "memory", "Bytes never handed to requests (e.g. 64MiB)", &C::memory_reserve, true},
+    {"memory_reserve", "memory", "Bytes never handed to requests (e.g. 64MiB)", &C::memory_reserve,
+     ConfigValue::kBytes},
     {"memory_safety", "memory", "Multiplier on each request's measured memory cost (>= 1)", &C::memory_safety},
     {"oom_decrease_factor", "memory",
      "OOM governor (admission memory): an out-of-memory error multiplies the effective budget by this (0..1)",
@@ -148,7 +149,7 @@ const ConfigField kFields[] = {
     {"api_keys", "traffic",
      "File of API keys, one a line (\"KEY [rate=R] [burst=B] [priority=low|normal|high]\", # comments); when "
      "set, requests need Authorization: Bearer KEY (else 401); /health and /ready stay open",
-     &C::api_keys},
+     &C::api_keys, ConfigValue::kPath},
     {"metrics_auth", "traffic", "With api_keys: GET /metrics needs a key too", &C::metrics_auth},
     {"rate_limit", "traffic",
      "Work requests (POST completions, chat, /infer, /v2 infer) per second per API key (or client address without "
@@ -181,7 +182,7 @@ const ConfigField kFields[] = {
      &C::profile_min_batch},
     {"profile_trace", "operability",
      "Step profile: the file the trace is written to (needed when --profile-steps is above 0; its folder must exist)",
-     &C::profile_trace},
+     &C::profile_trace, ConfigValue::kPath},
 
     {"in_process", "processes",
      "Run HTTP and the engines in one process (no engine processes, no supervisor): for debugging, and where "
@@ -200,7 +201,7 @@ const ConfigField kFields[] = {
     {"runtime_dir", "processes",
      "Folder (mode 0700) for the sockets and secrets of the engines serve starts; empty: $XDG_RUNTIME_DIR/vramgate, "
      "else /tmp/vramgate-UID. A serve that finds its engines running there with the same settings re-attaches",
-     &C::runtime_dir},
+     &C::runtime_dir, ConfigValue::kPath},
     {"engine_heartbeat_timeout", "processes",
      "Seconds a connected engine may send nothing (it heartbeats 4 times a second) before it counts as hung and "
      "is killed and restarted",
@@ -223,7 +224,8 @@ const ConfigField kFields[] = {
      "password in --queue-password-file or VRAMGATE_QUEUE_PASSWORD rather than here (ps shows the command line)",
      &C::queue},
     {"queue_password_file", "queue",
-     "File holding the password of --queue's Redis user (one line; the URL then has none)", &C::queue_password_file},
+     "File holding the password of --queue's Redis user (one line; the URL then has none)", &C::queue_password_file,
+     ConfigValue::kPath},
     {"queue_command_timeout", "queue",
      "Seconds each Redis round trip may take; a request whose rate limit Redis does not answer in time gets 503 "
      "overloaded with Retry-After",

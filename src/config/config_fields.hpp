@@ -21,14 +21,25 @@ using ConfigMember = std::variant<std::string ServeConfig::*, int ServeConfig::*
                                   double ServeConfig::*, bool ServeConfig::*,
                                   std::vector<std::string> ServeConfig::*>;
 
+/// What a field's value is, beyond its C++ type.
+enum class ConfigValue {
+  kPlain,
+  /// A byte size: a string like "64MiB" or a plain count of bytes, as a flag
+  /// and in the file (where the count may also be an integer). A
+  /// std::int64_t member holds the parsed count.
+  kBytes,
+  /// A file or folder: in a config file, a relative path is relative to the
+  /// file's folder (as a flag, to the current folder).
+  kPath,
+};
+
 struct ConfigField {
   const char* key;      ///< snake_case key in the config file; the flag is "--" + key with '-' for '_'
   const char* section;  ///< config-file table the key may also be written in, e.g. "admission"
   const char* help;     ///< one line for --help
   ConfigMember member;
-  /// A byte size: a string like "64MiB" or a plain count of bytes, as a flag and in the file (where the
-  /// count may also be an integer). A std::int64_t member holds the parsed count.
-  bool bytes = false;
+  ConfigValue value = ConfigValue::kPlain;
+  bool bytes() const { return value == ConfigValue::kBytes; }
 };
 
 /// Every settable field of ServeConfig, in the order --help and

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -87,7 +88,16 @@ class Reader {
     std::string problem;
     std::visit([&](auto member) { problem = assign(*field, node, out_.*member); }, field->member);
     if (!problem.empty()) return error(line, "key '" + name + "': " + problem);
+    if (field->value == ConfigValue::kPath) resolve_path(std::get<std::string ServeConfig::*>(field->member));
     return Status::Ok();
+  }
+
+  // A relative path in the file is relative to the file's folder.
+  void resolve_path(std::string ServeConfig::*member) {
+    std::string& v = out_.*member;
+    const std::filesystem::path folder = std::filesystem::path(source_).parent_path();
+    if (v.empty() || folder.empty() || std::filesystem::path(v).is_absolute()) return;
+    v = (folder / v).lexically_normal().string();
   }
 
   static std::string expected(const char* what, const toml::node& node) {
@@ -97,11 +107,11 @@ class Reader {
   static std::string assign(const ConfigField& field, const toml::node& node, std::string& v) {
     if (auto s = node.value_exact<std::string>()) {
       v = *s;
-    } else if (auto i = node.value_exact<std::int64_t>(); field.bytes && i) {
+    } else if (auto i = node.value_exact<std::int64_t>(); field.bytes() && i) {
       if (*i < 0) return "must be >= 0 bytes";
       v = std::to_string(*i);
     } else {
-      return expected(field.bytes ? "a string like \"64MiB\" or an integer (bytes)" : "a string", node);
+      return expected(field.bytes() ? "a string like \"64MiB\" or an integer (bytes)" : "a string", node);
     }
     return {};
   }
@@ -126,14 +136,14 @@ class Reader {
     return {};
   }
   static std::string assign(const ConfigField& field, const toml::node& node, std::int64_t& v) {
-    if (auto s = node.value_exact<std::string>(); field.bytes && s) {
+    if (auto s = node.value_exact<std::string>(); field.bytes() && s) {
       auto n = parse_bytes(*s);
       if (!n.ok()) return n.error().message;
       v = *n;
       return {};
     }
     auto i = node.value_exact<std::int64_t>();
-    if (!i) return expected(field.bytes ? "a string like \"64MiB\" or an integer (bytes)" : "an integer", node);
+    if (!i) return expected(field.bytes() ? "a string like \"64MiB\" or an integer (bytes)" : "an integer", node);
     v = *i;
     return {};
   }
@@ -198,6 +208,11 @@ std::string value_text(const ConfigField& field, const ServeConfig& c) {
         const auto& v = c.*member;
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::string>) {
+          // A path as an absolute one: the printed file means the same
+          // wherever it is saved (its relative paths would be its folder's).
+          if (field.value == ConfigValue::kPath && !v.empty()) {
+            return quoted(std::filesystem::absolute(v).lexically_normal().string());
+          }
           return quoted(v);
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           // One entry as a plain string (the common case reads as before),

@@ -19,17 +19,19 @@ namespace vg {
 
 /// Parses TOML `text` over `base`: keys the text does not set keep base's
 /// values; the result passes ServeConfig::check(). `source` names the file in
-/// errors. Errors: kConfig as "SOURCE:LINE: key 'max_batch': must be in
-/// 1..256" for syntax errors, unknown keys or tables, wrong value types, keys
-/// set twice and values out of range.
+/// errors, and its folder is where the text's relative paths (the
+/// ConfigValue::kPath keys: model_dir, api_keys, ...) are resolved from. Errors: kConfig as "SOURCE:LINE: key
+/// 'max_batch': must be in 1..256" for syntax errors, unknown keys or tables, wrong value types, keys set twice and
+/// values out of range.
 Result<ServeConfig> parse_config_toml(std::string_view text, const std::string& source, const ServeConfig& base = {});
 
 /// Reads and parses the file at `path` (see parse_config_toml). Errors:
 /// kConfig naming the file when it cannot be read.
 Result<ServeConfig> load_config_file(const std::string& path, const ServeConfig& base = {});
 
-/// `config` as TOML, one table per section with each key's help as a comment;
-/// parse_config_toml() of the text gives back the same values.
+/// `config` as TOML, one table per section with each key's help as a comment,
+/// paths made absolute; parse_config_toml() of the text gives back the same
+/// values (the paths absolute).
 std::string format_config_toml(const ServeConfig& config);
 
 }  // namespace vg

@@ -141,6 +141,18 @@ def test_plan_errors_name_the_problem(tmp_path):
     assert "--device" in bad_device.stderr and "virt:N=SIZE" in bad_device.stderr
 
 
+def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path):
+    folder = tmp_path / "etc" / "vramgate"
+    folder.mkdir(parents=True)
+    model = os.path.abspath(MODEL_DIR)
+    path = write(folder, f'model_dir = "{os.path.relpath(model, folder)}"\n[traffic]\napi_keys = "keys.txt"\n')
+    (folder / "keys.txt").write_text("sk-one-0001\n")
+    out = run("serve", "--config", path, "--print-config")  # from the repository's folder, not etc/vramgate
+    assert out.returncode == 0, out.stderr
+    assert re.search(r'^model_dir = "' + re.escape(model) + '"$', out.stdout, re.M), out.stdout
+    assert re.search(r'^api_keys = "' + re.escape(str(folder / "keys.txt")) + '"$', out.stdout, re.M), out.stdout
+
+
 def test_example_deploy_config_is_valid():
     example = os.path.join(ROOT, "deploy", "vramgate.toml")
     out = run("serve", "--config", example, "--print-config")

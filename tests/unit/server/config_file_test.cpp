@@ -116,6 +116,27 @@ TEST(ConfigFile, MaxBodyBytesTakesAUnitOrAnInteger) {
   EXPECT_THAT(small.error().message, HasSubstr("key 'max_body_bytes': must be >= 1024"));
 }
 
+TEST(ConfigFile, RelativePathsAreRelativeToTheFilesFolder) {
+  auto c = parse_config_toml(
+      "model_dir = \"../models/tinylm\"\napi_keys = \"keys.txt\"\n"
+      "[operability]\nprofile_trace = \"/var/tmp/trace.json\"\n",
+      "deploy/vramgate.toml");
+  ASSERT_TRUE(c.ok()) << message(c);
+  EXPECT_EQ(c->model_dir, "models/tinylm");
+  EXPECT_EQ(c->api_keys, "deploy/keys.txt");
+  EXPECT_EQ(c->profile_trace, "/var/tmp/trace.json") << "an absolute path as it is";
+  auto here = parse_config_toml("model_dir = \"m\"\n", "x.toml");
+  ASSERT_TRUE(here.ok()) << message(here);
+  EXPECT_EQ(here->model_dir, "m") << "a file in the current folder";
+  // Printed, a path is absolute: the printed file means the same wherever it is saved.
+  const std::string printed = format_config_toml(*c);
+  const std::string absolute = std::filesystem::absolute("models/tinylm").lexically_normal().string();
+  EXPECT_THAT(printed, HasSubstr("model_dir = \"" + absolute + "\""));
+  auto again = parse_config_toml(printed, "elsewhere/printed.toml");
+  ASSERT_TRUE(again.ok()) << message(again);
+  EXPECT_EQ(again->model_dir, absolute);
+}
+
 TEST(ConfigFile, UnknownKeyIsNamedWithFileAndLine) {
   auto c = parse_config_toml("max_batch = 4\nmax_bach = 8\n", "deploy/x.toml");
   ASSERT_FALSE(c.ok());
@@ -246,7 +267,7 @@ TEST(ConfigFile, PrintedConfigReadsBackToTheSameValues) {
   auto back = parse_config_toml(text, "printed");
   ASSERT_TRUE(back.ok()) << message(back) << "\n" << text;
   EXPECT_EQ(format_config_toml(*back), text);
-  EXPECT_EQ(back->model_dir, c.model_dir);
+  EXPECT_EQ(back->model_dir, std::filesystem::absolute(c.model_dir).lexically_normal().string()) << "printed absolute";
   EXPECT_EQ(back->memory_utilization, c.memory_utilization);
   EXPECT_EQ(back->test_inject_oom_step, c.test_inject_oom_step);
   EXPECT_THAT(text, HasSubstr("read_timeout = 30.0\n"));
