@@ -53,12 +53,12 @@ AdmissionController& front_admission(EngineFront& front) { return *front.admissi
 RequestId next_front_id(EngineFront& front) { return front.next_id.fetch_add(1); }
 
 void add_front_listener(EngineFront& front, std::function<void()> wake) {
-  std::lock_guard lk(front.mu);
+  MutexLock lk(front.mu);
   front.listeners.push_back(std::move(wake));
 }
 
 void set_front_other_expiry(EngineFront& front, std::function<void(AdmissionExpiry)> handler) {
-  std::lock_guard lk(front.mu);
+  MutexLock lk(front.mu);
   front.other_expiry = std::move(handler);
 }
 
@@ -72,7 +72,7 @@ Result<AdmissionTopology::Engine> front_engine(EngineFront& front, int index) {
 }
 
 int front_language_engines(EngineFront& front) {
-  std::lock_guard lk(front.mu);
+  MutexLock lk(front.mu);
   return front.live_engines;
 }
 
@@ -110,7 +110,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Options& options, Model& mo
   impl->model_index = front->topology.engines[static_cast<std::size_t>(index)].model;
   if (options.prefill_worker) impl->prefill = std::make_unique<Impl::PrefillWorker>();
   {
-    std::lock_guard lk(front->mu);
+    MutexLock lk(front->mu);
     front->engines.push_back(impl->shared);
     if (impl->prefill) front->engines.push_back(impl->prefill->signal);  // it grants too
     ++front->live_engines;

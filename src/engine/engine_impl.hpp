@@ -5,7 +5,8 @@
 // recompute, and the readiness breaker). Not a public header.
 //
 // Ownership: `EngineFront` (the admission controller and the requests queued
-// in it, shared by every engine of a front) is guarded by its mutex; `Shared`
+// in it, shared by every engine of a front) is guarded by its mutex (annotated:
+// clang checks every access); `Shared`
 // (wake flag, counters, readiness of one engine) by its own; the
 // AdmissionController has its own lock. No two of these are ever held at
 // once. `running`, every Sequence (with its KV cache and lease) and
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "api/types.hpp"
+#include "common/thread_annotations.hpp"
 #include "engine/engine.hpp"
 #include "engine/oom_budget.hpp"
 #include "engine/step_profile.hpp"
@@ -172,28 +174,28 @@ struct EngineFront {
   std::unique_ptr<AdmissionController> admission;
   std::atomic<RequestId> next_id{1};
 
-  std::mutex mu;
-  /// Requests queued in admission, by admission id. Guarded by mu.
-  std::unordered_map<RequestId, std::shared_ptr<Request>> queued;
+  Mutex mu;
+  /// Requests queued in admission, by admission id.
+  std::unordered_map<RequestId, std::shared_ptr<Request>> queued VG_GUARDED_BY(mu);
   /// What to wake when work may be granted: the engines drawing from this
-  /// front and their prefill workers. Guarded by mu.
-  std::vector<std::weak_ptr<engine_detail::Shared>> engines;
-  int live_engines = 0;  // guarded by mu: engines whose thread has not stopped
+  /// front and their prefill workers.
+  std::vector<std::weak_ptr<engine_detail::Shared>> engines VG_GUARDED_BY(mu);
+  int live_engines VG_GUARDED_BY(mu) = 0;  ///< engines whose thread has not stopped
   /// Other engines drawing from this front (tensor engines): woken with the
-  /// engines above. Guarded by mu.
-  std::vector<std::function<void()>> listeners;
+  /// engines above.
+  std::vector<std::function<void()>> listeners VG_GUARDED_BY(mu);
   /// Where expiries of requests these engines do not hold go (the tensor
-  /// engines' requests); empty: dropped. Guarded by mu.
-  std::function<void(AdmissionExpiry)> other_expiry;
+  /// engines' requests); empty: dropped.
+  std::function<void(AdmissionExpiry)> other_expiry VG_GUARDED_BY(mu);
   std::atomic<int> queued_count{0};  // queued.size(), readable without mu
 
   /// Wakes every engine (a submit, a cancel, a release, an engine becoming
   /// available: any of them may now grant).
-  void notify_all() {
+  void notify_all() VG_EXCLUDES(mu) {
     std::vector<std::weak_ptr<engine_detail::Shared>> copy;
     std::vector<std::function<void()>> others;
     {
-      std::lock_guard lk(mu);
+      MutexLock lk(mu);
       copy = engines;
       others = listeners;
     }
@@ -203,8 +205,8 @@ struct EngineFront {
     for (auto& wake : others) wake();
   }
   /// The queued request with admission id `id`, removed; null when absent.
-  std::shared_ptr<Request> take(RequestId id) {
-    std::lock_guard lk(mu);
+  std::shared_ptr<Request> take(RequestId id) VG_EXCLUDES(mu) {
+    MutexLock lk(mu);
     auto it = queued.find(id);
     if (it == queued.end()) return nullptr;
     auto r = std::move(it->second);
@@ -213,8 +215,8 @@ struct EngineFront {
     return r;
   }
   /// Registers a request as queued (before admission can grant it).
-  void put(std::shared_ptr<Request> r) {
-    std::lock_guard lk(mu);
+  void put(std::shared_ptr<Request> r) VG_EXCLUDES(mu) {
+    MutexLock lk(mu);
     const RequestId id = r->admission_id;
     queued.emplace(id, std::move(r));
     queued_count.store(static_cast<int>(queued.size()));

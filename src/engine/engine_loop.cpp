@@ -90,7 +90,7 @@ bool Engine::Impl::wait_for_work() {
 void Engine::Impl::drop_queued(TimePoint now) {
   std::vector<std::shared_ptr<Request>> cancelled;
   {
-    std::lock_guard lk(front->mu);
+    MutexLock lk(front->mu);
     for (auto& [id, r] : front->queued) {
       if (r->is_cancelled()) cancelled.push_back(r);
     }
@@ -104,7 +104,7 @@ void Engine::Impl::drop_queued(TimePoint now) {
   std::vector<AdmissionExpiry> others;
   std::function<void(AdmissionExpiry)> to_others;
   for (AdmissionExpiry& e : admission->expire(now)) {
-    std::lock_guard lk(front->mu);
+    MutexLock lk(front->mu);
     auto it = front->queued.find(e.id);
     if (it != front->queued.end()) {
       dropped.emplace_back(it->second, std::move(e.error));
@@ -173,7 +173,7 @@ void Engine::Impl::report_queue_positions(TimePoint now) {
   std::vector<std::pair<std::shared_ptr<Request>, int>> moved;
   {
     // Any engine of the front may report; the position is the shared queue's.
-    std::lock_guard lk(front->mu);
+    MutexLock lk(front->mu);
     for (const QueuedView& q : snap.queue) {
       auto it = front->queued.find(q.id);
       if (it != front->queued.end() && it->second->reported_position != q.position) {
@@ -537,7 +537,7 @@ void Engine::Impl::cancel_everything() {
   {
     // The queue is shared: the last engine to stop answers what waits in it;
     // until then another engine may take what this one would have run.
-    std::lock_guard lk(front->mu);
+    MutexLock lk(front->mu);
     if (--front->live_engines == 0) {
       admission->drop_all();
       left.swap(front->queued);
