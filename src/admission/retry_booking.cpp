@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string_view>
 
 namespace vg {
 namespace {
@@ -50,6 +51,7 @@ double implied_rate_per_s(std::int64_t requests_ahead, double promise_s) {
 std::int64_t RetryBookings::sweep(TimePoint now) {
   const auto before = bookings_.size();
   std::erase_if(bookings_, [&](const RetryBooking& b) { return now > b.promised_at + options_.grace; });
+  std::erase_if(lent_, [&](const RetryBooking& b) { return now > b.promised_at + options_.grace; });
   const auto released = static_cast<std::int64_t>(before - bookings_.size());
   counters_.expired += released;
   return released;
@@ -68,6 +70,27 @@ RetryBookings::Lookup RetryBookings::recognise(const RetryIdentity& id, TimePoin
         return out;
       }
       out.by = "token";
+    }
+  }
+  if (found == bookings_.end() && !id.token.empty()) {
+    if (auto lent = find_lent(id.token); lent != lent_.end()) {
+      // Its booking went to a request matched by body; the promise was this one's.
+      if (lent->fingerprint != id.fingerprint) {
+        out.match = Match::kMismatch;
+        return out;
+      }
+      out.by = "token";
+      out.booking = *lent;
+      if (now < lent->promised_at - options_.early) {
+        out.match = Match::kEarly;
+        out.left = lent->promised_at - now;
+        ++counters_.early;
+        return out;
+      }
+      out.match = Match::kClaimed;
+      lent_.erase(lent);
+      ++counters_.reclaimed;
+      return out;
     }
   }
   if (found == bookings_.end() && !id.idempotency_key.empty()) {
@@ -89,22 +112,32 @@ RetryBookings::Lookup RetryBookings::recognise(const RetryIdentity& id, TimePoin
     return out;
   }
   out.match = Match::kClaimed;
+  if (out.by == std::string_view("body") && !found->token.empty()) {
+    if (lent_.size() >= options_.max_bookings) lent_.erase(lent_.begin());
+    lent_.push_back(*found);
+  }
   bookings_.erase(found);
   ++counters_.claimed;
   return out;
 }
 
+std::vector<RetryBooking>::iterator RetryBookings::find_lent(const std::string& token) {
+  return std::find_if(lent_.begin(), lent_.end(), [&](const RetryBooking& b) { return b.token == token; });
+}
+
 std::vector<RetryBooking>::iterator RetryBookings::find_by_body(const RetryIdentity& id, TimePoint now) {
   if (id.attempt == RetryAttempt::kFirst) return bookings_.end();
   const auto same = [&](const RetryBooking& b) { return b.client == id.client && b.fingerprint == id.fingerprint; };
-  if (id.attempt == RetryAttempt::kRetry) {
-    // The client's bookings of this body are interchangeable: one whose window is open, if any.
-    const auto open = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) {
-      return same(b) && now >= b.promised_at - options_.early;
-    });
-    if (open != bookings_.end()) return open;
-  }
-  return std::find_if(bookings_.begin(), bookings_.end(), same);
+  // The client's bookings of this body are interchangeable: one whose window is open, if any.
+  const auto open = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) {
+    return same(b) && now >= b.promised_at - options_.early;
+  });
+  if (open != bookings_.end()) return open;
+  // Said to be a retry: the oldest (told the time left when early). A request
+  // that does not say is not told to wait for another request's place: it
+  // is new unless a place of its body is open.
+  if (id.attempt == RetryAttempt::kRetry) return std::find_if(bookings_.begin(), bookings_.end(), same);
+  return bookings_.end();
 }
 
 std::size_t RetryBookings::held_by(const std::string& client) const {

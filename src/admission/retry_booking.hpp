@@ -98,6 +98,9 @@ struct RetryBookingCounters {
   std::int64_t expired = 0;  ///< bookings released unclaimed at their grace deadline
   std::int64_t early = 0;    ///< retries refused again for coming before their window
   std::int64_t refused = 0;  ///< refusals that booked nothing (limits, share, promise too far)
+  /// Retries by token whose booking another request of the same client and
+  /// body had claimed (recognise()): admitted all the same, inside the window.
+  std::int64_t reclaimed = 0;
 };
 
 class RetryBookings {
@@ -119,11 +122,14 @@ class RetryBookings {
   };
 
   /// Releases expired bookings, then looks `id` up: by token (which must
-  /// also carry the booking's fingerprint, else kMismatch), else by the same
+  /// also carry the booking's fingerprint, else kMismatch; a booking that a
+  /// request matched by body claimed before its token came is still the
+  /// token's until its grace deadline: the promise was made to the token's
+  /// holder, so its retry is claimed too, counted as reclaimed), else by the same
   /// Idempotency-Key and fingerprint, else, unless `id` is a first
-  /// attempt, by the same client and fingerprint: for a request that says
-  /// it is a retry the oldest such booking whose window is open, else (and
-  /// for one that does not say) the oldest such booking. A token or
+  /// attempt, by the same client and fingerprint: the oldest such booking
+  /// whose window is open, else, for a request that says it is a retry, the
+  /// oldest such booking (one that does not say is then a new request). A token or
   /// Idempotency-Key names the request's own booking, so a first attempt is
   /// recognised by them (a client that retries by hand with SDK retries off
   /// sends x-stainless-retry-count: 0 every time).
@@ -177,8 +183,14 @@ class RetryBookings {
   std::size_t held_by(const std::string& client) const;
   std::size_t clients_with(const std::string& client) const;
 
+  /// The booking lent_ holds for `token`; end() when none.
+  std::vector<RetryBooking>::iterator find_lent(const std::string& token);
+
   RetryBookingOptions options_;
   std::vector<RetryBooking> bookings_;  // booking order = promise order
+  /// Bookings claimed by body while their token was out, until their grace
+  /// deadline (at most max_bookings, oldest dropped first).
+  std::vector<RetryBooking> lent_;
   RetryBookingCounters counters_;
 };
 

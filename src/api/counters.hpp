@@ -41,11 +41,12 @@ enum class CounterId : std::uint8_t {
   kNotReadyTrips,   ///< times repeated out-of-memory errors marked a device not ready
   kOomBatchSplits,  ///< TorchScript batches that ran out of memory and were run again in halves
   // Booked retries (docs/admission-and-memory.md "Booked retries").
-  kRetryBooked,   ///< places booked
-  kRetryClaimed,  ///< retries that took their place inside the window
-  kRetryExpired,  ///< bookings released unclaimed
-  kRetryEarly,    ///< retries refused again for coming before their window
-  kRetryRefused,  ///< refusals that booked nothing
+  kRetryBooked,     ///< places booked
+  kRetryClaimed,    ///< retries that took their place inside the window
+  kRetryExpired,    ///< bookings released unclaimed
+  kRetryEarly,      ///< retries refused again for coming before their window
+  kRetryRefused,    ///< refusals that booked nothing
+  kRetryReclaimed,  ///< retries by token whose booking a request matched by body had taken, admitted all the same
   kEnd,
 };
 
@@ -101,7 +102,9 @@ inline constexpr CounterMetric kOomBatchSplitsMetric{
 inline constexpr CounterMetric kRetryBookingsMetric{
     "vramgate_retry_bookings_total", "outcome",
     "Booked retries by outcome: claimed (the retry took its place in its window), expired (released unclaimed), "
-    "early (a retry before its window, refused again), refused (an overloaded refusal that booked nothing)."};
+    "early (a retry before its window, refused again), refused (an overloaded refusal that booked nothing), "
+    "reclaimed (a retry by token whose booking a request of the same client and body had claimed: admitted all the "
+    "same)."};
 
 /// Where GET /v1/admission shows a counter.
 enum class CounterSection : std::uint8_t {
@@ -150,6 +153,8 @@ inline constexpr std::array<CounterInfo, kCounterCount> kCounters{{
     {CounterId::kRetryEarly, "retry_early", CounterSection::kRetryBookings, "early", &kRetryBookingsMetric, "early"},
     {CounterId::kRetryRefused, "retry_refused", CounterSection::kRetryBookings, "refused", &kRetryBookingsMetric,
      "refused"},
+    {CounterId::kRetryReclaimed, "retry_reclaimed", CounterSection::kRetryBookings, "reclaimed", &kRetryBookingsMetric,
+     "reclaimed"},
 }};
 
 /// Whether kCounters lists every CounterId once, in order (checked below).

@@ -62,6 +62,7 @@ void add_admission_counters(Counters& c, const AdmissionSnapshot& as) {
   c[CounterId::kRetryExpired] += as.retry_booking_counters.expired;
   c[CounterId::kRetryEarly] += as.retry_booking_counters.early;
   c[CounterId::kRetryRefused] += as.retry_booking_counters.refused;
+  c[CounterId::kRetryReclaimed] += as.retry_booking_counters.reclaimed;
 }
 
 }  // namespace

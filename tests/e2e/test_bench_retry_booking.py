@@ -65,3 +65,22 @@ def test_proxy_case_runs_every_policy_and_writes_its_report(tmp_path):
     md = (tmp_path / "retry-booking-proxy.md").read_text()
     assert "Tiny smoke run" in md and "retries admitted on their first retry" in md
     assert not (tmp_path / "retry-booking.json").exists()  # only this case ran
+
+
+def test_sustained_overload_benchmark_writes_both_cases(tmp_path):
+    # bench/retry_sustained.py for seconds: n = 1 and n = 4, one build; the
+    # figures come from the run's own records and the server's counters.
+    run = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "retry_sustained.py"), "--seconds", "2",
+                          "--clients", "8", "--binary", BIN, "--label", "this build", "--model-dir", MODEL_DIR,
+                          "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = json.loads((tmp_path / "retry-sustained.json").read_text())["this build"]
+    assert [r["n"] for r in rows] == [1, 4]
+    for r in rows:
+        assert r["completed"] > 0, r
+        assert r["retried_with_token"] <= r["retried"], r
+        if r["retried"]:
+            assert 0 <= r["first_retry_admitted"] <= 1
+        b = r["bookings"]
+        assert b["booked"] >= b["claimed"] and b["reclaimed"] <= b["claimed"], b
+    assert "| this build | 4 |" in (tmp_path / "retry-sustained.md").read_text()

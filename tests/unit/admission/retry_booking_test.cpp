@@ -135,8 +135,6 @@ TEST(RetryBookings, ASaidRetryTakesAnOpenBookingOfItsBodyBeforeAnOlderOneNotYetO
   c.advance(100ms);
   ASSERT_TRUE(b.book(who("addr:proxy", "same"), c.now(), 1.0, 1, 10, 100, 8).booked);
   c.advance(1s);
-  // Without the count the oldest is taken, and it is not due yet.
-  EXPECT_EQ(b.recognise(who("addr:proxy", "same"), c.now()).match, Match::kEarly);
   // Said to be a retry: the open one, interchangeable with the older.
   const auto retry = b.recognise(attempt(who("addr:proxy", "same"), RetryAttempt::kRetry), c.now());
   EXPECT_EQ(retry.match, Match::kClaimed);
@@ -145,6 +143,51 @@ TEST(RetryBookings, ASaidRetryTakesAnOpenBookingOfItsBodyBeforeAnOlderOneNotYetO
   EXPECT_EQ(b.held()[0].position, 2);
   // With none open it is early for the oldest, as before.
   EXPECT_EQ(b.recognise(attempt(who("addr:proxy", "same"), RetryAttempt::kRetry), c.now()).match, Match::kEarly);
+  // Without the count it is a new request: not told to wait for another request's place.
+  EXPECT_EQ(b.recognise(who("addr:proxy", "same"), c.now()).match, Match::kNone);
+  EXPECT_EQ(b.held().size(), 1u);
+}
+
+TEST(RetryBookings, ARequestThatDoesNotSayItIsARetryTakesOnlyAnOpenBookingOfItsBody) {
+  // 24 clients behind one address sending one body: a fresh request
+  // matched by body is never refused as early for another's booking.
+  ManualClock c;
+  RetryBookings b({true, 16, 250ms, 2s, 30s});
+  ASSERT_TRUE(b.book(who("addr:proxy", "same"), c.now(), 2.0, 1, 10, 100, 8).booked);
+  c.advance(1s);
+  EXPECT_EQ(b.recognise(who("addr:proxy", "same"), c.now()).match, Match::kNone);
+  EXPECT_EQ(b.counters().early, 0);
+  c.advance(900ms);  // inside the window
+  EXPECT_EQ(b.recognise(who("addr:proxy", "same"), c.now()).match, Match::kClaimed);
+}
+
+TEST(RetryBookings, ATokensRetryStillClaimsItsPlaceAfterARequestMatchedByBodyTookTheBooking) {
+  // The promise was made to the token's holder: a request of the same client
+  // and body that took the booking first does not void it.
+  ManualClock c;
+  RetryBookings b({true, 16, 250ms, 2s, 30s});
+  const RetryIdentity refused = who("addr:proxy", "same");
+  ASSERT_TRUE(b.book(refused, c.now(), 1.0, 1, 10, 100, 8).booked);
+  c.advance(1s);
+  const auto taker = b.recognise(who("addr:proxy", "same"), c.now());
+  ASSERT_EQ(taker.match, Match::kClaimed);
+  EXPECT_STREQ(taker.by, "body");
+  const auto retry = b.recognise(who("addr:proxy", "same", refused.offered_token), c.now());
+  EXPECT_EQ(retry.match, Match::kClaimed);
+  EXPECT_STREQ(retry.by, "token");
+  EXPECT_EQ(retry.booking.position, 1);
+  EXPECT_EQ(b.counters().claimed, 1);
+  EXPECT_EQ(b.counters().reclaimed, 1);
+  // Once: the same token again is a new request; another body with it a mismatch.
+  EXPECT_EQ(b.recognise(who("addr:proxy", "same", refused.offered_token), c.now()).match, Match::kNone);
+  // And only until the grace deadline.
+  ASSERT_TRUE(b.book(refused, c.now(), 1.0, 1, 10, 100, 8).booked);
+  const std::string token2 = refused.offered_token;
+  c.advance(1s);
+  ASSERT_EQ(b.recognise(who("addr:proxy", "same"), c.now()).match, Match::kClaimed);
+  c.advance(2001ms);
+  EXPECT_EQ(b.recognise(who("addr:proxy", "same", token2), c.now()).match, Match::kNone);
+  EXPECT_EQ(b.counters().reclaimed, 1);
 }
 
 TEST(RetryBookings, AFirstAttemptStillClaimsItsOwnBookingByTokenOrIdempotencyKey) {
@@ -178,8 +221,9 @@ TEST(RetryBookings, ATokenOfAnotherRequestIsAMismatch) {
 TEST(RetryBookings, EarlyRetriesKeepTheBookingLateOnesFindItReleased) {
   ManualClock c;
   RetryBookings b({true, 16, 200ms, 1s, 30s});
-  const RetryIdentity id = who("addr:a", "x");
+  RetryIdentity id = who("addr:a", "x");
   ASSERT_TRUE(b.book(id, c.now(), 2.0, 1, 10, 1, 1).booked);
+  id.token = id.offered_token;  // the retry sends its token
   c.advance(1s);  // 1 s before the promise, beyond the 200 ms early window
   auto early = b.recognise(id, c.now());
   EXPECT_EQ(early.match, Match::kEarly);
@@ -190,6 +234,7 @@ TEST(RetryBookings, EarlyRetriesKeepTheBookingLateOnesFindItReleased) {
   EXPECT_EQ(b.recognise(id, c.now()).match, Match::kClaimed);
 
   ASSERT_TRUE(b.book(id, c.now(), 2.0, 1, 10, 1, 1).booked);
+  id.token = id.offered_token;
   c.advance(3s);  // promise + grace passed at 2 + 1 s
   EXPECT_EQ(b.open_places(c.now()), 1);  // exactly at the deadline it still holds
   c.advance(1ms);
