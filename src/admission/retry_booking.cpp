@@ -57,61 +57,61 @@ std::int64_t RetryBookings::sweep(TimePoint now) {
   return released;
 }
 
+RetryBookings::Lookup RetryBookings::answer(const RetryBooking& booking, const char* by, TimePoint now) {
+  Lookup out;
+  out.booking = booking;
+  out.by = by;
+  if (now < booking.promised_at - options_.early) {
+    out.match = Match::kEarly;
+    out.left = booking.promised_at - now;
+    ++counters_.early;
+  } else {
+    out.match = Match::kClaimed;
+  }
+  return out;
+}
+
 RetryBookings::Lookup RetryBookings::recognise(const RetryIdentity& id, TimePoint now) {
   sweep(now);
-  Lookup out;
-  if (id.fingerprint.empty()) return out;
-  auto found = bookings_.end();
+  if (id.fingerprint.empty()) return {};
   if (!id.token.empty()) {
-    found = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) { return b.token == id.token; });
-    if (found != bookings_.end()) {
-      if (found->fingerprint != id.fingerprint) {
-        out.match = Match::kMismatch;
-        return out;
-      }
-      out.by = "token";
+    // Its booking, held or taken by a body match (lent): the promise was made to the token's holder.
+    const auto held =
+        std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) { return b.token == id.token; });
+    const auto lent = held == bookings_.end() ? find_lent(id.token) : lent_.end();
+    const RetryBooking* booking = held != bookings_.end() ? &*held : lent != lent_.end() ? &*lent : nullptr;
+    if (booking && booking->fingerprint != id.fingerprint) {
+      Lookup mismatch;
+      mismatch.match = Match::kMismatch;
+      return mismatch;
     }
-  }
-  if (found == bookings_.end() && !id.token.empty()) {
-    if (auto lent = find_lent(id.token); lent != lent_.end()) {
-      // Its booking went to a request matched by body; the promise was this one's.
-      if (lent->fingerprint != id.fingerprint) {
-        out.match = Match::kMismatch;
-        return out;
+    if (booking) {
+      Lookup out = answer(*booking, "token", now);
+      if (out.match != Match::kClaimed) return out;
+      if (held != bookings_.end()) {
+        bookings_.erase(held);
+        ++counters_.claimed;
+      } else {
+        lent_.erase(lent);
+        ++counters_.reclaimed;
       }
-      out.by = "token";
-      out.booking = *lent;
-      if (now < lent->promised_at - options_.early) {
-        out.match = Match::kEarly;
-        out.left = lent->promised_at - now;
-        ++counters_.early;
-        return out;
-      }
-      out.match = Match::kClaimed;
-      lent_.erase(lent);
-      ++counters_.reclaimed;
       return out;
     }
   }
-  if (found == bookings_.end() && !id.idempotency_key.empty()) {
+  const char* by = "idempotency_key";
+  auto found = bookings_.end();
+  if (!id.idempotency_key.empty()) {
     found = std::find_if(bookings_.begin(), bookings_.end(), [&](const RetryBooking& b) {
       return b.idempotency_key == id.idempotency_key && b.fingerprint == id.fingerprint;
     });
-    if (found != bookings_.end()) out.by = "idempotency_key";
   }
   if (found == bookings_.end()) {
     found = find_by_body(id, now);
-    if (found != bookings_.end()) out.by = "body";
+    by = "body";
   }
-  if (found == bookings_.end()) return out;
-  out.booking = *found;
-  if (now < found->promised_at - options_.early) {
-    out.match = Match::kEarly;
-    out.left = found->promised_at - now;
-    ++counters_.early;
-    return out;
-  }
-  out.match = Match::kClaimed;
+  if (found == bookings_.end()) return {};
+  Lookup out = answer(*found, by, now);
+  if (out.match != Match::kClaimed) return out;
   if (out.by == std::string_view("body") && !found->token.empty()) {
     if (lent_.size() >= options_.max_bookings) lent_.erase(lent_.begin());
     lent_.push_back(*found);

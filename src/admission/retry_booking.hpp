@@ -183,6 +183,9 @@ class RetryBookings {
   std::size_t held_by(const std::string& client) const;
   std::size_t clients_with(const std::string& client) const;
 
+  /// The retry of `booking` (recognised by `by`) at `now`: kEarly before its
+  /// window (counted), else kClaimed; the caller removes a claimed booking.
+  Lookup answer(const RetryBooking& booking, const char* by, TimePoint now);
   /// The booking lent_ holds for `token`; end() when none.
   std::vector<RetryBooking>::iterator find_lent(const std::string& token);
 
