@@ -38,8 +38,8 @@ Error with_param(Error error, std::string_view body) {
   const std::string root = m.substr(0, root_end);
   if (root.empty()) return error;
   boost::system::error_code ec;
-  const json::value v = json::parse(json::string_view(body.data(), body.size()), ec);
-  const json::object* o = ec ? nullptr : v.if_object();
+  const boost::json::value v = boost::json::parse(boost::json::string_view(body.data(), body.size()), ec);
+  const boost::json::object* o = ec ? nullptr : v.if_object();
   const bool named = (o && o->contains(root)) || root == "prompt" || root == "messages";
   if (named) error.param = m.substr(0, m.find(' '));
   return error;
