@@ -157,14 +157,16 @@ inline constexpr std::array<CounterInfo, kCounterCount> kCounters{{
      "reclaimed"},
 }};
 
-/// Whether kCounters lists every CounterId once, in order (checked below).
-constexpr bool counters_table_in_order() {
-  for (std::size_t i = 0; i < kCounterCount; ++i) {
-    if (static_cast<std::size_t>(kCounters[i].id) != i) return false;
+/// Whether a counters table (rows with an `id`) lists every id once, in id
+/// order (checked for each table below).
+template <typename Row, std::size_t N>
+constexpr bool in_id_order(const std::array<Row, N>& table) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (static_cast<std::size_t>(table[i].id) != i) return false;
   }
   return true;
 }
-static_assert(counters_table_in_order(), "kCounters must list every CounterId once, in CounterId order");
+static_assert(in_id_order(kCounters), "kCounters must list every CounterId once, in CounterId order");
 
 /// Each counter a device keeps since its engine started (DeviceState::counters,
 /// GET /v1/admission per device, the device-labelled metric families). A new
@@ -215,14 +217,7 @@ inline constexpr std::array<DeviceCounterInfo, kDeviceCounterCount> kDeviceCount
     {DeviceCounterId::kKvGrowthPreemptions, "kv_growth_preemptions"},
 }};
 
-/// Whether kDeviceCounters lists every DeviceCounterId once, in order (checked below).
-constexpr bool device_counters_table_in_order() {
-  for (std::size_t i = 0; i < kDeviceCounterCount; ++i) {
-    if (static_cast<std::size_t>(kDeviceCounters[i].id) != i) return false;
-  }
-  return true;
-}
-static_assert(device_counters_table_in_order(),
+static_assert(in_id_order(kDeviceCounters),
               "kDeviceCounters must list every DeviceCounterId once, in DeviceCounterId order");
 
 }  // namespace vg
